@@ -1,0 +1,139 @@
+// Command predictio records, simulates, trains and replays workload-aware
+// storage prefetching. Each subcommand's logic lives in its own package; this
+// command only parses flags.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// command is one subcommand of predictio.
+type command struct {
+	name    string
+	summary string
+	// usage is the synopsis, e.g. "predictio trace info BUNDLE [--json]".
+	usage string
+	// example is a runnable example shown by help and -h.
+	example string
+	// run parses args (without the command name) and returns the exit code.
+	run func(args []string) int
+}
+
+var commands = map[string]*command{}
+
+func register(c *command) { commands[c.name] = c }
+
+// exitNotImplemented is the exit status of subcommands whose issue has not landed.
+const exitNotImplemented = 2
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	if len(args) == 0 {
+		usage(os.Stderr)
+		return 2
+	}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help":
+		usage(os.Stdout)
+		return 0
+	case "help":
+		if len(args) < 2 {
+			usage(os.Stdout)
+			return 0
+		}
+		c, ok := commands[args[1]]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "predictio: unknown command %q; run 'predictio help' for the list\n", args[1])
+			return 2
+		}
+		commandHelp(os.Stdout, c)
+		return 0
+	}
+	c, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "predictio: unknown command %q; run 'predictio help' for the list\n", name)
+		return 2
+	}
+	return c.run(args[1:])
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "predictio: record, simulate, train and replay workload-aware storage prefetching")
+	fmt.Fprintln(w, "\nUsage: predictio COMMAND [flags] [args]\n\nCommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'predictio help COMMAND' for a command's flags and an example.")
+}
+
+func commandHelp(w io.Writer, c *command) {
+	fmt.Fprintf(w, "Usage: %s\n\n%s\n", c.usage, c.summary)
+	if c.example != "" {
+		fmt.Fprintf(w, "\nExample:\n  %s\n", strings.ReplaceAll(c.example, "\n", "\n  "))
+	}
+}
+
+// newFlagSet returns a FlagSet whose -h output shows the command's usage,
+// flags and example.
+func newFlagSet(c *command, name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "Usage: %s\n\n%s\n", c.usage, c.summary)
+		var has bool
+		fs.VisitAll(func(*flag.Flag) { has = true })
+		if has {
+			fmt.Fprintln(w, "\nFlags:")
+			fs.PrintDefaults()
+		}
+		if c.example != "" {
+			fmt.Fprintf(w, "\nExample:\n  %s\n", strings.ReplaceAll(c.example, "\n", "\n  "))
+		}
+	}
+	return fs
+}
+
+// parseFlags parses args with fs. It returns (exit code, false) when the
+// caller should return: 0 after -h, 2 after a bad flag.
+func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	return 0, true
+}
+
+// fail prints err the way every subcommand reports errors and returns code.
+func fail(code int, err error) int {
+	fmt.Fprintf(os.Stderr, "predictio: %v\n", err)
+	return code
+}
+
+// notImplemented is the body of subcommands whose issue has not landed.
+func notImplemented(c *command) func([]string) int {
+	return func(args []string) int {
+		fs := newFlagSet(c, c.name)
+		if code, ok := parseFlags(fs, args); !ok {
+			return code
+		}
+		fmt.Fprintf(os.Stderr, "predictio %s: not implemented yet\n", c.name)
+		return exitNotImplemented
+	}
+}

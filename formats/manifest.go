@@ -1,0 +1,76 @@
+package formats
+
+import "time"
+
+// Manifest is the content of manifest.json.
+type Manifest struct {
+	FormatVersion string       `json:"format_version"`
+	ToolVersion   string       `json:"tool_version"`
+	Host          Host         `json:"host"`
+	Filesystems   []Filesystem `json:"filesystems,omitempty"`
+	Recording     Recording    `json:"recording"`
+	Start         Timestamp    `json:"start"`
+	End           Timestamp    `json:"end"`
+	Counters      Counters     `json:"counters"`
+	// Tables maps a table file name to its SHA-256 and row count.
+	Tables map[string]TableInfo `json:"tables"`
+	// Complete is false for a bundle recovered by repair.
+	Complete bool `json:"complete"`
+	// Notes holds free-form remarks, e.g. what repair recovered or what an
+	// importer could not provide.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Host describes the machine a bundle was recorded on.
+type Host struct {
+	Hostname      string `json:"hostname,omitempty"`
+	KernelRelease string `json:"kernel_release"`
+	CPUs          int    `json:"cpus"`
+	MemoryBytes   uint64 `json:"memory_bytes"`
+	PageSize      int    `json:"page_size"`
+}
+
+// Filesystem describes one block device whose files appear in the bundle.
+type Filesystem struct {
+	Dev              uint64 `json:"dev"` // s_dev encoding
+	Device           string `json:"device,omitempty"`
+	MountPoint       string `json:"mount_point,omitempty"`
+	FSType           string `json:"fs_type,omitempty"`
+	Rotational       bool   `json:"rotational"`
+	LogicalBlockSize int    `json:"logical_block_size"`
+}
+
+// Recording holds the parameters a bundle was recorded with.
+type Recording struct {
+	Source       string   `json:"source"` // "record", "synth", "import:fio", ...
+	CommandLine  []string `json:"command_line,omitempty"`
+	Target       string   `json:"target,omitempty"` // command, pids, cgroup, all
+	Include      []string `json:"include,omitempty"`
+	Exclude      []string `json:"exclude,omitempty"`
+	Comm         []string `json:"comm,omitempty"`
+	MinSizeBytes uint64   `json:"min_size_bytes,omitempty"`
+	EventSources []string `json:"event_sources,omitempty"` // attached tracepoints/probes
+	HintSocket   string   `json:"hint_socket,omitempty"`
+}
+
+// Timestamp is a point in time on both clocks.
+type Timestamp struct {
+	Wall        time.Time `json:"wall"`
+	MonotonicNS uint64    `json:"monotonic_ns"`
+}
+
+// Counters are the totals of a recording.
+type Counters struct {
+	Events        uint64 `json:"events"`
+	DroppedEvents uint64 `json:"dropped_events"`
+	Hints         uint64 `json:"hints"`
+	RejectedHints uint64 `json:"rejected_hints,omitempty"`
+	Files         uint64 `json:"files"`
+}
+
+// TableInfo identifies one table file.
+type TableInfo struct {
+	SHA256 string `json:"sha256"`
+	Rows   uint64 `json:"rows"`
+	Bytes  uint64 `json:"bytes"`
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# setup.sh installs what predictio's build, tests and demo need on a fresh
+# Debian 12 machine of this kind (run as root): Debian packages and Go modules.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkgs=(clang llvm bpftool libbpf-dev fio sqlite3 lmdb-utils qemu-system-x86 busybox-static cpio e2fsprogs kmod)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "setup: installing ${missing[*]}"
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "setup: need root to apt-get install ${missing[*]}; rerun with sudo" >&2
+		exit 1
+	fi
+	apt-get update -q
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+go mod download
