@@ -3,6 +3,8 @@
 // and the Backend interface that executes them.
 package policies
 
+import "github.com/predictio/predictio/formats"
+
 // Range is a run of pages: First, First+1, ..., First+N-1.
 type Range struct {
 	First uint64
@@ -37,4 +39,72 @@ type BackendStats struct {
 	Failures       uint64 // I/O errors
 	InFlightMax    uint64 // high-water mark of in-flight pages
 	Throttled      uint64 // times the in-flight limit deferred or dropped work
+}
+
+// EventKind is the type of a workload event.
+type EventKind uint8
+
+// Event kinds.
+const (
+	EventFileAccess EventKind = iota + 1
+	EventTreeChildEnter
+	EventTensorLayout
+	EventLayerStart
+	numEventKinds
+)
+
+// Event is one workload event. Kind says which of the typed payloads is set.
+// Events are passed by pointer and reused by their producer: a policy must
+// copy what it keeps.
+type Event struct {
+	Kind EventKind
+	TS   uint64 // CLOCK_MONOTONIC nanoseconds
+	PID  uint32
+	TID  uint32
+	File uint32 // file_id
+
+	Access FileAccess     // EventFileAccess
+	Tree   TreeChildEnter // EventTreeChildEnter
+	Tensor TensorLayout   // EventTensorLayout
+	Layer  LayerStart     // EventLayerStart
+}
+
+// FileAccess is a kernel-observed access to pages of a file.
+type FileAccess struct {
+	Kind   formats.AccessKind
+	Page   uint64
+	NPages uint32
+}
+
+// TreeChildEnter is a B-tree traversal hint: the cursor entered child
+// Position of ParentPage, and Children are the upcoming child pages.
+type TreeChildEnter struct {
+	ParentPage uint64
+	Position   uint32
+	Children   []uint64
+}
+
+// TensorLayout describes one tensor's byte extent in a file.
+type TensorLayout struct {
+	Name   string
+	Offset uint64
+	Length uint64
+}
+
+// LayerStart says a runtime started executing layer Index.
+type LayerStart struct {
+	Index uint32
+}
+
+// Emit receives a request from a policy. The request and its ranges are only
+// valid during the call.
+type Emit func(*Request)
+
+// Policy turns workload events into prefetch requests. It keeps its own
+// state; Handle is called from one goroutine at a time.
+type Policy interface {
+	// Accepts reports whether the policy wants events of kind k.
+	Accepts(k EventKind) bool
+	// Handle processes one event and emits zero or more requests.
+	Handle(ev *Event, emit Emit)
 }
