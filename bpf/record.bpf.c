@@ -1,0 +1,252 @@
+//go:build ignore
+
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+// record.bpf.c: page-cache access tracing for predictio record.
+//
+// Every filemap/readahead tracepoint handler checks that the current task is
+// a target (all, a pid set maintained across fork/exit, or a cgroup v2
+// subtree), applies the comm filter and the per-file deny set that user
+// space fills as it resolves files, and emits one fixed-size struct event
+// into the events ring buffer. openat/openat2/open of targets go to the
+// opens ring buffer so user space can resolve (dev, ino) to paths.
+#include "record.h"
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+#define MODE_ALL 0
+#define MODE_PIDS 1
+#define MODE_CGROUP 2
+
+#define FILE_ALLOW 1
+#define FILE_DENY 2
+
+const volatile __u8 target_mode = MODE_PIDS;
+const volatile __u8 comm_filter = 0;
+const volatile __u32 self_tgid = 0;
+
+struct filekey {
+	__u64 ino;
+	__u32 dev;
+	__u32 pad;
+};
+
+// open_event is one open of a path by a target, 280 bytes, in the opens ring.
+struct open_event {
+	__u64 ts;
+	__u32 pid;
+	__u32 tid;
+	__s32 dfd;
+	__u32 pad;
+	char path[256];
+};
+
+// Reference the record types once so clang emits their BTF for bpf2go -type.
+const struct event *unused_event __attribute__((unused));
+const struct open_event *unused_open_event __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} opens SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} pids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} cgroups SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, char[16]);
+	__type(value, __u8);
+} comms SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 262144);
+	__type(key, struct filekey);
+	__type(value, __u8);
+} files SEC(".maps");
+
+static __always_inline bool is_target(__u64 pid_tgid)
+{
+	__u32 tgid = pid_tgid >> 32;
+
+	if (tgid == self_tgid)
+		return false;
+	if (target_mode == MODE_ALL)
+		return true;
+	if (target_mode == MODE_CGROUP)
+		return bpf_current_task_under_cgroup(&cgroups, 0) == 1;
+	return bpf_map_lookup_elem(&pids, &tgid) != NULL;
+}
+
+static __always_inline int emit(__u8 kind, __u64 dev, __u64 ino, __u64 index, __u64 npages)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+	if (!is_target(pid_tgid))
+		return 0;
+
+	struct filekey k = {.ino = ino, .dev = (__u32)dev};
+	__u8 *v = bpf_map_lookup_elem(&files, &k);
+	if (v && *v == FILE_DENY) {
+		count(CNT_FILTERED);
+		return 0;
+	}
+
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(CNT_DROPS);
+		return 0;
+	}
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	if (comm_filter && !bpf_map_lookup_elem(&comms, e->comm)) {
+		bpf_ringbuf_discard(e, BPF_RB_NO_WAKEUP);
+		count(CNT_FILTERED);
+		return 0;
+	}
+	e->ts = bpf_ktime_get_ns();
+	e->ino = ino;
+	e->index = index;
+	e->dev = (__u32)dev;
+	e->npages = (__u32)npages;
+	e->pid = pid_tgid >> 32;
+	e->tid = (__u32)pid_tgid;
+	e->kind = kind;
+	count(CNT_EVENTS);
+	submit(e);
+	return 0;
+}
+
+SEC("tracepoint/filemap/mm_filemap_get_pages")
+int handle_get_pages(struct trace_event_raw_mm_filemap_op_page_cache_range *ctx)
+{
+	__u64 first = ctx->index, last = ctx->last_index;
+	return emit(KIND_READ, ctx->s_dev, ctx->i_ino, first, last >= first ? last - first + 1 : 1);
+}
+
+SEC("tracepoint/filemap/mm_filemap_map_pages")
+int handle_map_pages(struct trace_event_raw_mm_filemap_op_page_cache_range *ctx)
+{
+	__u64 first = ctx->index, last = ctx->last_index;
+	return emit(KIND_MAP, ctx->s_dev, ctx->i_ino, first, last >= first ? last - first + 1 : 1);
+}
+
+SEC("tracepoint/filemap/mm_filemap_fault")
+int handle_fault(struct trace_event_raw_mm_filemap_fault *ctx)
+{
+	return emit(KIND_FAULT, ctx->s_dev, ctx->i_ino, ctx->index, 1);
+}
+
+SEC("tracepoint/filemap/mm_filemap_add_to_page_cache")
+int handle_cache_add(struct trace_event_raw_mm_filemap_op_page_cache *ctx)
+{
+	__u64 n = 1;
+	if (bpf_core_field_exists(ctx->order))
+		n = 1ULL << (BPF_CORE_READ(ctx, order) & 31);
+	return emit(KIND_CACHE_ADD, ctx->s_dev, ctx->i_ino, ctx->index, n);
+}
+
+SEC("tracepoint/readahead/page_cache_sync_ra")
+int handle_sync_ra(struct trace_event_raw_page_cache_ra_op *ctx)
+{
+	return emit(KIND_RA_SYNC, ctx->s_dev, ctx->i_ino, ctx->index, ctx->size);
+}
+
+SEC("tracepoint/readahead/page_cache_async_ra")
+int handle_async_ra(struct trace_event_raw_page_cache_ra_op *ctx)
+{
+	return emit(KIND_RA_ASYNC, ctx->s_dev, ctx->i_ino, ctx->index, ctx->size);
+}
+
+SEC("tracepoint/sched/sched_process_fork")
+int handle_fork(struct trace_event_raw_sched_process_fork *ctx)
+{
+	if (target_mode != MODE_PIDS)
+		return 0;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!bpf_map_lookup_elem(&pids, &tgid))
+		return 0;
+	__u32 child = ctx->child_pid;
+	__u8 one = 1;
+	bpf_map_update_elem(&pids, &child, &one, BPF_ANY);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_process_exit")
+int handle_exit(struct trace_event_raw_sched_process_exit *ctx)
+{
+	if (target_mode != MODE_PIDS)
+		return 0;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pid_tgid, tgid = pid_tgid >> 32;
+	if (tid != tgid) {
+		// A thread: its tid was added by the fork handler.
+		bpf_map_delete_elem(&pids, &tid);
+		return 0;
+	}
+	bool dead = true;
+	if (bpf_core_field_exists(ctx->group_dead))
+		dead = BPF_CORE_READ(ctx, group_dead);
+	if (dead)
+		bpf_map_delete_elem(&pids, &tgid);
+	return 0;
+}
+
+// sys_enter is the layout of syscalls:sys_enter_* tracepoints.
+struct sys_enter {
+	__u64 common;
+	__s32 nr;
+	__s32 pad;
+	__u64 args[6];
+};
+
+static __always_inline int emit_open(__s32 dfd, const char *path)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+	if (!is_target(pid_tgid))
+		return 0;
+	struct open_event *o = bpf_ringbuf_reserve(&opens, sizeof(*o), 0);
+	if (!o) {
+		count(CNT_OPEN_DROPS);
+		return 0;
+	}
+	o->ts = bpf_ktime_get_ns();
+	o->pid = pid_tgid >> 32;
+	o->tid = (__u32)pid_tgid;
+	o->dfd = dfd;
+	o->pad = 0;
+	if (bpf_probe_read_user_str(o->path, sizeof(o->path), path) < 0)
+		o->path[0] = 0;
+	bpf_ringbuf_submit(o, 0);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_openat")
+int handle_openat(struct sys_enter *ctx)
+{
+	return emit_open((__s32)ctx->args[0], (const char *)ctx->args[1]);
+}
+
+SEC("tracepoint/syscalls/sys_enter_openat2")
+int handle_openat2(struct sys_enter *ctx)
+{
+	return emit_open((__s32)ctx->args[0], (const char *)ctx->args[1]);
+}
+
+SEC("tracepoint/syscalls/sys_enter_open")
+int handle_open(struct sys_enter *ctx)
+{
+	return emit_open(-100 /* AT_FDCWD */, (const char *)ctx->args[0]);
+}

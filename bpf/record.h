@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+// record.h: shared record layout and ring buffer of predictio's recorder.
+#pragma once
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+// Access kinds; the values are formats.AccessKind.
+#define KIND_READ 1
+#define KIND_FAULT 2
+#define KIND_MAP 3
+#define KIND_CACHE_ADD 4
+#define KIND_RA_SYNC 5
+#define KIND_RA_ASYNC 6
+
+// Counter slots of the per-CPU counters map.
+#define CNT_DROPS 0
+#define CNT_EVENTS 1
+#define CNT_OPEN_DROPS 2
+#define CNT_FILTERED 3
+#define CNT_MAX 4
+
+// event is one page-range access, 64 bytes, in the events ring buffer.
+struct event {
+	__u64 ts;     // bpf_ktime_get_ns (CLOCK_MONOTONIC)
+	__u64 ino;    // inode number
+	__u64 index;  // first page index
+	__u32 dev;    // s_dev, major<<20 | minor
+	__u32 npages; // number of pages
+	__u32 pid;    // tgid
+	__u32 tid;
+	__u8 kind;
+	__u8 pad[7];
+	char comm[16];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 << 20);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+// wakeup_bytes: the reader is woken only once this much data is waiting
+// (BPF_RB_NO_WAKEUP otherwise); the reader also polls on a short deadline.
+const volatile __u64 wakeup_bytes = 256 << 10;
+
+static __always_inline void count(__u32 slot)
+{
+	__u64 *c = bpf_map_lookup_elem(&counters, &slot);
+	if (c)
+		*c += 1;
+}
+
+static __always_inline void submit(void *rec)
+{
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	bpf_ringbuf_submit(rec, avail >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+}
