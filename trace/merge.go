@@ -1,0 +1,365 @@
+package trace
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/predictio/predictio/formats"
+)
+
+// MergeReport says what Merge wrote.
+type MergeReport struct {
+	Inputs  int    `json:"inputs"`
+	Files   uint64 `json:"files"`
+	Unified uint64 `json:"unified"` // input files mapped onto a file of an earlier input
+	Events  uint64 `json:"events"`
+	Hints   uint64 `json:"hints"`
+}
+
+// Merge combines the bundles ins into a new bundle out. Files are
+// renumbered; files with the same (dev, ino) (when ino is set) or else the
+// same non-empty path become one file. Timestamps are kept as they are and
+// rows are interleaved in timestamp order (each input must be in timestamp
+// order for the output to be). Bundles recorded on different boots or hosts
+// have unrelated monotonic clocks; slice them first if that matters. The
+// manifest lists the sources in its notes, sums the dropped counters and
+// spans the earliest start to the latest end.
+func Merge(out string, ins []string) (*MergeReport, error) {
+	if len(ins) < 1 {
+		return nil, usageErr("merge needs at least one input bundle")
+	}
+	rep := &MergeReport{Inputs: len(ins)}
+	bundles := make([]*formats.Bundle, 0, len(ins))
+	defer func() {
+		for _, b := range bundles {
+			b.Close()
+		}
+	}()
+	for _, in := range ins {
+		b, err := openBundle(in)
+		if err != nil {
+			return nil, fmt.Errorf("merge: %w", err)
+		}
+		bundles = append(bundles, b)
+	}
+	w, err := formats.Create(out)
+	if err != nil {
+		return nil, fmt.Errorf("merge: create bundle %s: %w", out, err)
+	}
+	fail := func(err error) (*MergeReport, error) {
+		w.Abort()
+		os.RemoveAll(out)
+		return nil, fmt.Errorf("merge: %w", err)
+	}
+
+	// Files: remap ids per input.
+	type devIno struct{ dev, ino uint64 }
+	byDevIno := map[devIno]uint32{}
+	byPath := map[string]uint32{}
+	remap := make([]map[uint32]uint32, len(bundles))
+	var next uint32
+	for i, b := range bundles {
+		files, err := b.Files()
+		if err != nil {
+			return fail(fmt.Errorf("%s: read %s: %w", ins[i], formats.FilesFile, err))
+		}
+		remap[i] = make(map[uint32]uint32, len(files))
+		for _, f := range files {
+			id, found := uint32(0), false
+			if f.Ino != 0 {
+				id, found = byDevIno[devIno{f.Dev, f.Ino}]
+			}
+			if !found && f.Path != "" {
+				id, found = byPath[f.Path]
+			}
+			if found {
+				remap[i][f.ID] = id
+				rep.Unified++
+				continue
+			}
+			id = next
+			next++
+			remap[i][f.ID] = id
+			if f.Ino != 0 {
+				byDevIno[devIno{f.Dev, f.Ino}] = id
+			}
+			if f.Path != "" {
+				byPath[f.Path] = id
+			}
+			f.ID = id
+			if err := w.AddFile(f); err != nil {
+				return fail(fmt.Errorf("write %s: %w", formats.FilesFile, err))
+			}
+			rep.Files++
+		}
+	}
+
+	// Accesses: k-way merge by timestamp.
+	acs := make([]*formats.AccessCursor, len(bundles))
+	live := make([]bool, len(bundles))
+	for i, b := range bundles {
+		c, err := b.Accesses()
+		if err != nil {
+			return fail(fmt.Errorf("%s: read %s: %w", ins[i], formats.AccessesFile, err))
+		}
+		defer c.Close()
+		acs[i], live[i] = c, c.Next()
+	}
+	var a formats.Access
+	for {
+		best := -1
+		for i, c := range acs {
+			if live[i] && (best < 0 || c.At().TS < acs[best].At().TS) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		a = *acs[best].At()
+		id, ok := remap[best][a.FileID]
+		if !ok {
+			return fail(fmt.Errorf("%s: %s: access at ts_ns %d: field file_id: %d is not in %s", ins[best], formats.AccessesFile, a.TS, a.FileID, formats.FilesFile))
+		}
+		a.FileID = id
+		if err := w.Append(&a); err != nil {
+			return fail(fmt.Errorf("write %s: %w", formats.AccessesFile, err))
+		}
+		rep.Events++
+		live[best] = acs[best].Next()
+	}
+	for i, c := range acs {
+		if err := c.Err(); err != nil {
+			return fail(fmt.Errorf("%s: read %s: %w", ins[i], formats.AccessesFile, err))
+		}
+	}
+
+	// Hints: same.
+	hcs := make([]*formats.HintCursor, len(bundles))
+	for i, b := range bundles {
+		c, err := b.Hints()
+		if err != nil {
+			return fail(fmt.Errorf("%s: read %s: %w", ins[i], formats.HintsFile, err))
+		}
+		defer c.Close()
+		hcs[i], live[i] = c, c.Next()
+	}
+	var h formats.Hint
+	for {
+		best := -1
+		for i, c := range hcs {
+			if live[i] && (best < 0 || c.At().TS < hcs[best].At().TS) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		h = *hcs[best].At()
+		id, ok := remap[best][h.FileID]
+		if !ok {
+			return fail(fmt.Errorf("%s: %s: hint at ts_ns %d: field file_id: %d is not in %s", ins[best], formats.HintsFile, h.TS, h.FileID, formats.FilesFile))
+		}
+		h.FileID = id
+		if err := w.AppendHint(&h); err != nil {
+			return fail(fmt.Errorf("write %s: %w", formats.HintsFile, err))
+		}
+		rep.Hints++
+		live[best] = hcs[best].Next()
+	}
+	for i, c := range hcs {
+		if err := c.Err(); err != nil {
+			return fail(fmt.Errorf("%s: read %s: %w", ins[i], formats.HintsFile, err))
+		}
+	}
+
+	m := w.Manifest()
+	copyManifest(m, bundles[0].Manifest())
+	m.Notes = nil
+	m.Recording.Source = "merge"
+	for i, b := range bundles {
+		src := b.Manifest()
+		if i > 0 {
+			if src.Start.MonotonicNS < m.Start.MonotonicNS {
+				m.Start.MonotonicNS = src.Start.MonotonicNS
+			}
+			if !src.Start.Wall.IsZero() && (m.Start.Wall.IsZero() || src.Start.Wall.Before(m.Start.Wall)) {
+				m.Start.Wall = src.Start.Wall
+			}
+			if src.End.MonotonicNS > m.End.MonotonicNS {
+				m.End.MonotonicNS = src.End.MonotonicNS
+			}
+			if src.End.Wall.After(m.End.Wall) {
+				m.End.Wall = src.End.Wall
+			}
+			m.Counters.DroppedEvents += src.Counters.DroppedEvents
+			m.Counters.RejectedHints += src.Counters.RejectedHints
+			m.Filesystems = mergeFilesystems(m.Filesystems, src.Filesystems)
+			if src.Host.KernelRelease != m.Host.KernelRelease || src.Host.Hostname != m.Host.Hostname || src.Host.PageSize != m.Host.PageSize {
+				m.Notes = append(m.Notes, fmt.Sprintf("source %d was recorded on another host (%s, kernel %s, page size %d); host is that of source 0", i, orDash(src.Host.Hostname), orDash(src.Host.KernelRelease), src.Host.PageSize))
+			}
+		}
+		m.Notes = append(m.Notes, fmt.Sprintf("merged source %d: %s (source %s, %d events, %d hints, %s)", i, ins[i], orDash(src.Recording.Source), src.Counters.Events, src.Counters.Hints, wallOrDash(src.Start.Wall)))
+		for _, n := range src.Notes {
+			m.Notes = append(m.Notes, "source "+strconv.Itoa(i)+": "+n)
+		}
+	}
+	m.Counters.Events, m.Counters.Hints, m.Counters.Files = rep.Events, rep.Hints, rep.Files
+	if err := w.Close(); err != nil {
+		return nil, fmt.Errorf("merge: close bundle %s: %w", out, err)
+	}
+	return rep, nil
+}
+
+func wallOrDash(t time.Time) string {
+	if t.IsZero() {
+		return "no wall clock"
+	}
+	return "started " + t.UTC().Format(time.RFC3339Nano)
+}
+
+func mergeFilesystems(dst, src []formats.Filesystem) []formats.Filesystem {
+outer:
+	for _, s := range src {
+		for _, d := range dst {
+			if d.Dev == s.Dev {
+				continue outer
+			}
+		}
+		dst = append(dst, s)
+	}
+	return dst
+}
+
+// Bound is one end of a Slice window: either an offset from the bundle
+// start or an absolute CLOCK_MONOTONIC timestamp.
+type Bound struct {
+	Set      bool
+	Absolute bool
+	NS       uint64
+}
+
+// ParseBound parses a --from/--to value: a Go duration ("1.5s", "250ms",
+// "2m") is relative to the bundle start; a plain integer is an absolute
+// ts_ns. An empty string is an unset bound.
+func ParseBound(s string) (Bound, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return Bound{}, nil
+	}
+	if n, err := strconv.ParseUint(s, 10, 64); err == nil {
+		return Bound{Set: true, Absolute: true, NS: n}, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return Bound{}, usageErr("bad time %q: want a duration from the bundle start like 1.5s or 250ms, or an absolute ts_ns integer", s)
+	}
+	if d < 0 {
+		return Bound{}, usageErr("bad time %q: must not be negative", s)
+	}
+	return Bound{Set: true, NS: uint64(d)}, nil
+}
+
+// SliceReport says what Slice kept.
+type SliceReport struct {
+	FromNS uint64 `json:"from_ns"` // absolute, inclusive
+	ToNS   uint64 `json:"to_ns"`   // absolute, exclusive
+	Events uint64 `json:"events"`
+	Hints  uint64 `json:"hints"`
+}
+
+// Slice copies the accesses and hints of the bundle in with from <= ts_ns
+// < to into out. Relative bounds count from the bundle start: the
+// manifest's start monotonic time, or the first event when the manifest
+// has none (or events precede it). All files are kept, with their ids.
+func Slice(in, out string, from, to Bound) (*SliceReport, error) {
+	start, err := bundleStart(in)
+	if err != nil {
+		return nil, fmt.Errorf("slice: %w", err)
+	}
+	lo, hi := uint64(0), uint64(1<<64-1)
+	if from.Set {
+		lo = from.NS
+		if !from.Absolute {
+			lo += start
+		}
+	}
+	if to.Set {
+		hi = to.NS
+		if !to.Absolute {
+			hi += start
+		}
+	}
+	if hi <= lo {
+		return nil, usageErr("empty window: --to (%d ns) must be after --from (%d ns)", hi, lo)
+	}
+	rep := &SliceReport{FromNS: lo, ToNS: hi}
+	cc, err := rewrite(in, out, rewriter{
+		access: func(a *formats.Access) bool { return a.TS >= lo && a.TS < hi },
+		hint:   func(h *formats.Hint) bool { return h.TS >= lo && h.TS < hi },
+		manifest: func(m *formats.Manifest) {
+			if lo > m.Start.MonotonicNS {
+				if !m.Start.Wall.IsZero() {
+					m.Start.Wall = m.Start.Wall.Add(time.Duration(lo - m.Start.MonotonicNS))
+				}
+				m.Start.MonotonicNS = lo
+			}
+			if hi != 1<<64-1 && (m.End.MonotonicNS == 0 || hi < m.End.MonotonicNS) {
+				if !m.End.Wall.IsZero() && m.End.MonotonicNS > hi {
+					m.End.Wall = m.End.Wall.Add(-time.Duration(m.End.MonotonicNS - hi))
+				}
+				m.End.MonotonicNS = hi
+			}
+			m.Notes = append(m.Notes, fmt.Sprintf("sliced from %s: ts_ns in [%d, %d); dropped_events is that of the whole source", in, lo, hi))
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("slice: %w", err)
+	}
+	rep.Events, rep.Hints = cc.Events, cc.Hints
+	return rep, nil
+}
+
+// bundleStart returns the reference time of relative slice bounds.
+func bundleStart(dir string) (uint64, error) {
+	b, err := openBundle(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer b.Close()
+	first, have := uint64(0), false
+	peek := func(ts uint64) {
+		if !have || ts < first {
+			first, have = ts, true
+		}
+	}
+	c, err := b.Accesses()
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", formats.AccessesFile, err)
+	}
+	if c.Next() {
+		peek(c.At().TS)
+	}
+	err = errors.Join(c.Err(), c.Close())
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", formats.AccessesFile, err)
+	}
+	hc, err := b.Hints()
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", formats.HintsFile, err)
+	}
+	if hc.Next() {
+		peek(hc.At().TS)
+	}
+	if err := errors.Join(hc.Err(), hc.Close()); err != nil {
+		return 0, fmt.Errorf("read %s: %w", formats.HintsFile, err)
+	}
+	if s := b.Manifest().Start.MonotonicNS; s != 0 && (!have || s <= first) {
+		return s, nil
+	}
+	return first, nil
+}

@@ -1,0 +1,37 @@
+package trace
+
+import (
+	"fmt"
+
+	"github.com/predictio/predictio/formats"
+)
+
+// Verify checks the bundle in dir (checksums, schemas, timestamps, file_id
+// references, ranges) and returns every problem found; nil means sound.
+func Verify(dir string) []error { return formats.Verify(dir) }
+
+// Repair recovers the bundle in dir in place, up to the last batch its
+// writer flushed, and reports what it recovered.
+func Repair(dir string) (*formats.RepairReport, error) {
+	r, err := formats.Repair(dir)
+	if err != nil {
+		return r, fmt.Errorf("repair %s: %w", dir, err)
+	}
+	return r, nil
+}
+
+// Synth writes a deterministic synthetic bundle (see formats.Synth).
+func Synth(dir string, spec formats.SynthSpec) error {
+	switch spec.Pattern {
+	case "seq", "stride", "random", "sparse", "btree":
+	default:
+		return usageErr("--pattern %q: want seq, stride, random, sparse or btree", spec.Pattern)
+	}
+	if spec.Events < 0 {
+		return usageErr("--events %d: must not be negative", spec.Events)
+	}
+	if err := formats.Synth(dir, spec); err != nil {
+		return fmt.Errorf("synth %s into %s: %w", spec.Pattern, dir, err)
+	}
+	return nil
+}

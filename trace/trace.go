@@ -1,0 +1,121 @@
+// Package trace implements the predictio trace subcommands: inspecting,
+// verifying, printing, exporting, importing, anonymizing, merging, slicing,
+// repairing and synthesizing trace bundles (see package formats).
+//
+// Every function streams rows through the formats cursors, so memory stays
+// bounded by the batch size, not by the number of events in a bundle.
+package trace
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/predictio/predictio/formats"
+)
+
+// ErrUsage marks an error caused by a bad option value rather than by the
+// data; the command exits 2 for it.
+var ErrUsage = errors.New("usage")
+
+func usageErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, args...))
+}
+
+var kindNames = map[formats.AccessKind]string{
+	formats.KindRead:           "read",
+	formats.KindFault:          "fault",
+	formats.KindMap:            "map",
+	formats.KindCacheAdd:       "cache_add",
+	formats.KindReadaheadSync:  "readahead_sync",
+	formats.KindReadaheadAsync: "readahead_async",
+	formats.KindCacheDelete:    "cache_delete",
+	formats.KindImported:       "imported",
+}
+
+var hintKindNames = map[formats.HintKind]string{
+	formats.HintTreeChildEnter: "tree_child_enter",
+	formats.HintTensorLayout:   "tensor_layout",
+	formats.HintLayerStart:     "layer_start",
+	formats.HintCustom:         "custom",
+}
+
+// KindName returns the documented name of an access kind, or "kind(N)" for
+// a value this version does not know.
+func KindName(k formats.AccessKind) string {
+	if n, ok := kindNames[k]; ok {
+		return n
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// HintKindName returns the documented name of a hint kind, or "kind(N)".
+func HintKindName(k formats.HintKind) string {
+	if n, ok := hintKindNames[k]; ok {
+		return n
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// hasTable reports whether the bundle directory holds the named table file.
+func hasTable(dir, name string) bool {
+	_, err := os.Stat(dir + string(os.PathSeparator) + name)
+	return err == nil
+}
+
+// forEachAccess streams every access row of b to fn.
+func forEachAccess(b *formats.Bundle, fn func(a *formats.Access) error) error {
+	c, err := b.Accesses()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", formats.AccessesFile, err)
+	}
+	defer c.Close()
+	for c.Next() {
+		if err := fn(c.At()); err != nil {
+			return err
+		}
+	}
+	if err := c.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", formats.AccessesFile, err)
+	}
+	return nil
+}
+
+// forEachHint streams every hint row of b to fn.
+func forEachHint(b *formats.Bundle, fn func(h *formats.Hint) error) error {
+	c, err := b.Hints()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", formats.HintsFile, err)
+	}
+	defer c.Close()
+	for c.Next() {
+		if err := fn(c.At()); err != nil {
+			return err
+		}
+	}
+	if err := c.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", formats.HintsFile, err)
+	}
+	return nil
+}
+
+// openBundle opens dir, naming it in the error.
+func openBundle(dir string) (*formats.Bundle, error) {
+	b, err := formats.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open bundle %s: %w", dir, err)
+	}
+	return b, nil
+}
+
+// joinNotes appends notes, skipping empty ones.
+func joinNotes(dst []string, notes ...string) []string {
+	for _, n := range notes {
+		if strings.TrimSpace(n) != "" {
+			dst = append(dst, n)
+		}
+	}
+	return dst
+}
