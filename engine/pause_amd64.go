@@ -1,0 +1,6 @@
+package engine
+
+// cpuPause executes the x86 PAUSE instruction (a spin-wait hint).
+//
+//go:noescape
+func cpuPause()
