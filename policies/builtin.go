@@ -1,0 +1,370 @@
+package policies
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+)
+
+func init() {
+	register("readahead", &factory{
+		doc: "model of Linux 6.18 on-demand readahead (sync/async windows, PG_readahead marks, mmap read-around); the baseline of every comparison",
+		params: []param{
+			{"kb", "128", "read_ahead_kb: the readahead maximum in KiB"},
+			{"io_kb", "0", "bdi io_pages in KiB: reads larger than kb may use windows up to it; 0 means kb"},
+			{"folios", "large", "large: ext4-like large folios (Linux 6.16+); small: order-0 pages only"},
+		},
+		build: func(a *args, env Env) (Policy, error) {
+			ps := env.pageSize()
+			kb := a.uint("kb", 4, 1<<20)
+			iokb := a.uint("io_kb", 0, 1<<20)
+			folios := a.choice("folios", "large", "small")
+			return NewReadahead(ReadaheadConfig{
+				RAPages:     kb * 1024 / ps,
+				IOPages:     iokb * 1024 / ps,
+				SmallFolios: folios == "small",
+				FilePages:   env.FilePages,
+				Resident:    env.Resident,
+				MaxPages:    env.maxPages(),
+			}), nil
+		},
+	})
+	register("markov", &factory{
+		doc: "history policy: per-file first-order Markov model trained from recorded runs (predictio train markov); on each access a bounded walk emits pages not seen yet",
+		params: []param{
+			{"depth", "16", "maximum walk length in transitions"},
+			{"threshold", "0.1", "stop when the walked path's probability drops below this"},
+			{"mode", "det", "det: follow the most likely transition; random: sample transitions"},
+			{"seed", "1", "random seed for mode=random"},
+		},
+		build: func(a *args, env Env) (Policy, error) {
+			if env.Markov == nil {
+				return nil, errors.New("build policy \"markov\": no model loaded; train one with `predictio train markov -o MODEL BUNDLE...` and pass it with --model")
+			}
+			p := &markovPolicy{
+				env:       env,
+				depth:     int(a.uint("depth", 1, 1<<16)),
+				threshold: a.float("threshold", 0, 1),
+				random:    a.choice("mode", "det", "random") == "random",
+				files:     map[uint32]*markovFile{},
+			}
+			seed := a.uint("seed", 0, math.MaxUint64)
+			p.rng = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+			p.norm.MaxPages = env.maxPages()
+			return p, nil
+		},
+	})
+	register("tree", &factory{
+		doc: "B-tree hints: on TreeChildEnter, prefetch at most window upcoming children; pages requested within ttl (event time) are suppressed",
+		params: []param{
+			{"window", "16", "maximum children prefetched per hint"},
+			{"ttl", "1s", "suppress pages requested this recently (event time)"},
+		},
+		build: func(a *args, env Env) (Policy, error) {
+			p := &treePolicy{env: env, window: int(a.uint("window", 1, 1<<20)), ttl: uint64(a.duration("ttl")), recent: map[filePage]uint64{}}
+			p.norm.MaxPages = env.maxPages()
+			return p, nil
+		},
+	})
+	register("tensor", &factory{
+		doc: "LLM tensor layout hints: on TensorLayout, prefetch the tensor's byte extent as page ranges in bounded chunks; repeated extents are ignored",
+		params: []param{
+			{"chunk", "0", "maximum pages per request; 0 means the command's --max-pages (default 256)"},
+		},
+		build: func(a *args, env Env) (Policy, error) {
+			p := &tensorPolicy{env: env, seen: map[tensorKey]struct{}{}}
+			p.norm.MaxPages = uint32(a.uint("chunk", 0, math.MaxUint32))
+			if p.norm.MaxPages == 0 {
+				p.norm.MaxPages = env.maxPages()
+			}
+			return p, nil
+		},
+	})
+	register("stride", &factory{
+		doc: "constant-stride detector: after confidence repeats of the same page stride in a file, prefetch lookahead strides ahead (strides no larger than the access are left to readahead)",
+		params: []param{
+			{"confidence", "2", "repeats of a stride before predicting"},
+			{"lookahead", "4", "strides prefetched ahead of the current access"},
+		},
+		build: func(a *args, env Env) (Policy, error) {
+			p := &stridePolicy{env: env, confidence: int(a.uint("confidence", 1, 1<<10)), lookahead: int64(a.uint("lookahead", 1, 1<<12)), files: map[uint32]*strideFile{}}
+			p.norm.MaxPages = env.maxPages()
+			return p, nil
+		},
+	})
+	register("oracle", &factory{
+		doc: "upper bound: knows the bundle's future demand accesses and prefetches the next n distinct pages ahead of the current one",
+		params: []param{
+			{"n", "64", "distinct pages kept prefetched ahead"},
+			{"scope", "global", "global: next n pages of the whole trace; file: next n pages of the accessed file"},
+		},
+		build: func(a *args, env Env) (Policy, error) {
+			if env.Future == nil {
+				return nil, errors.New("build policy \"oracle\": no future given (Env.Future); the oracle needs the bundle being simulated")
+			}
+			n := int(a.uint("n", 1, 1<<24))
+			return newOracle(env, n, a.choice("scope", "global", "file") == "file"), nil
+		},
+	})
+}
+
+// markovPolicy walks a trained per-file Markov model.
+type markovPolicy struct {
+	env       Env
+	depth     int
+	threshold float64
+	random    bool
+	rng       *rand.Rand
+	files     map[uint32]*markovFile
+	walk      []uint64
+	norm      Normalizer
+}
+
+type markovFile struct {
+	model *FileModel
+	seen  pageSet
+}
+
+func (p *markovPolicy) Accepts(k EventKind) bool { return k == EventFileAccess }
+
+func (p *markovPolicy) file(id uint32) *markovFile {
+	f := p.files[id]
+	if f != nil {
+		return f
+	}
+	f = &markovFile{}
+	p.files[id] = f
+	if p.env.FileKey == nil {
+		p.env.warn("markov: file %d: no file identities given, model not applied", id)
+		return f
+	}
+	key, ok := p.env.FileKey(id)
+	if !ok {
+		return f
+	}
+	m, err := p.env.Markov.Lookup(key)
+	if err != nil {
+		p.env.warn("markov: %v; ignoring its model", err)
+	}
+	f.model = m
+	return f
+}
+
+func (p *markovPolicy) Handle(ev *Event, emit Emit) {
+	a := &ev.Access
+	if !IsDemand(a.Kind) {
+		return
+	}
+	f := p.file(ev.File)
+	n := max(uint64(a.NPages), 1)
+	for i := range n {
+		f.seen.add(a.Page + i)
+	}
+	if f.model == nil {
+		return
+	}
+	state := a.Page + n - 1
+	if f.model.Next(state) == nil {
+		state = a.Page
+	}
+	p.walk = append(p.walk[:0], state)
+	prob := 1.0
+	for d := 0; d < p.depth; d++ {
+		ts := f.model.Next(state)
+		var t *Transition
+		if p.random {
+			u := p.rng.Float64()
+			cum := 0.0
+			for i := range ts {
+				cum += ts[i].P
+				if u < cum || i == len(ts)-1 {
+					t = &ts[i]
+					break
+				}
+			}
+			if t != nil && p.inWalk(t.Next) {
+				t = nil
+			}
+		} else {
+			for i := range ts {
+				if !p.inWalk(ts[i].Next) {
+					t = &ts[i]
+					break
+				}
+			}
+		}
+		if t == nil {
+			break
+		}
+		prob *= t.P
+		if prob < p.threshold {
+			break
+		}
+		state = t.Next
+		p.walk = append(p.walk, state)
+		if !f.seen.has(state) {
+			f.seen.add(state)
+			p.norm.Add(state)
+		}
+	}
+	if p.norm.Pending() > 0 {
+		p.norm.Flush(ev.File, p.env.eof(ev.File), emit)
+	}
+}
+
+func (p *markovPolicy) inWalk(page uint64) bool {
+	for _, w := range p.walk {
+		if w == page {
+			return true
+		}
+	}
+	return false
+}
+
+// treePolicy prefetches upcoming B-tree children.
+type treePolicy struct {
+	env     Env
+	window  int
+	ttl     uint64
+	recent  map[filePage]uint64
+	pruneAt int
+	norm    Normalizer
+}
+
+func (p *treePolicy) Accepts(k EventKind) bool { return k == EventTreeChildEnter }
+
+func (p *treePolicy) Handle(ev *Event, emit Emit) {
+	children := ev.Tree.Children
+	if len(children) > p.window {
+		children = children[:p.window]
+	}
+	now := ev.TS
+	for _, c := range children {
+		k := filePage{ev.File, c}
+		if t, ok := p.recent[k]; ok && p.ttl > 0 && now >= t && now-t < p.ttl {
+			continue
+		}
+		p.recent[k] = now
+		p.norm.Add(c)
+	}
+	if len(p.recent) > p.pruneAt {
+		for k, t := range p.recent {
+			if now < t || now-t >= p.ttl {
+				delete(p.recent, k)
+			}
+		}
+		p.pruneAt = max(2*len(p.recent), 4096)
+	}
+	if p.norm.Pending() > 0 {
+		p.norm.Flush(ev.File, p.env.eof(ev.File), emit)
+	}
+}
+
+// tensorPolicy prefetches tensor extents.
+type tensorPolicy struct {
+	env  Env
+	seen map[tensorKey]struct{}
+	norm Normalizer
+}
+
+type tensorKey struct {
+	file           uint32
+	name           string
+	offset, length uint64
+}
+
+func (p *tensorPolicy) Accepts(k EventKind) bool { return k == EventTensorLayout }
+
+func (p *tensorPolicy) Handle(ev *Event, emit Emit) {
+	t := &ev.Tensor
+	if t.Length == 0 {
+		return
+	}
+	k := tensorKey{ev.File, t.Name, t.Offset, t.Length}
+	if _, dup := p.seen[k]; dup {
+		return
+	}
+	p.seen[k] = struct{}{}
+	ps := p.env.pageSize()
+	first := t.Offset / ps
+	end := t.Offset + t.Length - 1
+	if end < t.Offset { // overflow
+		end = math.MaxUint64
+	}
+	last := end / ps
+	eof := p.env.eof(ev.File)
+	if eof > 0 && last >= eof {
+		last = eof - 1
+	}
+	for first <= last {
+		n := min(last-first+1, math.MaxUint32)
+		p.norm.AddRange(first, uint32(n))
+		first += n
+		if first == 0 {
+			break
+		}
+	}
+	p.norm.Flush(ev.File, eof, emit)
+}
+
+// stridePolicy detects constant strides.
+type stridePolicy struct {
+	env        Env
+	confidence int
+	lookahead  int64
+	files      map[uint32]*strideFile
+	norm       Normalizer
+}
+
+type strideFile struct {
+	last   uint64
+	stride int64
+	hits   int
+	ahead  uint64 // furthest access start already predicted
+	valid  bool
+}
+
+func (p *stridePolicy) Accepts(k EventKind) bool { return k == EventFileAccess }
+
+func (p *stridePolicy) Handle(ev *Event, emit Emit) {
+	a := &ev.Access
+	if !IsDemand(a.Kind) {
+		return
+	}
+	f := p.files[ev.File]
+	if f == nil {
+		f = &strideFile{}
+		p.files[ev.File] = f
+	}
+	n := max(int64(a.NPages), 1)
+	d := int64(a.Page - f.last)
+	if !f.valid {
+		f.valid, f.last = true, a.Page
+		return
+	}
+	f.last = a.Page
+	if d == f.stride && (d > n || d < -n) {
+		f.hits++
+	} else {
+		f.stride, f.hits = d, 0
+		return
+	}
+	if f.hits < p.confidence {
+		return
+	}
+	eof := p.env.eof(ev.File)
+	for k := int64(1); k <= p.lookahead; k++ {
+		q := int64(a.Page) + k*d
+		if q < 0 || (eof > 0 && uint64(q) >= eof) {
+			break
+		}
+		if f.hits > p.confidence && ((d > 0 && uint64(q) <= f.ahead) || (d < 0 && uint64(q) >= f.ahead)) {
+			continue // predicted by an earlier access
+		}
+		p.norm.AddRange(uint64(q), uint32(n))
+		f.ahead = uint64(q)
+	}
+	if p.norm.Pending() > 0 {
+		p.norm.Flush(ev.File, eof, emit)
+	}
+}

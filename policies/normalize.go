@@ -1,0 +1,165 @@
+package policies
+
+import "slices"
+
+// Normalizer turns page lists and ranges into normalized requests: sorted,
+// deduplicated, coalesced, clipped at end of file and split into chunks of
+// at most MaxPages pages (and at most MaxRanges ranges) per request. It
+// reuses its buffers, so steady-state normalization allocates nothing.
+//
+// Use it incrementally (Add, AddRange, then Flush) or in one call (Pages,
+// Ranges). A Normalizer is not safe for concurrent use.
+type Normalizer struct {
+	// MaxPages bounds the pages of one request; 0 means DefaultMaxPages.
+	MaxPages uint32
+	// MaxRanges bounds the ranges of one request; 0 means no bound.
+	MaxRanges int
+
+	// Clipped counts pages dropped because they were at or beyond EOF.
+	Clipped uint64
+
+	buf []Range
+	out []Range
+	req Request
+}
+
+// Add queues one page for the next Flush.
+func (n *Normalizer) Add(page uint64) { n.buf = append(n.buf, Range{First: page, N: 1}) }
+
+// AddRange queues count pages starting at first. count 0 is ignored.
+func (n *Normalizer) AddRange(first uint64, count uint32) {
+	if count > 0 {
+		n.buf = append(n.buf, Range{First: first, N: count})
+	}
+}
+
+// Pending returns the number of queued ranges.
+func (n *Normalizer) Pending() int { return len(n.buf) }
+
+// Reset drops queued pages.
+func (n *Normalizer) Reset() { n.buf = n.buf[:0] }
+
+// Pages normalizes pages of file and emits the requests. pages is not
+// modified. eof is the end of file in pages; 0 means unknown.
+func (n *Normalizer) Pages(file uint32, pages []uint64, eof uint64, emit Emit) {
+	for _, p := range pages {
+		n.Add(p)
+	}
+	n.Flush(file, eof, emit)
+}
+
+// Ranges normalizes ranges of file and emits the requests. rs is not
+// modified.
+func (n *Normalizer) Ranges(file uint32, rs []Range, eof uint64, emit Emit) {
+	for _, r := range rs {
+		n.AddRange(r.First, r.N)
+	}
+	n.Flush(file, eof, emit)
+}
+
+func cmpRange(a, b Range) int {
+	switch {
+	case a.First < b.First:
+		return -1
+	case a.First > b.First:
+		return 1
+	}
+	return 0
+}
+
+// Flush normalizes the queued pages of file, emits them as one or more
+// requests and clears the queue. It returns the number of pages emitted.
+func (n *Normalizer) Flush(file uint32, eof uint64, emit Emit) uint64 {
+	buf := n.buf
+	n.buf = n.buf[:0]
+	if len(buf) == 0 {
+		return 0
+	}
+	if !slices.IsSortedFunc(buf, cmpRange) {
+		slices.SortFunc(buf, cmpRange)
+	}
+	maxPages := uint64(n.MaxPages)
+	if maxPages == 0 {
+		maxPages = DefaultMaxPages
+	}
+	out := n.out[:0]
+	var inReq, total uint64
+	flush := func() {
+		if len(out) > 0 {
+			n.req.File = file
+			n.req.Ranges = out
+			emit(&n.req)
+			out = out[:0]
+			inReq = 0
+		}
+	}
+	// Coalesce into [cur, end) and cut it into chunks.
+	cur, end := buf[0].First, buf[0].First
+	put := func(first, last uint64) { // pages [first, last)
+		if eof > 0 {
+			if first >= eof {
+				n.Clipped += last - first
+				return
+			}
+			if last > eof {
+				n.Clipped += last - eof
+				last = eof
+			}
+		}
+		for first < last {
+			if inReq == maxPages || (n.MaxRanges > 0 && len(out) == n.MaxRanges) {
+				flush()
+			}
+			c := min(last-first, maxPages-inReq)
+			out = append(out, Range{First: first, N: uint32(c)})
+			inReq += c
+			total += c
+			first += c
+		}
+	}
+	for _, r := range buf {
+		last := r.First + uint64(r.N)
+		if last < r.First { // wrapped
+			last = ^uint64(0)
+		}
+		if r.First <= end {
+			end = max(end, last)
+			continue
+		}
+		put(cur, end)
+		cur, end = r.First, last
+	}
+	put(cur, end)
+	flush()
+	n.out = out
+	return total
+}
+
+// Valid reports whether req is normalized with the given bound: ranges
+// non-empty, sorted, disjoint, non-adjacent, and at most maxPages pages in
+// all. It is meant for tests and for backends that validate input.
+func (req *Request) Valid(maxPages uint32) bool {
+	var total uint64
+	for i, r := range req.Ranges {
+		if r.N == 0 {
+			return false
+		}
+		if i > 0 {
+			p := req.Ranges[i-1]
+			if p.First+uint64(p.N) >= r.First {
+				return false
+			}
+		}
+		total += uint64(r.N)
+	}
+	return len(req.Ranges) > 0 && (maxPages == 0 || total <= uint64(maxPages))
+}
+
+// Pages returns the number of pages named by req.
+func (req *Request) Pages() uint64 {
+	var t uint64
+	for _, r := range req.Ranges {
+		t += uint64(r.N)
+	}
+	return t
+}

@@ -1,0 +1,52 @@
+package policies
+
+// pageMap is a sparse per-page byte map, allocated in chunks of 4096 pages
+// so that memory grows with the distinct pages touched.
+type pageMap struct {
+	chunks map[uint64]*[pageChunk]uint8
+	last   uint64
+	lastC  *[pageChunk]uint8
+}
+
+const (
+	pageChunkShift = 12
+	pageChunk      = 1 << pageChunkShift
+)
+
+func (m *pageMap) chunk(page uint64, create bool) *[pageChunk]uint8 {
+	k := page >> pageChunkShift
+	if m.lastC != nil && m.last == k {
+		return m.lastC
+	}
+	c := m.chunks[k]
+	if c == nil {
+		if !create {
+			return nil
+		}
+		if m.chunks == nil {
+			m.chunks = make(map[uint64]*[pageChunk]uint8)
+		}
+		c = new([pageChunk]uint8)
+		m.chunks[k] = c
+	}
+	m.last, m.lastC = k, c
+	return c
+}
+
+func (m *pageMap) get(page uint64) uint8 {
+	c := m.chunk(page, false)
+	if c == nil {
+		return 0
+	}
+	return c[page&(pageChunk-1)]
+}
+
+func (m *pageMap) set(page uint64, v uint8) {
+	m.chunk(page, true)[page&(pageChunk-1)] = v
+}
+
+// pageSet is a set of pages with the same sparse layout.
+type pageSet struct{ m pageMap }
+
+func (s *pageSet) has(page uint64) bool { return s.m.get(page) != 0 }
+func (s *pageSet) add(page uint64)      { s.m.set(page, 1) }
