@@ -1,0 +1,223 @@
+package simulate
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/policies"
+)
+
+// nextPage prefetches page p+1 on every access to p.
+type nextPage struct{ req policies.Request }
+
+func (*nextPage) Accepts(k policies.EventKind) bool { return k == policies.EventFileAccess }
+
+func (n *nextPage) Handle(ev *policies.Event, emit policies.Emit) {
+	n.req.File = ev.File
+	n.req.Ranges = append(n.req.Ranges[:0], policies.Range{First: ev.Access.Page + 1, N: 1})
+	emit(&n.req)
+}
+
+func testBuild(spec string, env policies.Env) (policies.Policy, error) {
+	switch spec {
+	case "next":
+		return &nextPage{}, nil
+	}
+	return policies.Build(spec, env)
+}
+
+func reads(file uint32, think uint64, pages ...uint64) []policies.Event {
+	evs := make([]policies.Event, len(pages))
+	for i, p := range pages {
+		evs[i] = policies.Event{Kind: policies.EventFileAccess, TS: uint64(i) * think, File: file,
+			Access: policies.FileAccess{Kind: formats.KindRead, Page: p, NPages: 1}}
+	}
+	return evs
+}
+
+// testDevice: 100 µs latency, 1 ns per page transfer, queue depth 4.
+var testDevice = Device{Name: "test", LatencyNS: 100_000, BytesPerSec: 4096e9, QueueDepth: 4}
+
+func TestPrefetchTimingLateAndStall(t *testing.T) {
+	pages := make([]uint64, 10)
+	for i := range pages {
+		pages[i] = uint64(i)
+	}
+	for _, tc := range []struct {
+		think     uint64
+		late      uint64
+		stall     int64
+		baseStall int64
+	}{
+		// Think time longer than the device: every prefetch lands in
+		// time; only the first access stalls (its demand read queues
+		// behind the prefetch of page 1 on the channel: 100 µs + 2 ns).
+		{think: 200_000, late: 0, stall: 100_002, baseStall: 10 * 100_001},
+		// Think time half the device latency: the prefetch of page 2,
+		// issued at access 1, is still in flight at access 2, which waits
+		// 50 µs + 1 ns for the remainder. Page 3 was prefetched when access
+		// 2 arrived, before that wait, so it lands exactly when access 3
+		// comes: accesses 2, 4, 6 and 8 are late, 3, 5, 7 and 9 are not.
+		{think: 50_000, late: 4, stall: 100_002 + 4*50_001, baseStall: 10 * 100_001},
+	} {
+		t.Run(fmt.Sprint(tc.think), func(t *testing.T) {
+			cfg := Config{CacheBytes: 1 << 20, Device: testDevice, NoReadahead: true, Policies: []string{"next"}, Build: testBuild}
+			r, err := Run(cfg, &SliceSource{Events: reads(1, tc.think, pages...)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			base, next := r.Lane(BaselineName), r.Lane("next")
+			if base.Misses != 10 || base.Hits != 0 || base.StallNS != tc.baseStall || base.PagesRead != 10 {
+				t.Errorf("baseline %+v", *base)
+			}
+			want := Stats{Demand: 10, Hits: 9, Misses: 1, Prefetched: 10, Used: 9, Unused: 1, Late: tc.late, PagesRead: 11, Requests: 11, StallNS: tc.stall}
+			got := *next
+			got.Name, got.Spec, got.Coverage, got.Accuracy, got.IOAmplification, got.RuntimeNS, got.Speedup = "", "", 0, 0, 0, 0, 0
+			if got != want {
+				t.Errorf("next:\n got %+v\nwant %+v", got, want)
+			}
+			if next.Coverage != 0.9 || next.Accuracy != 0.9 || next.IOAmplification != 1.1 {
+				t.Errorf("next: coverage %v accuracy %v io_amp %v, want 0.9 0.9 1.1", next.Coverage, next.Accuracy, next.IOAmplification)
+			}
+			span := int64(9 * tc.think)
+			if want := float64(span+tc.baseStall) / float64(span+tc.stall); next.Speedup != want {
+				t.Errorf("speedup %v, want %v", next.Speedup, want)
+			}
+		})
+	}
+}
+
+func TestWastedPrefetchesAreCounted(t *testing.T) {
+	// Cache of 2 pages; "next" prefetches p+1 but the trace reads every
+	// other page, so every prefetch is evicted unused.
+	cfg := Config{CacheBytes: 2 * 4096, Device: testDevice, NoReadahead: true, Policies: []string{"next"}, Build: testBuild}
+	r, err := Run(cfg, &SliceSource{Events: reads(1, 1e6, 0, 2, 4, 6, 8, 10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := r.Lane("next")
+	if n.Misses != 6 || n.Prefetched != 6 || n.Used != 0 || n.Wasted+n.Unused != 6 || n.Wasted < 4 {
+		t.Errorf("next %+v", *n)
+	}
+	if n.Coverage != 0 || n.Accuracy != 0 || n.IOAmplification != 2 {
+		t.Errorf("coverage %v accuracy %v io_amp %v, want 0 0 2", n.Coverage, n.Accuracy, n.IOAmplification)
+	}
+}
+
+func TestNonDemandKindsAreSkipped(t *testing.T) {
+	evs := reads(1, 1000, 0, 1, 2)
+	evs[1].Access.Kind = formats.KindCacheAdd
+	evs[2].Access.Kind = formats.KindReadaheadSync
+	cfg := Config{CacheBytes: 1 << 20, Device: testDevice, NoReadahead: true}
+	r, err := Run(cfg, &SliceSource{Events: evs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Events != 3 || r.Policies[0].Demand != 1 {
+		t.Errorf("events %d demand %d, want 3 and 1", r.Events, r.Policies[0].Demand)
+	}
+}
+
+func TestEndOfFileClipsRequests(t *testing.T) {
+	cfg := Config{CacheBytes: 1 << 20, Device: testDevice, NoReadahead: true, Policies: []string{"next"}, Build: testBuild}
+	cfg.Env.FilePages = func(uint32) uint64 { return 3 }
+	r, err := Run(cfg, &SliceSource{Events: reads(1, 1e6, 0, 1, 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := r.Lane("next"); n.Prefetched != 2 || n.Unused != 0 || n.Accuracy != 1 {
+		t.Errorf("next %+v: the prefetch of page 3 (EOF) must be clipped", *n)
+	}
+}
+
+func TestReportJSONKeys(t *testing.T) {
+	cfg := Config{CacheBytes: 1 << 20, Device: testDevice, NoReadahead: true, Policies: []string{"next"}, Build: testBuild}
+	r, err := Run(cfg, &SliceSource{Events: reads(1, 1e6, 0, 1, 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"events", "events_per_sec", "policies"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("JSON report lacks %q: %s", k, b)
+		}
+	}
+	p := m["policies"].([]any)[1].(map[string]any)
+	for _, k := range []string{"name", "coverage", "accuracy", "late", "io_amplification", "stall_ns", "speedup"} {
+		if _, ok := p[k]; !ok {
+			t.Errorf("JSON policy lacks %q: %s", k, b)
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	if _, err := New(Config{Device: testDevice}); err == nil || !strings.Contains(err.Error(), "cache") {
+		t.Errorf("zero cache: err %v", err)
+	}
+	if _, err := New(Config{CacheBytes: 1 << 20}); err == nil || !strings.Contains(err.Error(), "device") {
+		t.Errorf("zero device: err %v", err)
+	}
+	cfg := Config{CacheBytes: 1 << 20, Device: testDevice, NoReadahead: true}
+	evs := reads(1, 1, 1<<41)
+	if _, err := Run(cfg, &SliceSource{Events: evs}); err == nil || !strings.Contains(err.Error(), "page") {
+		t.Errorf("page 2^41: err %v", err)
+	}
+}
+
+func TestAssertions(t *testing.T) {
+	r := &Report{Policies: []Stats{{Name: "baseline"}, {Name: "tree", Coverage: 0.75}}}
+	for _, tc := range []struct {
+		expr string
+		ok   bool
+	}{
+		{"tree.coverage>=0.8", false},
+		{"tree.coverage >= 0.7", true},
+		{"tree.coverage<0.8", true},
+		{"baseline.coverage==0", true},
+	} {
+		a, err := ParseAssertion(tc.expr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ok, err := a.Check(r)
+		if err != nil || ok != tc.ok {
+			t.Errorf("%s: ok %v err %v, want %v", tc.expr, ok, err, tc.ok)
+		}
+	}
+	for _, bad := range []string{"tree.coverage", "tree.bogus>=1", "coverage>=1", "tree.coverage>=x"} {
+		if _, err := ParseAssertion(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	a, _ := ParseAssertion("markov.coverage>=0.5")
+	if _, _, err := a.Check(r); err == nil || !strings.Contains(err.Error(), "markov") {
+		t.Errorf("missing lane: err %v", err)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"4096": 4096, "64MiB": 64 << 20, "1GiB": 1 << 30, "1G": 1 << 30, "1.5GiB": 3 << 29, "2MB": 2e6, "512k": 512 << 10} {
+		got, err := ParseSize(in)
+		if err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "x", "-1MiB", "1XB"} {
+		if _, err := ParseSize(bad); err == nil {
+			t.Errorf("ParseSize(%q) succeeded", bad)
+		}
+	}
+	if s := FormatSize(256 << 20); s != "256MiB" {
+		t.Errorf("FormatSize = %q", s)
+	}
+}

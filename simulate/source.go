@@ -1,0 +1,144 @@
+package simulate
+
+import (
+	"fmt"
+
+	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/policies"
+)
+
+// Source is a stream of workload events in timestamp order. The event
+// returned by Event is reused by the next call to Next.
+type Source interface {
+	Next() bool
+	Event() *policies.Event
+	Err() error
+	Close() error
+}
+
+// SliceSource replays a slice of events. It is meant for tests and
+// benchmarks.
+type SliceSource struct {
+	Events []policies.Event
+	i      int
+	cur    policies.Event
+}
+
+// Next advances to the next event.
+func (s *SliceSource) Next() bool {
+	if s.i >= len(s.Events) {
+		return false
+	}
+	s.cur = s.Events[s.i]
+	s.i++
+	return true
+}
+
+// Event returns the current event.
+func (s *SliceSource) Event() *policies.Event { return &s.cur }
+
+// Err returns nil.
+func (s *SliceSource) Err() error { return nil }
+
+// Close does nothing.
+func (s *SliceSource) Close() error { return nil }
+
+// Reset rewinds the source.
+func (s *SliceSource) Reset() { s.i = 0 }
+
+// bundleSource merges a bundle's accesses and hints by timestamp; on equal
+// timestamps the hint comes first, since a hint announces what follows.
+type bundleSource struct {
+	acc     *formats.AccessCursor
+	hints   *formats.HintCursor
+	accOK   bool
+	hintOK  bool
+	started bool
+	ev      policies.Event
+	err     error
+}
+
+// BundleSource streams the accesses and hints of b merged by timestamp. It
+// keeps one row of each table in memory.
+func BundleSource(b *formats.Bundle) (Source, error) {
+	acc, err := b.Accesses()
+	if err != nil {
+		return nil, fmt.Errorf("read accesses of %s: %w", b.Dir(), err)
+	}
+	hints, err := b.Hints()
+	if err != nil {
+		acc.Close()
+		return nil, fmt.Errorf("read hints of %s: %w", b.Dir(), err)
+	}
+	return &bundleSource{acc: acc, hints: hints}, nil
+}
+
+func (s *bundleSource) Next() bool {
+	if s.err != nil {
+		return false
+	}
+	if !s.started {
+		s.started = true
+		s.accOK = s.acc.Next()
+		s.hintOK = s.hints.Next()
+	}
+	if err := s.acc.Err(); err != nil {
+		s.err = err
+		return false
+	}
+	if err := s.hints.Err(); err != nil {
+		s.err = err
+		return false
+	}
+	switch {
+	case s.hintOK && (!s.accOK || s.hints.At().TS <= s.acc.At().TS):
+		if !s.hintEvent(s.hints.At()) {
+			return false
+		}
+		s.hintOK = s.hints.Next()
+		return true
+	case s.accOK:
+		a := s.acc.At()
+		s.ev = policies.Event{
+			Kind: policies.EventFileAccess, TS: a.TS, PID: a.PID, TID: a.TID, File: a.FileID,
+			Access: policies.FileAccess{Kind: a.Kind, Page: a.FirstPage, NPages: a.NPages},
+		}
+		s.accOK = s.acc.Next()
+		return true
+	}
+	return false
+}
+
+func (s *bundleSource) hintEvent(h *formats.Hint) bool {
+	ev := &s.ev
+	*ev = policies.Event{TS: h.TS, PID: h.PID, File: h.FileID}
+	switch h.Kind {
+	case formats.HintTreeChildEnter:
+		ev.Kind = policies.EventTreeChildEnter
+		ev.Tree = policies.TreeChildEnter{ParentPage: h.ParentPage, Position: h.Position, Children: h.Children}
+	case formats.HintTensorLayout:
+		ev.Kind = policies.EventTensorLayout
+		ev.Tensor = policies.TensorLayout{Name: h.Name, Offset: h.OffsetBytes, Length: h.LengthBytes}
+	case formats.HintLayerStart:
+		ev.Kind = policies.EventLayerStart
+		ev.Layer = policies.LayerStart{Index: h.Position}
+	default:
+		// Custom hints carry no event for the built-in policies; deliver
+		// an event of kind 0, which the simulator skips.
+		ev.Kind = 0
+	}
+	return true
+}
+
+func (s *bundleSource) Event() *policies.Event { return &s.ev }
+
+func (s *bundleSource) Err() error { return s.err }
+
+func (s *bundleSource) Close() error {
+	err1 := s.acc.Close()
+	err2 := s.hints.Close()
+	if err1 != nil {
+		return err1
+	}
+	return err2
+}
