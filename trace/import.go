@@ -146,7 +146,7 @@ func Import(src, out string, o ImportOptions) (*ImportReport, error) {
 
 // importer turns byte-range records into bundle rows.
 type importer struct {
-	w        *formats.Writer
+	w        accessAppender
 	ps       uint64
 	all      bool
 	files    map[string]uint32 // key -> file id = index in fileRows
@@ -159,6 +159,12 @@ type importer struct {
 	hostname string
 	wallBase time.Time // wall-clock time of ts 0, when the source has one
 	notes    []string
+}
+
+// accessAppender is where importer writes rows: a *formats.Writer, or a
+// slice in tests.
+type accessAppender interface {
+	Append(a *formats.Access) error
 }
 
 // op classes of an imported record.

@@ -144,7 +144,7 @@ func parseCSV(im *importer, name string, cm *csvMapping) error {
 		return err
 	}
 	if unit.epoch != nil {
-		im.wallBase = unit.epoch.Add(time.Duration(base/1e9) * time.Second).Add(time.Duration(base % 1e9))
+		im.wallBase = time.Unix(unit.epoch.Unix()+int64(base/1e9), int64(base%1e9)).UTC()
 	}
 	hosts := map[string]bool{}
 	im.notes = append(im.notes,

@@ -1,12 +1,463 @@
 package main
 
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/trace"
+)
+
+// traceSub is one `predictio trace` subcommand.
+type traceSub struct {
+	command
+	args string // what the positional arguments are, for errors
+}
+
+var traceSubs = map[string]*traceSub{}
+
+func addTraceSub(s *traceSub) { traceSubs[s.name] = s }
+
 func init() {
 	c := &command{
 		name:    "trace",
-		summary: "TODO summary",
-		usage:   "predictio trace [flags]",
-		example: "predictio trace -h",
+		summary: "inspect, verify, print, export, import, anonymize, merge, slice, repair and synthesize trace bundles",
 	}
-	c.run = notImplemented(c)
+	c.usage = "predictio trace SUBCOMMAND [flags] [args]\n\nSubcommands:\n" + traceSubList() +
+		"\nRun 'predictio trace SUBCOMMAND -h' for a subcommand's flags and an example. Exit status: 0 ok, 1 failed or problems found, 2 usage error."
+	c.example = "predictio trace info testdata/seq\npredictio trace export testdata/seq --parquet /var/tmp/seq-parquet"
+	c.run = func(args []string) int {
+		if len(args) == 0 {
+			commandHelp(os.Stderr, c)
+			return 2
+		}
+		switch args[0] {
+		case "-h", "-help", "--help", "help":
+			if len(args) > 1 {
+				if s, ok := traceSubs[args[1]]; ok {
+					commandHelp(os.Stdout, &s.command)
+					return 0
+				}
+			}
+			commandHelp(os.Stdout, c)
+			return 0
+		}
+		s, ok := traceSubs[args[0]]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "predictio trace: unknown subcommand %q; run 'predictio help trace' for the list\n", args[0])
+			return 2
+		}
+		return s.run(args[1:])
+	}
 	register(c)
+}
+
+// traceSubList lists the subcommands for the trace usage text. Subcommands
+// register in init functions of this file, which run before this is called
+// only if they are declared first; so the list is static.
+func traceSubList() string {
+	lines := []string{
+		"  info       counts, time span, top files, bytes per event, dropped events",
+		"  verify     check checksums, schema, timestamps, file_id references and ranges",
+		"  cat        print table rows as CSV or JSON lines",
+		"  export     write the tables as Parquet (zstd) for DuckDB, pandas, polars, Spark",
+		"  import     convert a fio iolog, blkparse output or CSV block trace into a bundle",
+		"  anonymize  replace paths (and optionally comm) by salted hashes",
+		"  merge      combine bundles, unifying files by (dev, ino) or path",
+		"  slice      cut a bundle by time",
+		"  repair     recover a bundle whose writer was killed",
+		"  synth      write a deterministic synthetic bundle",
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// parseArgs parses flags that may come before, between or after the
+// positional arguments (as in `trace info BUNDLE --json`) and returns the
+// positionals.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, int, bool) {
+	var pos []string
+	for {
+		if code, ok := parseFlags(fs, args); !ok {
+			return nil, code, false
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, 0, true
+		}
+		if len(args) > 0 && len(rest) < len(args) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), 0, true
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// traceFail prints err and returns 2 for usage errors, 1 otherwise.
+func traceFail(err error) int {
+	if errors.Is(err, trace.ErrUsage) {
+		return fail(2, err)
+	}
+	return fail(1, err)
+}
+
+// wantArgs checks the number of positional arguments.
+func wantArgs(s *traceSub, fs *flag.FlagSet, pos []string, n int) bool {
+	if len(pos) != n {
+		fmt.Fprintf(os.Stderr, "predictio trace %s: want %s, got %d argument(s)\n", s.name, s.args, len(pos))
+		fmt.Fprintf(os.Stderr, "Usage: %s\n", s.usage)
+		return false
+	}
+	return true
+}
+
+func printJSON(v any) int {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fail(1, err)
+	}
+	return 0
+}
+
+func init() {
+	s := &traceSub{args: "one BUNDLE"}
+	s.command = command{
+		name:    "info",
+		summary: "print counts, time span, top files by accesses, per-kind counts, bytes per event on disk and dropped events",
+		usage:   "predictio trace info BUNDLE [--json] [--top N]",
+		example: "predictio trace info testdata/seq\npredictio trace info --json testdata/btree",
+	}
+	s.run = func(args []string) int {
+		fs := newFlagSet(&s.command, "trace info")
+		asJSON := fs.Bool("json", false, "print JSON (keys: events, hints, files, duration_ns, bytes_per_event, dropped, kinds, top_files, ...)")
+		top := fs.Int("top", 10, "number of files to list by access count")
+		pos, code, ok := parseArgs(fs, args)
+		if !ok {
+			return code
+		}
+		if !wantArgs(s, fs, pos, 1) {
+			return 2
+		}
+		sum, err := trace.Info(pos[0], *top)
+		if err != nil {
+			return traceFail(err)
+		}
+		if *asJSON {
+			return printJSON(sum)
+		}
+		if err := sum.WriteText(os.Stdout); err != nil {
+			return fail(1, err)
+		}
+		return 0
+	}
+	addTraceSub(s)
+
+	s2 := &traceSub{args: "one BUNDLE"}
+	s2.command = command{
+		name:    "verify",
+		summary: "check checksums, schemas, timestamp sanity, file_id references and ranges; exit 1 listing every problem",
+		usage:   "predictio trace verify BUNDLE",
+		example: "predictio trace verify testdata/seq",
+	}
+	s2.run = func(args []string) int {
+		fs := newFlagSet(&s2.command, "trace verify")
+		pos, code, ok := parseArgs(fs, args)
+		if !ok {
+			return code
+		}
+		if !wantArgs(s2, fs, pos, 1) {
+			return 2
+		}
+		errs := trace.Verify(pos[0])
+		if len(errs) == 0 {
+			fmt.Printf("%s: ok\n", pos[0])
+			return 0
+		}
+		for _, e := range errs {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", pos[0], e)
+		}
+		fmt.Fprintf(os.Stderr, "predictio: %s: %d problem(s) found; 'predictio trace repair %s' recovers a bundle whose writer was killed\n", pos[0], len(errs), pos[0])
+		return 1
+	}
+	addTraceSub(s2)
+
+	s3 := &traceSub{args: "one BUNDLE"}
+	s3.command = command{
+		name:    "cat",
+		summary: "print the rows of one table as CSV or JSON lines",
+		usage:   "predictio trace cat BUNDLE [--table accesses|hints|files] [--format csv|jsonl] [--limit N]",
+		example: "predictio trace cat testdata/btree --table hints --format jsonl --limit 5",
+	}
+	s3.run = func(args []string) int {
+		fs := newFlagSet(&s3.command, "trace cat")
+		var o trace.CatOptions
+		fs.StringVar(&o.Table, "table", "accesses", "table: accesses, hints or files")
+		fs.StringVar(&o.Format, "format", "csv", "output format: csv or jsonl")
+		fs.IntVar(&o.Limit, "limit", 0, "print at most N rows (0: all)")
+		pos, code, ok := parseArgs(fs, args)
+		if !ok {
+			return code
+		}
+		if !wantArgs(s3, fs, pos, 1) {
+			return 2
+		}
+		if err := trace.Cat(os.Stdout, pos[0], o); err != nil {
+			return traceFail(err)
+		}
+		return 0
+	}
+	addTraceSub(s3)
+
+	s4 := &traceSub{args: "one BUNDLE"}
+	s4.command = command{
+		name:    "export",
+		summary: "write each table as a zstd Parquet file (files/accesses/hints.parquet) readable by DuckDB, pandas, polars and Spark",
+		usage:   "predictio trace export BUNDLE --parquet DIR",
+		example: "predictio trace export testdata/seq --parquet /var/tmp/seq-parquet",
+	}
+	s4.run = func(args []string) int {
+		fs := newFlagSet(&s4.command, "trace export")
+		dir := fs.String("parquet", "", "directory to write the .parquet files into (created if needed)")
+		pos, code, ok := parseArgs(fs, args)
+		if !ok {
+			return code
+		}
+		if !wantArgs(s4, fs, pos, 1) {
+			return 2
+		}
+		if *dir == "" {
+			fmt.Fprintln(os.Stderr, "predictio trace export: --parquet DIR is required")
+			return 2
+		}
+		res, err := trace.ExportParquet(pos[0], *dir)
+		if err != nil {
+			return traceFail(err)
+		}
+		for _, t := range res {
+			fmt.Printf("%s: %d rows, %d bytes\n", t.Path, t.Rows, t.Bytes)
+		}
+		return 0
+	}
+	addTraceSub(s4)
+
+	s5 := &traceSub{args: "one FILE"}
+	s5.command = command{
+		name:    "import",
+		summary: "convert a fio iolog (v2/v3), blkparse text output or a CSV block trace (MSR Cambridge, Alibaba, or any with --map) into a bundle; see docs/trace.md for what each source lacks",
+		usage:   "predictio trace import --from fio|blkparse|csv FILE -o BUNDLE [--preset msr|alibaba] [--map 'ts=0,offset=4,size=5,...'] [--ts-unit U] [--header] [--ops read|all] [--action Q|D|C]",
+		example: "predictio trace import --from fio testdata/fio/randread.iolog -o /var/tmp/fio-bundle\npredictio trace import --from csv --preset msr testdata/csv/msr-sample.csv -o /var/tmp/msr-bundle",
+	}
+	s5.run = func(args []string) int {
+		fs := newFlagSet(&s5.command, "trace import")
+		var o trace.ImportOptions
+		out := fs.String("o", "", "output bundle directory (must not exist or be empty)")
+		fs.StringVar(&o.From, "from", "", "source format: fio, blkparse or csv")
+		fs.StringVar(&o.Map, "map", "", "CSV columns: FIELD=COLUMN,... (0-based index or header name); fields ts, offset, size (required), op, dev, host, pid, comm")
+		fs.StringVar(&o.Preset, "preset", "", "CSV layout: msr (Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime) or alibaba (device_id,opcode,offset,length,timestamp)")
+		fs.StringVar(&o.TSUnit, "ts-unit", "", "CSV timestamp unit: ns, us, ms, s, filetime, unix-s, unix-ms, unix-us, unix-ns (default ns, or the preset's)")
+		fs.BoolVar(&o.Header, "header", false, "the first CSV line holds column names")
+		fs.StringVar(&o.Ops, "ops", "read", "operations to import: read, or all (reads and writes)")
+		fs.StringVar(&o.Action, "action", "Q", "blkparse action to import: Q (queued), D (issued) or C (completed)")
+		fs.IntVar(&o.PageSize, "page-size", 0, "page size for byte-to-page conversion (default: this machine's)")
+		pos, code, ok := parseArgs(fs, args)
+		if !ok {
+			return code
+		}
+		if !wantArgs(s5, fs, pos, 1) {
+			return 2
+		}
+		if *out == "" || o.From == "" {
+			fmt.Fprintln(os.Stderr, "predictio trace import: --from and -o are required")
+			return 2
+		}
+		o.CommandLine = os.Args
+		rep, err := trace.Import(pos[0], *out, o)
+		if err != nil {
+			return traceFail(err)
+		}
+		fmt.Printf("%s: %d events, %d files from %d lines\n", *out, rep.Events, rep.Files, rep.Lines)
+		for _, n := range rep.Notes {
+			fmt.Printf("  note: %s\n", n)
+		}
+		return 0
+	}
+	addTraceSub(s5)
+
+	s6 := &traceSub{args: "one BUNDLE"}
+	s6.command = command{
+		name:    "anonymize",
+		summary: "copy a bundle replacing paths (and with --comm, process names) by salted HMAC-SHA256 hashes, keeping extension and directory depth",
+		usage:   "predictio trace anonymize BUNDLE -o OUT [--salt S] [--comm]",
+		example: "predictio trace anonymize testdata/btree -o /var/tmp/btree-anon --salt team-secret",
+	}
+	s6.run = func(args []string) int {
+		fs := newFlagSet(&s6.command, "trace anonymize")
+		out := fs.String("o", "", "output bundle directory")
+		var o trace.AnonymizeOptions
+		fs.StringVar(&o.Salt, "salt", "", "hash key; the same salt gives the same hashes across bundles (default: random, not stored)")
+		fs.BoolVar(&o.Comm, "comm", false, "also hash process names (comm)")
+		pos, code, ok := parseArgs(fs, args)
+		if !ok {
+			return code
+		}
+		if !wantArgs(s6, fs, pos, 1) {
+			return 2
+		}
+		if *out == "" {
+			fmt.Fprintln(os.Stderr, "predictio trace anonymize: -o OUT is required")
+			return 2
+		}
+		cc, err := trace.Anonymize(pos[0], *out, o)
+		if err != nil {
+			return traceFail(err)
+		}
+		fmt.Printf("%s: %d files, %d events, %d hints\n", *out, cc.Files, cc.Events, cc.Hints)
+		return 0
+	}
+	addTraceSub(s6)
+
+	s7 := &traceSub{args: "one or more BUNDLEs"}
+	s7.command = command{
+		name:    "merge",
+		summary: "combine bundles into one: files renumbered and unified by (dev, ino) or path, rows interleaved by timestamp, sources noted in the manifest",
+		usage:   "predictio trace merge -o OUT BUNDLE1 BUNDLE2 ...",
+		example: "predictio trace merge -o /var/tmp/sparse-all testdata/sparse-run1 testdata/sparse-run2",
+	}
+	s7.run = func(args []string) int {
+		fs := newFlagSet(&s7.command, "trace merge")
+		out := fs.String("o", "", "output bundle directory")
+		pos, code, ok := parseArgs(fs, args)
+		if !ok {
+			return code
+		}
+		if len(pos) == 0 || *out == "" {
+			fmt.Fprintf(os.Stderr, "predictio trace merge: want -o OUT and at least one BUNDLE\nUsage: %s\n", s7.usage)
+			return 2
+		}
+		rep, err := trace.Merge(*out, pos)
+		if err != nil {
+			return traceFail(err)
+		}
+		fmt.Printf("%s: %d inputs, %d files (%d unified), %d events, %d hints\n", *out, rep.Inputs, rep.Files, rep.Unified, rep.Events, rep.Hints)
+		return 0
+	}
+	addTraceSub(s7)
+
+	s8 := &traceSub{args: "one BUNDLE"}
+	s8.command = command{
+		name:    "slice",
+		summary: "copy the rows with FROM <= ts_ns < TO; durations (1.5s, 250ms) count from the bundle start, plain integers are absolute ts_ns",
+		usage:   "predictio trace slice BUNDLE -o OUT [--from D] [--to D]",
+		example: "predictio trace slice testdata/seq -o /var/tmp/seq-head --to 10ms",
+	}
+	s8.run = func(args []string) int {
+		fs := newFlagSet(&s8.command, "trace slice")
+		out := fs.String("o", "", "output bundle directory")
+		from := fs.String("from", "", "start of the window (inclusive): duration from the bundle start, or absolute ts_ns")
+		to := fs.String("to", "", "end of the window (exclusive): duration from the bundle start, or absolute ts_ns")
+		pos, code, ok := parseArgs(fs, args)
+		if !ok {
+			return code
+		}
+		if !wantArgs(s8, fs, pos, 1) {
+			return 2
+		}
+		if *out == "" {
+			fmt.Fprintln(os.Stderr, "predictio trace slice: -o OUT is required")
+			return 2
+		}
+		fb, err := trace.ParseBound(*from)
+		if err != nil {
+			return fail(2, fmt.Errorf("--from: %w", err))
+		}
+		tb, err := trace.ParseBound(*to)
+		if err != nil {
+			return fail(2, fmt.Errorf("--to: %w", err))
+		}
+		rep, err := trace.Slice(pos[0], *out, fb, tb)
+		if err != nil {
+			return traceFail(err)
+		}
+		fmt.Printf("%s: %d events, %d hints with ts_ns in [%d, %d)\n", *out, rep.Events, rep.Hints, rep.FromNS, rep.ToNS)
+		return 0
+	}
+	addTraceSub(s8)
+
+	s9 := &traceSub{args: "one BUNDLE"}
+	s9.command = command{
+		name:    "repair",
+		summary: "recover, in place, a bundle whose writer was killed (SIGKILL, power cut) up to the last flushed batch",
+		usage:   "predictio trace repair BUNDLE",
+		example: "predictio trace repair /var/tmp/killed-bundle && predictio trace verify /var/tmp/killed-bundle",
+	}
+	s9.run = func(args []string) int {
+		fs := newFlagSet(&s9.command, "trace repair")
+		pos, code, ok := parseArgs(fs, args)
+		if !ok {
+			return code
+		}
+		if !wantArgs(s9, fs, pos, 1) {
+			return 2
+		}
+		rep, err := trace.Repair(pos[0])
+		if err != nil {
+			return traceFail(err)
+		}
+		names := make([]string, 0, len(rep.Tables))
+		for n := range rep.Tables {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			fmt.Printf("%s: recovered %d rows\n", n, rep.Tables[n])
+		}
+		for _, n := range rep.Notes {
+			fmt.Printf("  %s\n", n)
+		}
+		return 0
+	}
+	addTraceSub(s9)
+
+	s10 := &traceSub{args: "no arguments"}
+	s10.command = command{
+		name:    "synth",
+		summary: "write a deterministic synthetic bundle: seq, stride, random, sparse (recurring, --run selects the run) or btree (with hints)",
+		usage:   "predictio trace synth -o DIR --pattern seq|stride|random|sparse|btree [--events N] [--files N] [--file-pages N] [--stride N] [--run N] [--seed N] [--think-ns N]",
+		example: "predictio trace synth -o /var/tmp/rand --pattern random --events 100000 --seed 7",
+	}
+	s10.run = func(args []string) int {
+		fs := newFlagSet(&s10.command, "trace synth")
+		out := fs.String("o", "", "output bundle directory")
+		var spec formats.SynthSpec
+		fs.StringVar(&spec.Pattern, "pattern", "", "access pattern: seq, stride, random, sparse or btree")
+		fs.IntVar(&spec.Events, "events", 100000, "number of accesses")
+		fs.IntVar(&spec.Files, "files", 0, "number of files (0: the pattern's default)")
+		fs.Uint64Var(&spec.FilePages, "file-pages", 0, "pages per file (0: the pattern's default)")
+		fs.Uint64Var(&spec.Stride, "stride", 0, "stride in pages for --pattern stride (0: default)")
+		fs.IntVar(&spec.Run, "run", 0, "run number for --pattern sparse: runs share the recurring pages and differ in noise")
+		fs.Int64Var(&spec.Seed, "seed", 1, "random seed")
+		fs.Uint64Var(&spec.ThinkNS, "think-ns", 0, "time between accesses in ns (0: the pattern's default)")
+		pos, code, ok := parseArgs(fs, args)
+		if !ok {
+			return code
+		}
+		if !wantArgs(s10, fs, pos, 0) {
+			return 2
+		}
+		if *out == "" || spec.Pattern == "" {
+			fmt.Fprintln(os.Stderr, "predictio trace synth: -o DIR and --pattern are required")
+			return 2
+		}
+		if err := trace.Synth(*out, spec); err != nil {
+			return traceFail(err)
+		}
+		fmt.Printf("%s: %s bundle written\n", *out, spec.Pattern)
+		return 0
+	}
+	addTraceSub(s10)
 }
