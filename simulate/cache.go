@@ -67,6 +67,13 @@ type list struct {
 	n          int
 }
 
+// slot is one position of the open-addressing index. Keeping the key next
+// to the entry index makes a hit one memory access.
+type slot struct {
+	key uint64
+	idx int32 // entry index + 1; 0 is empty
+}
+
 // pageCache is a fixed-capacity page cache of (file, page) keys with an
 // open-addressing index. It allocates as distinct pages arrive, never more
 // than capacity entries, and nothing per lookup.
@@ -74,7 +81,7 @@ type pageCache struct {
 	model    CacheModel
 	capacity int
 	entries  []entry
-	table    []int32 // slot+1; 0 is empty
+	table    []slot
 	mask     uint64
 	shift    uint8
 	inactive list // the only list for LRU
@@ -82,6 +89,9 @@ type pageCache struct {
 
 	// onEvict is called for every evicted entry before its slot is reused.
 	onEvict func(e *entry)
+	// evictions counts evictions; an index looked up earlier is still
+	// valid while it has not changed.
+	evictions uint64
 }
 
 func newPageCache(model CacheModel, capacity int) *pageCache {
@@ -98,7 +108,7 @@ func newPageCache(model CacheModel, capacity int) *pageCache {
 func (c *pageCache) len() int { return len(c.entries) }
 
 func (c *pageCache) resize(size int) {
-	c.table = make([]int32, size)
+	c.table = make([]slot, size)
 	c.mask = uint64(size - 1)
 	bits := 0
 	for 1<<bits < size {
@@ -110,28 +120,30 @@ func (c *pageCache) resize(size int) {
 	}
 }
 
+// hash is Fibonacci hashing of the packed key.
 func (c *pageCache) hash(key uint64) uint64 {
-	return (key * 0x9E3779B97F4A7C15) >> c.shift
+	return key * 0x9E3779B97F4A7C15 >> c.shift
 }
 
 func (c *pageCache) place(idx int32) {
-	h := c.hash(c.entries[idx].key)
-	for c.table[h] != 0 {
+	key := c.entries[idx].key
+	h := c.hash(key)
+	for c.table[h].idx != 0 {
 		h = (h + 1) & c.mask
 	}
-	c.table[h] = idx + 1
+	c.table[h] = slot{key: key, idx: idx + 1}
 }
 
 // lookup returns the entry index of key, or -1.
 func (c *pageCache) lookup(key uint64) int32 {
 	h := c.hash(key)
 	for {
-		s := c.table[h]
-		if s == 0 {
+		s := &c.table[h]
+		if s.idx == 0 {
 			return -1
 		}
-		if c.entries[s-1].key == key {
-			return s - 1
+		if s.key == key {
+			return s.idx - 1
 		}
 		h = (h + 1) & c.mask
 	}
@@ -142,25 +154,25 @@ func (c *pageCache) unindex(key uint64) {
 	h := c.hash(key)
 	for {
 		s := c.table[h]
-		if s == 0 {
+		if s.idx == 0 {
 			return
 		}
-		if c.entries[s-1].key == key {
+		if s.key == key {
 			break
 		}
 		h = (h + 1) & c.mask
 	}
 	i := h
 	for {
-		c.table[i] = 0
+		c.table[i] = slot{}
 		j := i
 		for {
 			j = (j + 1) & c.mask
 			s := c.table[j]
-			if s == 0 {
+			if s.idx == 0 {
 				return
 			}
-			home := c.hash(c.entries[s-1].key)
+			home := c.hash(s.key)
 			// Move s back to i unless its home lies cyclically in (i, j].
 			if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
 				c.table[i] = s
@@ -259,6 +271,7 @@ func (c *pageCache) insert(key uint64, ready int64, flags uint8) int32 {
 	} else {
 		idx = c.victim()
 		v := &c.entries[idx]
+		c.evictions++
 		if c.onEvict != nil {
 			c.onEvict(v)
 		}

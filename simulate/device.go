@@ -120,12 +120,14 @@ func (d Device) RandReadBytesPerSec() float64 {
 	return 4096 / perReq * 1e9
 }
 
-// deviceState is the model's queue: when each slot and the shared channel
-// become free.
+// deviceState is the model's queue. Requests complete in submission order
+// (the shared channel is FIFO), so the slot that frees first is always the
+// one of the oldest outstanding request: a ring of completion times.
 type deviceState struct {
 	latency  int64
 	nsPerPg  float64
-	slots    []int64
+	slots    []int64 // completion times, oldest at head
+	head     int
 	channel  int64
 	requests uint64
 	pages    uint64
@@ -143,15 +145,9 @@ func newDeviceState(d Device, pageSize int) *deviceState {
 // submit issues a read of n pages at time now and returns its completion
 // time.
 func (s *deviceState) submit(now int64, n uint64) int64 {
-	best := 0
-	for i := 1; i < len(s.slots); i++ {
-		if s.slots[i] < s.slots[best] {
-			best = i
-		}
-	}
 	start := now
-	if s.slots[best] > start {
-		start = s.slots[best]
+	if free := s.slots[s.head]; free > start {
+		start = free
 	}
 	xfer := start + s.latency
 	if s.channel > xfer {
@@ -159,7 +155,10 @@ func (s *deviceState) submit(now int64, n uint64) int64 {
 	}
 	done := xfer + int64(float64(n)*s.nsPerPg+0.5)
 	s.channel = done
-	s.slots[best] = done
+	s.slots[s.head] = done
+	if s.head++; s.head == len(s.slots) {
+		s.head = 0
+	}
 	s.requests++
 	s.pages += n
 	s.busyNS += done - start

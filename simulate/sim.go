@@ -252,6 +252,7 @@ type lane struct {
 	curFile        uint32
 	curFirst, curN uint64
 	inDemand       bool
+	demandWait     int64 // latest completion of a demand page read
 
 	st Stats
 }
@@ -338,6 +339,7 @@ func (l *lane) demand(ev *policies.Event) error {
 	// Classify before the policies run: a page missing now is a miss even
 	// if readahead fetches it synchronously below.
 	var missing uint64
+	var wait int64
 	for p := first; p < first+n; p++ {
 		idx := l.cache.lookup(pageKey(file, p))
 		if idx < 0 {
@@ -353,10 +355,14 @@ func (l *lane) demand(ev *policies.Event) error {
 				l.st.Late++
 			}
 		}
+		if e.ready > wait {
+			wait = e.ready
+		}
 		l.cache.touch(idx)
 	}
 	l.st.Misses += missing
 	l.curFile, l.curFirst, l.curN, l.inDemand = file, first, n, true
+	l.demandWait = 0
 	l.disp.Dispatch(ev, l.emit)
 	if missing > 0 {
 		// Demand-read the pages no policy brought in, in contiguous runs.
@@ -379,14 +385,8 @@ func (l *lane) demand(ev *policies.Event) error {
 		}
 	}
 	l.inDemand = false
-	// Wait for every page of the access.
-	wait := l.now
-	for p := first; p < first+n; p++ {
-		if idx := l.cache.lookup(pageKey(file, p)); idx >= 0 {
-			if r := l.cache.entries[idx].ready; r > wait {
-				wait = r
-			}
-		}
+	if l.demandWait > wait {
+		wait = l.demandWait
 	}
 	if wait > l.now {
 		l.stall += wait - l.now
@@ -442,6 +442,7 @@ func (l *lane) read(file uint32, first, n uint64) {
 		var flags uint8 = flagPrefetched
 		if l.inDemand && file == l.curFile && p >= l.curFirst && p < l.curFirst+l.curN {
 			flags = flagReferenced
+			l.demandWait = done
 		} else {
 			l.st.Prefetched++
 		}

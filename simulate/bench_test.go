@@ -1,0 +1,79 @@
+package simulate
+
+import (
+	"math/rand"
+	"testing"
+
+	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/policies"
+)
+
+// benchEvents returns n one-page reads: "seq" scans 16 files of 64 Ki pages
+// in turn; "random" reads uniformly random pages of the same files.
+func benchEvents(pattern string, n int) []policies.Event {
+	const files, filePages = 16, 1 << 16
+	rng := rand.New(rand.NewSource(1))
+	evs := make([]policies.Event, n)
+	for i := range evs {
+		var f uint32
+		var p uint64
+		switch pattern {
+		case "seq":
+			f = uint32(i/filePages) % files
+			p = uint64(i % filePages)
+		default:
+			f = uint32(rng.Intn(files))
+			p = uint64(rng.Intn(filePages))
+		}
+		evs[i] = policies.Event{Kind: policies.EventFileAccess, TS: uint64(i) * 2000, File: f,
+			Access: policies.FileAccess{Kind: formats.KindRead, Page: p, NPages: 1}}
+	}
+	return evs
+}
+
+func benchmarkSim(b *testing.B, pattern string, cfg Config) {
+	evs := benchEvents(pattern, 1<<21)
+	cfg.Device = Presets["nvme"]
+	cfg.CacheBytes = 256 << 20 // 64 Ki pages: a quarter of the data
+	cfg.Env.FilePages = func(uint32) uint64 { return 1 << 16 }
+	s, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Warm the cache and the model with one pass.
+	for i := range evs {
+		s.Step(&evs[i])
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ev := &evs[i&(len(evs)-1)]
+		ev.TS += uint64(len(evs)) * 2000 // one pass later than last time
+		if err := s.Step(ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mevents/s")
+}
+
+// BenchmarkLRUReadahead is the speed target: LRU cache plus the readahead
+// baseline, one lane.
+func BenchmarkLRUReadahead(b *testing.B) {
+	for _, pattern := range []string{"seq", "random"} {
+		b.Run(pattern, func(b *testing.B) { benchmarkSim(b, pattern, Config{}) })
+	}
+}
+
+// BenchmarkLRUNoReadahead measures the cache and device model alone.
+func BenchmarkLRUNoReadahead(b *testing.B) {
+	for _, pattern := range []string{"seq", "random"} {
+		b.Run(pattern, func(b *testing.B) { benchmarkSim(b, pattern, Config{NoReadahead: true}) })
+	}
+}
+
+// BenchmarkTwoListReadahead uses the active/inactive cache.
+func BenchmarkTwoListReadahead(b *testing.B) {
+	for _, pattern := range []string{"seq", "random"} {
+		b.Run(pattern, func(b *testing.B) { benchmarkSim(b, pattern, Config{CacheModel: TwoList}) })
+	}
+}
