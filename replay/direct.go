@@ -1,0 +1,498 @@
+package replay
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/predictio/predictio/engine"
+	"github.com/predictio/predictio/policies"
+)
+
+// slot states.
+const (
+	slotFree uint32 = iota
+	slotLoading
+	slotValid
+)
+
+type slot struct {
+	state      atomic.Uint32
+	key        uint64
+	ref        bool // CLOCK reference bit
+	prefetched bool // filled by a prefetch and not used yet
+	late       bool // a demand access waited for it
+}
+
+// directBackend replays demand accesses through a user-space page cache of
+// fixed, page-aligned slots, filled with O_DIRECT reads through the engine:
+// demand misses are read by the worker that needs them, prefetch requests
+// are read asynchronously by one prefetch goroutine. The page cache of the
+// kernel is never involved, so no eviction is needed and no root.
+type directBackend struct {
+	files []*openFile
+	ps    int
+	arena []byte
+	slots []slot
+
+	mu    sync.Mutex // guards index, hand, slot keys and flags
+	index map[uint64]int32
+	hand  int
+
+	eng     *engine.Engine
+	emap    []int // file index -> engine file index
+	workers int   // engine workers for demand; the last one prefetches
+
+	queue   chan kreq
+	qd      int
+	pending atomic.Int64 // pages queued or being read by the prefetcher
+	wg      sync.WaitGroup
+
+	requests, pagesRequested, pagesSubmitted, pagesCached, pastEOF atomic.Uint64
+	dropped, rejected, failures, inflightMax, throttled            atomic.Uint64
+	misses, hits, late, used, wasted, prefetched, devReads         atomic.Uint64
+	firstErr                                                       atomic.Pointer[error]
+	engineInfo                                                     string
+}
+
+// Token bits: the slot, and whether a prefetch issued the read.
+const tokenPrefetch = 1 << 32
+
+type directOptions struct {
+	cache   int // slots
+	qd      int // prefetch reads in flight
+	sqpoll  bool
+	threads int
+}
+
+func pageKey(file uint32, page uint64) uint64 { return uint64(file)<<40 | page }
+
+func newDirectBackend(files []*openFile, ps int, o directOptions) (*directBackend, error) {
+	if o.cache <= 0 {
+		o.cache = 65536
+	}
+	if o.qd <= 0 {
+		o.qd = 64
+	}
+	d := &directBackend{
+		files: files, ps: ps,
+		slots: make([]slot, o.cache),
+		index: make(map[uint64]int32, o.cache),
+		queue: make(chan kreq, 4096),
+		qd:    o.qd,
+	}
+	arena, err := unix.Mmap(-1, 0, o.cache*ps, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		return nil, fmt.Errorf("direct backend: map a cache of %d pages: %w (lower --cache)", o.cache, err)
+	}
+	d.arena = arena
+	d.emap = make([]int, len(files))
+	var efiles []*os.File
+	for i, f := range files {
+		d.emap[i] = -1
+		if f != nil {
+			d.emap[i] = len(efiles)
+			efiles = append(efiles, f.dfile)
+		}
+	}
+	d.workers = max(o.threads, 1)
+	opts := []engine.Option{engine.WithWorkers(d.workers + 1), engine.WithQueueDepth(o.qd), engine.WithHandler(d.onComplete)}
+	d.engineInfo = "engine: io_uring READ_FIXED, fixed files"
+	if o.sqpoll {
+		opts = append(opts, engine.WithSharedPoller(100*time.Millisecond))
+		d.engineInfo += ", shared SQPOLL poller"
+	}
+	d.eng, err = engine.New(efiles, opts...)
+	if err != nil {
+		unix.Munmap(arena)
+		return nil, fmt.Errorf("direct backend: %w", err)
+	}
+	d.wg.Add(1)
+	go d.prefetcher(d.eng.Worker(d.workers))
+	return d, nil
+}
+
+// onComplete is the engine's completion handler: it copies the page into
+// its cache slot and marks the slot valid, or frees it after an error.
+func (d *directBackend) onComplete(c *engine.Completion) {
+	s := int32(c.Token & (tokenPrefetch - 1))
+	err := c.Err
+	if err == nil && c.Res == 0 {
+		err = fmt.Errorf("read O_DIRECT page at offset %d: unexpected end of file", c.Off)
+	}
+	if err == nil {
+		copy(d.buf(s), c.Data)
+	}
+	d.complete(s, err)
+	if c.Token&tokenPrefetch != 0 {
+		d.pending.Add(-1)
+	}
+}
+
+func (d *directBackend) buf(s int32) []byte {
+	return d.arena[int(s)*d.ps : (int(s)+1)*d.ps]
+}
+
+// alloc returns a free slot for key, evicting with CLOCK; -1 when every slot
+// is loading. Called with mu held.
+func (d *directBackend) alloc(key uint64) int32 {
+	n := len(d.slots)
+	for i := 0; i < 2*n+1; i++ {
+		h := d.hand
+		d.hand = (d.hand + 1) % n
+		s := &d.slots[h]
+		switch s.state.Load() {
+		case slotLoading:
+			continue
+		case slotValid:
+			if s.ref {
+				s.ref = false
+				continue
+			}
+			delete(d.index, s.key)
+			if s.prefetched {
+				d.wasted.Add(1)
+			}
+		}
+		s.key, s.ref, s.prefetched, s.late = key, true, false, false
+		s.state.Store(slotLoading)
+		d.index[key] = int32(h)
+		return int32(h)
+	}
+	return -1
+}
+
+// reader returns the engine worker of replay worker w. Workers beyond the
+// engine's share by id modulo; the engine was created with one per thread,
+// so that does not happen.
+func (d *directBackend) reader(w *worker) *engine.Worker {
+	return d.eng.Worker(w.id % d.workers)
+}
+
+// read submits a read of one page into slot s.
+func (d *directBackend) read(ew *engine.Worker, file uint32, page uint64, s int32, token uint64) error {
+	return ew.Submit(engine.Request{Op: engine.OpRead, File: d.emap[file], Off: int64(page) * int64(d.ps), Len: d.ps, Token: uint64(s) | token})
+}
+
+// demand serves pages [o.page, o.page+o.n) from the cache, reading misses
+// from the device and waiting for prefetches still in flight. Every demanded
+// page counts as exactly one of hit, late (found in flight) or miss.
+func (d *directBackend) demand(w *worker, o *op) error {
+	pr := d.reader(w)
+	f := d.files[o.file]
+	ps := uint64(d.ps)
+	dst := w.buffer(int(o.n) * d.ps)
+	w.slots = w.slots[:0]
+	w.waitOn = w.waitOn[:0]
+	for i := uint32(0); i < o.n; i++ {
+		page := o.page + uint64(i)
+		key := pageKey(o.file, page)
+		d.mu.Lock()
+		s, ok := d.index[key]
+		if ok {
+			sl := &d.slots[s]
+			sl.ref = true
+			if sl.state.Load() == slotValid {
+				if sl.prefetched {
+					sl.prefetched = false
+					d.used.Add(1)
+				}
+				d.hits.Add(1)
+				copy(dst[uint64(i)*ps:], d.buf(s))
+				d.mu.Unlock()
+				continue
+			}
+			// Loading: a prefetch (or another worker) is reading it.
+			d.mu.Unlock()
+			d.late.Add(1)
+			w.waitOn = append(w.waitOn, waitSlot{s, i, key})
+			continue
+		}
+		s = d.allocWait(key)
+		d.mu.Unlock()
+		d.misses.Add(1)
+		if err := d.read(pr, o.file, page, s, 0); err != nil {
+			return err
+		}
+		w.slots = append(w.slots, waitSlot{s, i, key})
+	}
+	if err := pr.Drain(); err != nil {
+		return fmt.Errorf("read %s pages %d+%d: %w", f.path, o.page, o.n, err)
+	}
+	for _, ws := range w.slots {
+		if !d.copyOut(ws, dst) {
+			return d.lost(f, ws)
+		}
+	}
+	for _, ws := range w.waitOn {
+		for spins := 0; ; spins++ {
+			if d.slots[ws.slot].state.Load() != slotLoading {
+				break
+			}
+			if spins < 100 {
+				runtime.Gosched()
+			} else {
+				time.Sleep(10 * time.Microsecond)
+			}
+		}
+		if d.copyOut(ws, dst) {
+			continue
+		}
+		// The read failed, or the page was evicted before we copied it:
+		// read it again, as a demand read.
+		if e := d.firstErr.Load(); e != nil {
+			return d.lost(f, ws)
+		}
+		d.mu.Lock()
+		s := d.allocWait(ws.key)
+		d.mu.Unlock()
+		if err := d.read(pr, o.file, o.page+uint64(ws.i), s, 0); err != nil {
+			return err
+		}
+		if err := pr.Drain(); err != nil {
+			return err
+		}
+		if !d.copyOut(waitSlot{s, ws.i, ws.key}, dst) {
+			return d.lost(f, ws)
+		}
+	}
+	return nil
+}
+
+// allocWait allocates a slot for key, yielding while every slot is loading.
+// Called and returns with mu held.
+func (d *directBackend) allocWait(key uint64) int32 {
+	for {
+		if s := d.alloc(key); s >= 0 {
+			return s
+		}
+		d.mu.Unlock()
+		runtime.Gosched()
+		d.mu.Lock()
+	}
+}
+
+type waitSlot struct {
+	slot int32
+	i    uint32
+	key  uint64
+}
+
+// copyOut copies a valid slot holding ws.key into dst; false when the slot
+// no longer holds it.
+func (d *directBackend) copyOut(ws waitSlot, dst []byte) bool {
+	sl := &d.slots[ws.slot]
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if sl.key != ws.key || sl.state.Load() != slotValid {
+		return false
+	}
+	if sl.prefetched {
+		sl.prefetched = false
+		d.used.Add(1)
+	}
+	sl.ref = true
+	copy(dst[uint64(ws.i)*uint64(d.ps):], d.buf(ws.slot))
+	return true
+}
+
+func (d *directBackend) lost(f *openFile, ws waitSlot) error {
+	if e := d.firstErr.Load(); e != nil {
+		return fmt.Errorf("read %s page %d: %w", f.path, ws.key&(1<<40-1), *e)
+	}
+	return fmt.Errorf("read %s page %d: cache slot reused before the read was copied; raise --cache", f.path, ws.key&(1<<40-1))
+}
+
+// complete marks a slot read (or frees it after an error).
+func (d *directBackend) complete(s int32, err error) {
+	sl := &d.slots[s]
+	if err != nil {
+		d.failures.Add(1)
+		d.firstErr.CompareAndSwap(nil, &err)
+		d.mu.Lock()
+		delete(d.index, sl.key)
+		sl.key = ^uint64(0)
+		sl.prefetched = false
+		sl.state.Store(slotFree)
+		d.mu.Unlock()
+		return
+	}
+	d.devReads.Add(1)
+	sl.state.Store(slotValid)
+}
+
+func (d *directBackend) Submit(req *policies.Request) error {
+	d.requests.Add(1)
+	if int(req.File) >= len(d.files) || d.files[req.File] == nil {
+		d.rejected.Add(1)
+		return nil
+	}
+	f := d.files[req.File]
+	eof := (f.size + uint64(d.ps) - 1) / uint64(d.ps)
+	var total uint64
+	for _, r := range req.Ranges {
+		d.pagesRequested.Add(uint64(r.N))
+		n := uint64(r.N)
+		if r.First >= eof {
+			d.pastEOF.Add(n)
+			continue
+		}
+		if r.First+n > eof {
+			d.pastEOF.Add(r.First + n - eof)
+			n = eof - r.First
+		}
+		total += n
+	}
+	if total == 0 {
+		return nil
+	}
+	// Bound the queued pages by a quarter of the cache, so prefetches
+	// cannot flush it faster than demand uses it.
+	if d.pending.Load()+int64(total) > int64(len(d.slots)/4) {
+		d.dropped.Add(1)
+		d.throttled.Add(1)
+		return nil
+	}
+	if len(d.queue)+len(req.Ranges) > cap(d.queue) {
+		d.dropped.Add(1)
+		return nil
+	}
+	d.pending.Add(int64(total))
+	for _, r := range req.Ranges {
+		n := uint64(r.N)
+		if r.First >= eof {
+			continue
+		}
+		if r.First+n > eof {
+			n = eof - r.First
+		}
+		d.queue <- kreq{file: req.File, first: r.First, n: n}
+	}
+	return nil
+}
+
+// prefetcher reads queued prefetch pages into the cache through engine
+// worker ew, keeping at most the engine's queue depth in flight (Submit
+// applies the backpressure).
+func (d *directBackend) prefetcher(ew *engine.Worker) {
+	defer d.wg.Done()
+	note := func() {
+		n := uint64(ew.InFlight())
+		for {
+			m := d.inflightMax.Load()
+			if n <= m || d.inflightMax.CompareAndSwap(m, n) {
+				return
+			}
+		}
+	}
+	for {
+		var r kreq
+		var ok bool
+		if ew.InFlight() == 0 {
+			r, ok = <-d.queue
+		} else {
+			select {
+			case r, ok = <-d.queue:
+			default:
+				if _, err := ew.Harvest(1); err != nil {
+					d.fail(err)
+				}
+				continue
+			}
+		}
+		if !ok {
+			if err := ew.Drain(); err != nil {
+				d.fail(err)
+			}
+			return
+		}
+		for p := r.first; p < r.first+r.n; p++ {
+			key := pageKey(r.file, p)
+			d.mu.Lock()
+			if _, ok := d.index[key]; ok {
+				d.mu.Unlock()
+				d.pagesCached.Add(1)
+				d.pending.Add(-1)
+				continue
+			}
+			s := d.alloc(key)
+			if s < 0 {
+				d.mu.Unlock()
+				d.dropped.Add(1)
+				d.pending.Add(-int64(r.first + r.n - p))
+				break
+			}
+			d.slots[s].prefetched = true
+			d.mu.Unlock()
+			d.prefetched.Add(1)
+			d.pagesSubmitted.Add(1)
+			if err := d.read(ew, r.file, p, s, tokenPrefetch); err != nil {
+				d.fail(err)
+				d.complete(s, err)
+				d.pending.Add(-1)
+			}
+			note()
+		}
+		if _, err := ew.Poll(); err != nil {
+			d.fail(err)
+		}
+	}
+}
+
+func (d *directBackend) fail(err error) {
+	d.failures.Add(1)
+	d.firstErr.CompareAndSwap(nil, &err)
+}
+
+func (d *directBackend) Stats() policies.BackendStats {
+	return policies.BackendStats{
+		Requests:       d.requests.Load(),
+		PagesRequested: d.pagesRequested.Load(),
+		PagesSubmitted: d.pagesSubmitted.Load(),
+		PagesCached:    d.pagesCached.Load(),
+		PagesPastEOF:   d.pastEOF.Load(),
+		Dropped:        d.dropped.Load(),
+		Rejected:       d.rejected.Load(),
+		Failures:       d.failures.Load(),
+		InFlightMax:    d.inflightMax.Load(),
+		Throttled:      d.throttled.Load(),
+	}
+}
+
+func (d *directBackend) finish() targetStats {
+	close(d.queue)
+	d.wg.Wait()
+	if err := d.eng.Close(); err != nil {
+		d.fail(err)
+	}
+	// Prefetched pages never used are wasted, evicted or not.
+	var unused uint64
+	for i := range d.slots {
+		if d.slots[i].prefetched && d.slots[i].state.Load() == slotValid {
+			unused++
+		}
+	}
+	ts := targetStats{
+		Prefetched:   d.prefetched.Load(),
+		Used:         d.used.Load(),
+		Wasted:       d.wasted.Load() + unused,
+		DemandMisses: d.misses.Load(),
+		DemandHits:   d.hits.Load(),
+		Late:         d.late.Load(),
+		DeviceReads:  d.devReads.Load(),
+	}
+	if e := d.firstErr.Load(); e != nil {
+		ts.Warnings = append(ts.Warnings, fmt.Sprintf("%d read failures, first: %v", d.failures.Load(), *e))
+	}
+	if !d.eng.Mlocked() && d.eng.MlockErr() != nil {
+		ts.Warnings = append(ts.Warnings, d.eng.MlockErr().Error())
+	}
+	unix.Munmap(d.arena)
+	d.arena = nil
+	return ts
+}

@@ -1,0 +1,550 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/policies"
+)
+
+// Backend names.
+const (
+	BackendKernel = "kernel"
+	BackendDirect = "direct"
+	BackendNone   = "none"
+)
+
+// Baseline is the run name of a replay without a policy.
+const Baseline = "baseline"
+
+// Timing modes.
+const (
+	TimingRecorded = "recorded"
+	TimingASAP     = "asap"
+)
+
+// Options configure a replay. The zero value replays each file at its
+// recorded path, through the kernel backend, with recorded timing.
+type Options struct {
+	// Root remaps recorded paths to the same paths under Root.
+	Root string
+	// AllowChanged replays files whose size or mtime differ from the
+	// recording, as long as they are long enough.
+	AllowChanged bool
+	// Backend is "kernel" (default), "direct" or "none".
+	Backend string
+	// Timing is "recorded" (default) or "asap".
+	Timing string
+	// Speed divides recorded think times; 0 means 1.
+	Speed float64
+	// Runs are the run specs, replayed in turn Repeat times (A B A B ...):
+	// "baseline" (no policy) or policy specs ("oracle", "tree:window=8");
+	// specs joined with "+" run together in one dispatcher.
+	Runs []string
+	// Repeat is the number of rounds; 0 means 1.
+	Repeat int
+	// Markov is a trained model for the markov policy.
+	Markov *policies.MarkovModel
+
+	// Warm skips eviction: runs start with whatever is cached and are
+	// reported warm. Without Warm, kernel and none runs evict the files
+	// and verify they are cold first.
+	Warm bool
+	// DropCaches also writes /proc/sys/vm/drop_caches before a cold run
+	// (root only).
+	DropCaches bool
+	// InFlight bounds the kernel backend's queued pages; 0 means 8192.
+	InFlight int
+	// Readahead makes the kernel backend use readahead(2) instead of
+	// posix_fadvise(WILLNEED).
+	Readahead bool
+
+	// CachePages is the direct backend's user-space cache in pages; 0
+	// means 65536 (256 MiB with 4 KiB pages).
+	CachePages int
+	// QueueDepth bounds the direct backend's prefetch reads in flight; 0
+	// means 64.
+	QueueDepth int
+	// SQPoll makes the direct backend's engine use an SQPOLL ring.
+	SQPoll bool
+
+	// Progress, when set, receives a progress bar.
+	Progress io.Writer
+
+	// skipEvict is a test hook: evict verifies but drops nothing.
+	skipEvict bool
+}
+
+// Run is the result of one replay run.
+type Run struct {
+	Policy  string `json:"policy"`
+	Round   int    `json:"round"`
+	Backend string `json:"backend"`
+	// Cold is true when the run started with every file verified uncached
+	// (kernel and none backends), or with an empty user-space cache
+	// (direct).
+	Cold     bool    `json:"cold"`
+	WallNS   int64   `json:"wall_ns"`
+	StallNS  int64   `json:"stall_ns"`
+	Accesses int     `json:"accesses"`
+	Pages    uint64  `json:"pages"`
+	P50US    float64 `json:"p50_us"`
+	P99US    float64 `json:"p99_us"`
+	MaxUS    float64 `json:"max_us"`
+
+	// Prefetched, Used and Wasted count pages the backend read ahead,
+	// those a demand access used later, and the rest.
+	Prefetched uint64 `json:"pages_prefetched"`
+	Used       uint64 `json:"pages_used"`
+	Wasted     uint64 `json:"pages_wasted"`
+	// DemandMisses counts demand pages read from the device (direct), and
+	// LatePrefetches demand pages that waited for a prefetch in flight.
+	DemandMisses   uint64 `json:"demand_misses,omitempty"`
+	DemandHits     uint64 `json:"demand_hits,omitempty"`
+	LatePrefetches uint64 `json:"late_prefetches,omitempty"`
+	// DevicePages counts pages the direct backend read with O_DIRECT,
+	// demand and prefetch.
+	DevicePages uint64 `json:"device_pages,omitempty"`
+	// DeviceReadBytes is the process's storage reads during the run
+	// (read_bytes of /proc/self/io): demand, kernel readahead and
+	// prefetch together.
+	DeviceReadBytes uint64 `json:"device_read_bytes"`
+
+	Counters policies.BackendStats `json:"counters"`
+	Events   uint64                `json:"events_dispatched"`
+	Hints    int                   `json:"hints_delivered"`
+	Warnings []string              `json:"warnings,omitempty"`
+
+	lat []int64 // per-access latency, ns, sorted
+}
+
+// Latencies returns the run's per-access latencies in nanoseconds, sorted.
+func (r *Run) Latencies() []int64 { return r.lat }
+
+// targetStats are what a backend knows at the end of a run.
+type targetStats struct {
+	Prefetched, Used, Wasted uint64
+	DemandMisses, DemandHits uint64
+	Late                     uint64
+	DeviceReads              uint64 // pages read with O_DIRECT (direct)
+	Warnings                 []string
+}
+
+// target executes demand accesses and policy requests for one run.
+type target interface {
+	policies.Backend
+	demand(w *worker, o *op) error
+	finish() targetStats
+}
+
+// Replayer replays one bundle.
+type Replayer struct {
+	t     *trace
+	opt   Options
+	paths []string
+	fut   *policies.Future
+}
+
+// New loads the bundle in dir and checks its files.
+func New(dir string, opt Options) (*Replayer, error) {
+	if opt.Backend == "" {
+		opt.Backend = BackendKernel
+	}
+	switch opt.Backend {
+	case BackendKernel, BackendDirect, BackendNone:
+	default:
+		return nil, fmt.Errorf("replay: unknown backend %q; use kernel, direct or none", opt.Backend)
+	}
+	if opt.Timing == "" {
+		opt.Timing = TimingRecorded
+	}
+	if opt.Timing != TimingRecorded && opt.Timing != TimingASAP {
+		return nil, fmt.Errorf("replay: unknown timing %q; use recorded or asap", opt.Timing)
+	}
+	if opt.Speed == 0 {
+		opt.Speed = 1
+	}
+	if opt.Speed < 0 || math.IsNaN(opt.Speed) || math.IsInf(opt.Speed, 0) {
+		return nil, fmt.Errorf("replay: speed %v must be a positive number", opt.Speed)
+	}
+	if opt.Repeat <= 0 {
+		opt.Repeat = 1
+	}
+	if len(opt.Runs) == 0 {
+		opt.Runs = []string{Baseline}
+	}
+	t, err := loadTrace(dir)
+	if err != nil {
+		return nil, err
+	}
+	paths, err := checkFiles(t, opt.Root, opt.AllowChanged)
+	if err != nil {
+		return nil, err
+	}
+	if opt.Backend == BackendDirect {
+		for _, f := range t.used() {
+			if err := checkDirectFS(paths[f.idx]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	r := &Replayer{t: t, opt: opt, paths: paths}
+	// Build every policy once up front so that a bad spec fails before
+	// the first run.
+	for _, spec := range opt.Runs {
+		if _, err := r.buildPolicies(spec, nil); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// Accesses returns the number of demand accesses a run replays.
+func (r *Replayer) Accesses() int { return r.t.ops }
+
+// Skipped returns accesses that are not replayed: non-demand kinds, unknown
+// file ids, and pages past the recorded end of file.
+func (r *Replayer) Skipped() (kinds, unknownFile, pastEOFPages uint64) {
+	return r.t.skipped, r.t.unknown, r.t.clipped
+}
+
+// SplitRuns splits a comma-separated list of run specs. Commas inside one
+// policy's parameters ("baseline,markov:depth=4,threshold=0.2") stay with it:
+// an element with "=" but no ":" continues the previous spec.
+func SplitRuns(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if len(out) > 0 && strings.Contains(part, "=") && !strings.Contains(part, ":") {
+			out[len(out)-1] += "," + part
+			continue
+		}
+		out = append(out, part)
+	}
+	return out
+}
+
+// buildPolicies builds the policies of a run spec; baseline has none.
+func (r *Replayer) buildPolicies(spec string, files []*openFile) ([]policies.Policy, error) {
+	if spec == Baseline || spec == "" {
+		return nil, nil
+	}
+	ps := r.t.pageSize
+	env := policies.Env{
+		PageSize: ps,
+		FilePages: func(id uint32) uint64 {
+			if fi := r.t.byID[id]; fi != nil {
+				return fi.pages(ps)
+			}
+			return 0
+		},
+		FileKey: func(id uint32) (policies.FileKey, bool) {
+			fi := r.t.byID[id]
+			if fi == nil {
+				return policies.FileKey{}, false
+			}
+			return policies.FileKey{Path: fi.Path, Size: fi.Size, MtimeNS: fi.MtimeNS}, true
+		},
+		Markov: r.opt.Markov,
+	}
+	var out []policies.Policy
+	for _, one := range strings.Split(spec, "+") {
+		name, _, _ := strings.Cut(one, ":")
+		if name == "oracle" {
+			if r.fut == nil {
+				r.fut = r.t.future()
+			}
+			env.Future = r.fut
+		}
+		p, err := policies.Build(one, env)
+		if err != nil {
+			return nil, fmt.Errorf("replay run %q: %w", spec, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// Replay runs every run spec Repeat times, alternating (A B A B ...).
+func (r *Replayer) Replay(ctx context.Context) (*Report, error) {
+	rep := &Report{Bundle: r.t.dir, Backend: r.opt.Backend, Timing: r.opt.Timing, Speed: r.opt.Speed,
+		Accesses: r.t.ops, Pages: r.t.pages, Threads: len(r.t.threads), Hints: len(r.t.hints)}
+	for round := 0; round < r.opt.Repeat; round++ {
+		for _, spec := range r.opt.Runs {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			run, err := r.runOnce(ctx, spec, round)
+			if err != nil {
+				return nil, fmt.Errorf("replay run %q (round %d): %w", spec, round+1, err)
+			}
+			rep.Runs = append(rep.Runs, run)
+		}
+	}
+	rep.summarize(r.opt.Runs)
+	return rep, nil
+}
+
+// worker replays one recorded thread.
+type worker struct {
+	id    int
+	r     *runState
+	th    *thread
+	buf   []byte
+	sink  byte
+	lat   []int64
+	stall int64
+	err   error
+
+	slots, waitOn []waitSlot // direct backend scratch
+}
+
+// buffer returns a scratch buffer of n bytes, page aligned.
+func (w *worker) buffer(n int) []byte {
+	if cap(w.buf) < n {
+		w.buf = alignedBuffer(n)
+	}
+	return w.buf[:n]
+}
+
+// runState is the shared state of one run.
+type runState struct {
+	rp       *Replayer
+	tgt      target
+	disp     *policies.Dispatcher
+	mu       sync.Mutex // serializes the dispatcher
+	ev       policies.Event
+	emit     policies.Emit
+	nextHint atomic.Uint64 // TS of the next undelivered hint; MaxUint64 when none
+	hintIdx  int
+	hints    int
+	done     atomic.Int64
+	start    time.Time
+}
+
+func (r *Replayer) runOnce(ctx context.Context, spec string, round int) (*Run, error) {
+	backend := r.opt.Backend
+	if spec == Baseline && backend == BackendKernel {
+		backend = BackendNone // the baseline runs without prefetches
+	}
+	files, err := openFiles(r.t, r.paths, backend == BackendDirect)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFiles(files)
+
+	run := &Run{Policy: spec, Round: round + 1, Backend: backend, Accesses: r.t.ops, Pages: r.t.pages}
+	if backend != BackendDirect {
+		if r.opt.Warm {
+			run.Cold = false
+		} else {
+			if err := evict(files, r.opt.DropCaches, r.opt.skipEvict); err != nil {
+				return nil, err
+			}
+			run.Cold = true
+		}
+	} else {
+		run.Cold = true
+	}
+	ps, err := r.buildPolicies(spec, files)
+	if err != nil {
+		return nil, err
+	}
+	var tgt target
+	switch backend {
+	case BackendNone:
+		tgt = &noneBackend{pageCacheDemand: pageCacheDemand{files: files, ps: r.t.pageSize}}
+	case BackendKernel:
+		tgt = newKernelBackend(files, r.t.pageSize, kernelOptions{inflight: r.opt.InFlight, readahead: r.opt.Readahead})
+	case BackendDirect:
+		d, err := newDirectBackend(files, r.t.pageSize, directOptions{cache: r.opt.CachePages, qd: r.opt.QueueDepth, sqpoll: r.opt.SQPoll, threads: len(r.t.threads)})
+		if err != nil {
+			return nil, err
+		}
+		tgt = d
+	}
+	st := &runState{rp: r, tgt: tgt}
+	if len(ps) > 0 {
+		st.disp = policies.NewDispatcher(ps...)
+		st.emit = func(req *policies.Request) { tgt.Submit(req) }
+	}
+	st.nextHint.Store(math.MaxUint64)
+	if st.disp != nil && len(r.t.hints) > 0 {
+		st.nextHint.Store(r.t.hints[0].TS)
+	}
+
+	io0 := readBytes()
+	workers := make([]*worker, len(r.t.threads))
+	for i, th := range r.t.threads {
+		workers[i] = &worker{id: i, r: st, th: th, lat: make([]int64, len(th.ops))}
+	}
+	runtime.GC()
+	st.start = time.Now()
+	stopProgress := r.progress(st, spec, round)
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.loop(ctx)
+		}()
+	}
+	wg.Wait()
+	run.WallNS = time.Since(st.start).Nanoseconds()
+	stopProgress()
+	ts := tgt.finish()
+	run.DeviceReadBytes = readBytes() - io0
+	for _, w := range workers {
+		if w.err != nil {
+			return nil, w.err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	lat := make([]int64, 0, r.t.ops)
+	for _, w := range workers {
+		run.StallNS += w.stall
+		lat = append(lat, w.lat...)
+	}
+	sortInt64(lat)
+	run.lat = lat
+	run.P50US = float64(percentile(lat, 0.50)) / 1e3
+	run.P99US = float64(percentile(lat, 0.99)) / 1e3
+	run.MaxUS = float64(lat[len(lat)-1]) / 1e3
+	run.Prefetched, run.Used, run.Wasted = ts.Prefetched, ts.Used, ts.Wasted
+	run.DemandMisses, run.DemandHits, run.LatePrefetches = ts.DemandMisses, ts.DemandHits, ts.Late
+	run.DevicePages = ts.DeviceReads
+	run.Warnings = ts.Warnings
+	run.Counters = tgt.Stats()
+	if st.disp != nil {
+		run.Events = st.disp.Events
+	}
+	run.Hints = st.hints
+	return run, nil
+}
+
+// loop replays the thread's accesses in order.
+func (w *worker) loop(ctx context.Context) {
+	st := w.r
+	opt := &st.rp.opt
+	recorded := opt.Timing == TimingRecorded
+	base, baseTS := st.start, st.rp.t.t0
+	for i := range w.th.ops {
+		if i&63 == 0 && ctx.Err() != nil {
+			return
+		}
+		o := &w.th.ops[i]
+		w.waitUntil(base, baseTS, o.ts, recorded)
+		if st.disp != nil {
+			st.mu.Lock()
+			ev := &st.ev
+			*ev = policies.Event{Kind: policies.EventFileAccess, TS: o.ts, PID: w.th.pid, TID: w.th.tid,
+				File: st.rp.t.files[o.file].ID, Access: policies.FileAccess{Kind: o.kind, Page: o.page, NPages: o.n}}
+			st.disp.Dispatch(ev, st.emit)
+			st.mu.Unlock()
+		}
+		t0 := time.Now()
+		err := st.tgt.demand(w, o)
+		end := time.Now()
+		d := end.Sub(t0).Nanoseconds()
+		w.lat[i] = d
+		w.stall += d
+		st.done.Add(1)
+		if err != nil {
+			w.err = err
+			return
+		}
+		base, baseTS = end, o.ts
+	}
+}
+
+// waitUntil delivers the hints due before ts, at their recorded offsets from
+// (base, baseTS) when recorded, and with recorded timing waits until ts's
+// offset.
+func (w *worker) waitUntil(base time.Time, baseTS, ts uint64, recorded bool) {
+	st := w.r
+	speed := st.rp.opt.Speed
+	for {
+		h := st.nextHint.Load()
+		if h > ts {
+			break
+		}
+		if recorded && h > baseTS {
+			sleepUntil(base.Add(time.Duration(float64(h-baseTS) / speed)))
+		}
+		st.deliverHints(h)
+	}
+	if recorded && ts > baseTS {
+		sleepUntil(base.Add(time.Duration(float64(ts-baseTS) / speed)))
+	}
+}
+
+// deliverHints dispatches every undelivered hint with TS <= upTo.
+func (st *runState) deliverHints(upTo uint64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	hs := st.rp.t.hints
+	for st.hintIdx < len(hs) && hs[st.hintIdx].TS <= upTo {
+		h := &hs[st.hintIdx]
+		st.hintIdx++
+		if hintEvent(&st.ev, h) {
+			st.disp.Dispatch(&st.ev, st.emit)
+			st.hints++
+		}
+	}
+	if st.hintIdx < len(hs) {
+		st.nextHint.Store(hs[st.hintIdx].TS)
+	} else {
+		st.nextHint.Store(math.MaxUint64)
+	}
+}
+
+// hintEvent converts a hint into a policy event; custom hints have none.
+func hintEvent(ev *policies.Event, h *formats.Hint) bool {
+	*ev = policies.Event{TS: h.TS, PID: h.PID, File: h.FileID}
+	switch h.Kind {
+	case formats.HintTreeChildEnter:
+		ev.Kind = policies.EventTreeChildEnter
+		ev.Tree = policies.TreeChildEnter{ParentPage: h.ParentPage, Position: h.Position, Children: h.Children}
+	case formats.HintTensorLayout:
+		ev.Kind = policies.EventTensorLayout
+		ev.Tensor = policies.TensorLayout{Name: h.Name, Offset: h.OffsetBytes, Length: h.LengthBytes}
+	case formats.HintLayerStart:
+		ev.Kind = policies.EventLayerStart
+		ev.Layer = policies.LayerStart{Index: h.Position}
+	default:
+		return false
+	}
+	return true
+}
+
+// sleepUntil waits until t: sleeping for long waits, spinning (with yields)
+// for the last stretch so that short think times are kept.
+func sleepUntil(t time.Time) {
+	for {
+		d := time.Until(t)
+		if d <= 0 {
+			return
+		}
+		if d > 200*time.Microsecond {
+			time.Sleep(d - 100*time.Microsecond)
+			continue
+		}
+		runtime.Gosched()
+	}
+}
+
+var errNoDirect = errors.New("direct backend unavailable")
