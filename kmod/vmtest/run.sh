@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# run.sh boots Debian's 6.1 cloud kernel under qemu and runs the kernel
+# module tests (package kmod) and, when present, the record tests inside it.
+#
+#   kmod/vmtest/run.sh          # tests; exit status says whether they passed
+#   kmod/vmtest/run.sh -bench   # BenchmarkVMResident inside the VM
+#
+# It fetches the kernel image and headers with apt-get download into
+# kmod/vmtest/cache (gitignored; reused on later runs), builds predictio.ko
+# against those headers, builds static Go test binaries, packs a busybox
+# initramfs with them and the virtio modules, attaches an ext4 disk on
+# virtio-blk and collects results and the kernel log over the serial
+# console. It fails when a test fails or the kernel log shows BUG:,
+# WARNING:, Oops or a KASAN report.
+#
+# Needs: apt-get, dpkg-deb, gcc-12, make, qemu-system-x86_64,
+# busybox (static), cpio, gzip, mkfs.ext4, go. Environment:
+#   PREDICTIO_VM_KVER   kernel release (default 6.1.0-57-cloud-amd64)
+#   PREDICTIO_VM_ACCEL  qemu accelerator (default tcg; kvm where it works)
+#   PREDICTIO_VM_TIMEOUT seconds before the VM is killed (default 900)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+repo=$PWD
+
+mode=test
+case "${1:-}" in
+-bench) mode=bench ;;
+"") ;;
+*) echo "usage: $0 [-bench]" >&2; exit 2 ;;
+esac
+
+kver=${PREDICTIO_VM_KVER:-6.1.0-57-cloud-amd64}
+accel=${PREDICTIO_VM_ACCEL:-tcg}
+vmtimeout=${PREDICTIO_VM_TIMEOUT:-900}
+cache=$repo/kmod/vmtest/cache
+root=$cache/root-$kver
+build=$cache/build
+start=$(date +%s)
+log() { echo "vmtest: $*"; }
+
+need=(apt-get dpkg-deb gcc-12 make qemu-system-x86_64 busybox cpio gzip mkfs.ext4 go)
+for c in "${need[@]}"; do
+	command -v "$c" >/dev/null || { echo "vmtest: $c not found: run scripts/setup.sh (see docs/kmod.md)" >&2; exit 1; }
+done
+
+# 1. Kernel image and headers, cached.
+if [ ! -e "$root/.done" ]; then
+	abi=${kver%-cloud-amd64}
+	pkgs=(linux-image-$kver linux-headers-$kver linux-headers-$abi-common linux-kbuild-${kver%%.0-*})
+	log "fetching ${pkgs[*]}"
+	mkdir -p "$cache/debs"
+	rm -rf "$root"
+	mkdir -p "$root"
+	(
+		cd "$cache/debs"
+		if ! apt-get download "${pkgs[@]}" 2>/dev/null; then
+			apt-get update -q >/dev/null
+			apt-get download "${pkgs[@]}"
+		fi
+	)
+	for p in "${pkgs[@]}"; do
+		deb=$(ls -t "$cache"/debs/"${p}"_*.deb | head -1)
+		dpkg-deb -x "$deb" "$root"
+	done
+	# The headers include their common half and kbuild tools by absolute
+	# path; point them into the cache instead of /usr.
+	sed -i "s|include /usr/src/|include $root/usr/src/|" "$root/usr/src/linux-headers-$kver/Makefile"
+	touch "$root/.done"
+fi
+kdir=$root/usr/src/linux-headers-$kver
+vmlinuz=$root/boot/vmlinuz-$kver
+kmods=$root/lib/modules/$kver/kernel
+
+# 2. The module, built from a copy so the source tree stays clean.
+rm -rf "$build"
+mkdir -p "$build/module" "$build/initramfs"
+cp kmod/module/predictio.c kmod/module/Kbuild "$build/module/"
+cp kmod/predictio_uapi.h "$build/"
+log "building predictio.ko against $kver"
+make -s -C "$kdir" M="$build/module" modules 2>&1 | grep -v "Skipping BTF generation" || true
+[ -f "$build/module/predictio.ko" ] || { echo "vmtest: module build failed" >&2; exit 1; }
+
+# 3. Static test binaries.
+log "building test binaries"
+CGO_ENABLED=0 go test -c -o "$build/initramfs/kmod.test" ./kmod
+record=no
+if ls record/*_test.go >/dev/null 2>&1; then
+	if CGO_ENABLED=0 go test -c -o "$build/initramfs/record.test" ./record; then
+		record=yes
+	else
+		echo "vmtest: record tests do not build; not run" >&2
+	fi
+fi
+
+# 4. Initramfs: busybox, virtio modules, predictio.ko, tests, init.
+ir=$build/initramfs
+mkdir -p "$ir"/{bin,proc,sys,dev,mnt,tmp,lib/modules}
+cp "$(command -v busybox)" "$ir/bin/busybox"
+vmods="virtio/virtio_ring virtio/virtio virtio/virtio_pci_modern_dev virtio/virtio_pci_legacy_dev virtio/virtio_pci block/virtio_blk"
+for m in $vmods; do
+	src=$kmods/drivers/$m.ko
+	if [ -f "$src" ]; then
+		cp "$src" "$ir/lib/modules/"
+	elif [ -f "$src.xz" ]; then
+		xz -dc "$src.xz" >"$ir/lib/modules/$(basename "$m").ko"
+	else
+		grep -q "/$m.ko" "$root/lib/modules/$kver/modules.builtin" || { echo "vmtest: $m neither module nor built in" >&2; exit 1; }
+	fi
+done
+cp "$build/module/predictio.ko" "$ir/predictio.ko"
+cat >"$ir/init" <<EOF
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+for m in $(for m in $vmods; do basename "$m"; done | tr '\n' ' '); do
+	[ -f /lib/modules/\$m.ko ] && insmod /lib/modules/\$m.ko
+done
+i=0; while [ ! -b /dev/vda ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i+1)); done
+mount -t ext4 /dev/vda /mnt || echo "@@VM mount failed"
+mkdir -p /mnt/tmp
+export PREDICTIO_VM=1 PREDICTIO_KO=/predictio.ko PREDICTIO_DATA=/mnt TMPDIR=/mnt/tmp HOME=/ GOTRACEBACK=all
+echo "@@VM kernel \$(uname -r)"
+if [ "$mode" = bench ]; then
+	/kmod.test -test.run '^\$' -test.bench VMResident -test.benchtime 5x -test.v
+	echo "@@RESULT kmod rc=\$?"
+else
+	/kmod.test -test.v -test.count=1 -test.timeout 10m
+	echo "@@RESULT kmod rc=\$?"
+	if [ -x /record.test ]; then
+		/record.test -test.v -test.count=1 -test.timeout 5m
+		echo "@@RESULT record rc=\$?"
+	fi
+fi
+echo "@@DMESG-BEGIN"
+dmesg
+echo "@@DMESG-END"
+sync
+umount /mnt
+poweroff -f
+EOF
+chmod +x "$ir/init"
+(cd "$ir" && find . | cpio -o -H newc --quiet | gzip -1 >"$build/initramfs.gz")
+
+# 5. Data disk: ext4 on virtio-blk.
+truncate -s 1G "$build/disk.img"
+mkfs.ext4 -q -F "$build/disk.img"
+
+# 6. Boot.
+log "booting $kver ($accel)"
+console=$cache/console-$mode.log
+set +e
+timeout --foreground "$vmtimeout" qemu-system-x86_64 \
+	-accel "$accel" -cpu max -smp 2 -m 2G \
+	-nographic -no-reboot -net none \
+	-kernel "$vmlinuz" -initrd "$build/initramfs.gz" \
+	-append "console=ttyS0 loglevel=4 panic=-1 oops=panic" \
+	-drive file="$build/disk.img",if=virtio,format=raw,cache=unsafe \
+	</dev/null 2>&1 | tr -d '\r' | tee "$console" | sed -n '/@@VM/,/@@DMESG-BEGIN/p' | sed 's/^.*@@VM/@@VM/'
+qrc=${PIPESTATUS[0]}
+set -e
+log "VM finished in $(($(date +%s) - start)) s (qemu exit $qrc); console log: $console"
+
+fail=0
+if [ "$qrc" -eq 124 ]; then
+	echo "vmtest: VM timed out after $vmtimeout s" >&2
+	fail=1
+fi
+kres=$(grep -a '^@@RESULT kmod' "$console" | tail -1 || true)
+if [ "$kres" != "@@RESULT kmod rc=0" ]; then
+	echo "vmtest: kmod tests failed (${kres:-no result})" >&2
+	fail=1
+fi
+if [ "$record" = yes ]; then
+	rres=$(grep -a '^@@RESULT record' "$console" | tail -1 || true)
+	if [ "$rres" != "@@RESULT record rc=0" ]; then
+		echo "vmtest: record tests failed on $kver (${rres:-no result})" >&2
+		fail=1
+	fi
+fi
+# kernel lines only ("[  12.345678] ..."), from the console and the dmesg dump
+bad=$(grep -aE '^\[ *[0-9]+\.[0-9]+\] .*(BUG:|WARNING:|Oops|KASAN|general protection fault|Kernel panic)' "$console" || true)
+if [ -n "$bad" ]; then
+	echo "vmtest: kernel log shows problems:" >&2
+	echo "$bad" >&2
+	fail=1
+fi
+if [ "$fail" -ne 0 ]; then
+	exit 1
+fi
+log "passed"
