@@ -70,7 +70,7 @@ func newBatchEncoder() *batchEncoder {
 	// size target; better levels gain under 2% on access tables.
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest),
 		zstd.WithEncoderConcurrency(1), zstd.WithZeroFrames(true),
-		zstd.WithEncoderCRC(false), zstd.WithLowerEncoderMem(true))
+		zstd.WithLowerEncoderMem(true))
 	if err != nil {
 		panic(err) // only on invalid options
 	}
