@@ -101,13 +101,10 @@ func forEachHint(b *formats.Bundle, fn func(h *formats.Hint) error) error {
 	return nil
 }
 
-// openBundle opens dir, naming it in the error.
+// openBundle opens the bundle in dir.
 func openBundle(dir string) (*formats.Bundle, error) {
-	b, err := formats.Open(dir)
-	if err != nil {
-		return nil, fmt.Errorf("open bundle %s: %w", dir, err)
-	}
-	return b, nil
+	// formats.Open errors already say "open bundle" and name the file.
+	return formats.Open(dir)
 }
 
 // joinNotes appends notes, skipping empty ones.
