@@ -56,6 +56,7 @@ type directBackend struct {
 	requests, pagesRequested, pagesSubmitted, pagesCached, pastEOF atomic.Uint64
 	dropped, rejected, failures, inflightMax, throttled            atomic.Uint64
 	misses, hits, late, used, wasted, prefetched, devReads         atomic.Uint64
+	droppedPages                                                   atomic.Uint64
 	firstErr                                                       atomic.Pointer[error]
 	engineInfo                                                     string
 }
@@ -355,11 +356,13 @@ func (d *directBackend) Submit(req *policies.Request) error {
 	// cannot flush it faster than demand uses it.
 	if d.pending.Load()+int64(total) > int64(len(d.slots)/4) {
 		d.dropped.Add(1)
+		d.droppedPages.Add(total)
 		d.throttled.Add(1)
 		return nil
 	}
 	if len(d.queue)+len(req.Ranges) > cap(d.queue) {
 		d.dropped.Add(1)
+		d.droppedPages.Add(total)
 		return nil
 	}
 	d.pending.Add(int64(total))
@@ -424,6 +427,7 @@ func (d *directBackend) prefetcher(ew *engine.Worker) {
 			if s < 0 {
 				d.mu.Unlock()
 				d.dropped.Add(1)
+				d.droppedPages.Add(r.first + r.n - p)
 				d.pending.Add(-int64(r.first + r.n - p))
 				break
 			}
@@ -485,6 +489,7 @@ func (d *directBackend) finish() targetStats {
 		DemandHits:   d.hits.Load(),
 		Late:         d.late.Load(),
 		DeviceReads:  d.devReads.Load(),
+		DroppedPages: d.droppedPages.Load(),
 	}
 	if e := d.firstErr.Load(); e != nil {
 		ts.Warnings = append(ts.Warnings, fmt.Sprintf("%d read failures, first: %v", d.failures.Load(), *e))

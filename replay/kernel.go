@@ -115,6 +115,7 @@ type kernelBackend struct {
 
 	requests, pagesRequested, pagesSubmitted, pagesCached, pastEOF atomic.Uint64
 	dropped, rejected, failures, inflightMax, throttled            atomic.Uint64
+	droppedPages                                                   atomic.Uint64
 	firstErr                                                       atomic.Pointer[error]
 }
 
@@ -203,11 +204,13 @@ func (b *kernelBackend) Submit(req *policies.Request) error {
 	}
 	if b.inflight.Load()+int64(total) > b.limit {
 		b.dropped.Add(1)
+		b.droppedPages.Add(total)
 		b.throttled.Add(1)
 		return nil
 	}
 	if len(b.queue)+len(req.Ranges) > cap(b.queue) {
 		b.dropped.Add(1)
+		b.droppedPages.Add(total)
 		return nil
 	}
 	now := b.inflight.Add(int64(total))
@@ -409,7 +412,7 @@ func (b *kernelBackend) finish() targetStats {
 	close(b.queue)
 	b.wg.Wait()
 	pre, used := b.track.counts()
-	ts := targetStats{Prefetched: pre, Used: used, Wasted: pre - used}
+	ts := targetStats{Prefetched: pre, Used: used, Wasted: pre - used, DroppedPages: b.droppedPages.Load()}
 	if e := b.firstErr.Load(); e != nil {
 		ts.Warnings = append(ts.Warnings, fmt.Sprintf("%d prefetch failures, first: %v", b.failures.Load(), *e))
 	}

@@ -28,6 +28,10 @@ func Materialize(bundle, dir string) (*MaterializeResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	return materializeTrace(t, dir)
+}
+
+func materializeTrace(t *trace, dir string) (*MaterializeResult, error) {
 	if err := ensureDir(dir); err != nil {
 		return nil, err
 	}

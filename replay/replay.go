@@ -114,6 +114,9 @@ type Run struct {
 	// DevicePages counts pages the direct backend read with O_DIRECT,
 	// demand and prefetch.
 	DevicePages uint64 `json:"device_pages,omitempty"`
+	// PagesDropped counts pages of requests the backend dropped because a
+	// bound was hit (Counters.Dropped counts the requests).
+	PagesDropped uint64 `json:"pages_dropped"`
 	// DeviceReadBytes is the process's storage reads during the run
 	// (read_bytes of /proc/self/io): demand, kernel readahead and
 	// prefetch together.
@@ -136,6 +139,7 @@ type targetStats struct {
 	DemandMisses, DemandHits uint64
 	Late                     uint64
 	DeviceReads              uint64 // pages read with O_DIRECT (direct)
+	DroppedPages             uint64
 	Warnings                 []string
 }
 
@@ -156,25 +160,36 @@ type Replayer struct {
 
 // New loads the bundle in dir and checks its files.
 func New(dir string, opt Options) (*Replayer, error) {
+	if err := opt.validate(); err != nil {
+		return nil, err
+	}
+	t, err := loadTrace(dir)
+	if err != nil {
+		return nil, err
+	}
+	return newReplayer(t, opt)
+}
+
+func (opt *Options) validate() error {
 	if opt.Backend == "" {
 		opt.Backend = BackendKernel
 	}
 	switch opt.Backend {
 	case BackendKernel, BackendDirect, BackendNone:
 	default:
-		return nil, fmt.Errorf("replay: unknown backend %q; use kernel, direct or none", opt.Backend)
+		return fmt.Errorf("replay: unknown backend %q; use kernel, direct or none", opt.Backend)
 	}
 	if opt.Timing == "" {
 		opt.Timing = TimingRecorded
 	}
 	if opt.Timing != TimingRecorded && opt.Timing != TimingASAP {
-		return nil, fmt.Errorf("replay: unknown timing %q; use recorded or asap", opt.Timing)
+		return fmt.Errorf("replay: unknown timing %q; use recorded or asap", opt.Timing)
 	}
 	if opt.Speed == 0 {
 		opt.Speed = 1
 	}
 	if opt.Speed < 0 || math.IsNaN(opt.Speed) || math.IsInf(opt.Speed, 0) {
-		return nil, fmt.Errorf("replay: speed %v must be a positive number", opt.Speed)
+		return fmt.Errorf("replay: speed %v must be a positive number", opt.Speed)
 	}
 	if opt.Repeat <= 0 {
 		opt.Repeat = 1
@@ -182,10 +197,10 @@ func New(dir string, opt Options) (*Replayer, error) {
 	if len(opt.Runs) == 0 {
 		opt.Runs = []string{Baseline}
 	}
-	t, err := loadTrace(dir)
-	if err != nil {
-		return nil, err
-	}
+	return nil
+}
+
+func newReplayer(t *trace, opt Options) (*Replayer, error) {
 	paths, err := checkFiles(t, opt.Root, opt.AllowChanged)
 	if err != nil {
 		return nil, err
@@ -326,6 +341,7 @@ type runState struct {
 	disp     *policies.Dispatcher
 	mu       sync.Mutex // serializes the dispatcher
 	ev       policies.Event
+	req      policies.Request
 	emit     policies.Emit
 	nextHint atomic.Uint64 // TS of the next undelivered hint; MaxUint64 when none
 	hintIdx  int
@@ -378,7 +394,15 @@ func (r *Replayer) runOnce(ctx context.Context, spec string, round int) (*Run, e
 	st := &runState{rp: r, tgt: tgt}
 	if len(ps) > 0 {
 		st.disp = policies.NewDispatcher(ps...)
-		st.emit = func(req *policies.Request) { tgt.Submit(req) }
+		// Policies name files by bundle file_id; backends by index.
+		st.emit = func(req *policies.Request) {
+			st.req = *req
+			st.req.File = math.MaxUint32
+			if fi := r.t.byID[req.File]; fi != nil {
+				st.req.File = fi.idx
+			}
+			tgt.Submit(&st.req)
+		}
 	}
 	st.nextHint.Store(math.MaxUint64)
 	if st.disp != nil && len(r.t.hints) > 0 {
@@ -427,6 +451,7 @@ func (r *Replayer) runOnce(ctx context.Context, spec string, round int) (*Run, e
 	run.Prefetched, run.Used, run.Wasted = ts.Prefetched, ts.Used, ts.Wasted
 	run.DemandMisses, run.DemandHits, run.LatePrefetches = ts.DemandMisses, ts.DemandHits, ts.Late
 	run.DevicePages = ts.DeviceReads
+	run.PagesDropped = ts.DroppedPages
 	run.Warnings = ts.Warnings
 	run.Counters = tgt.Stats()
 	if st.disp != nil {
