@@ -1,16 +1,231 @@
 package formats
 
-// SynthSpec describes a synthetic bundle.
+import (
+	"fmt"
+	"math/rand"
+	"time"
+)
+
+// SynthSpec describes a synthetic bundle. Zero fields take the defaults
+// listed in docs/format.md.
 type SynthSpec struct {
-	Pattern   string // "seq", "stride", "random", "sparse", "btree"
-	Events    int
-	Files     int
+	// Pattern is "seq" (sequential scan), "stride" (every Stride-th page),
+	// "random" (uniform pages), "sparse" (a recurring sparse sequence that
+	// varies a little by Run) or "btree" (root-to-leaf lookups with
+	// tree_child_enter hints).
+	Pattern string
+	// Events is the number of access rows (default 100000).
+	Events int
+	// Files is the number of files (default 1).
+	Files int
+	// FilePages is each file's size in pages (default: Events/Files for
+	// seq, so one scan covers every file once; 262144, 1 GiB, otherwise).
 	FilePages uint64
-	Stride    uint64
-	Run       int
-	Seed      int64
-	ThinkNS   uint64
+	// Stride is the page step of "stride" (default 16) and the fanout of
+	// "btree" (default 64).
+	Stride uint64
+	// Run selects the run of "sparse" and "btree": runs share the sequence
+	// of Seed ("sparse": 90% of it) and differ in the rest.
+	Run int
+	// Seed selects the random sequence.
+	Seed int64
+	// ThinkNS is the mean time between accesses (default 2000 ns); each gap
+	// adds uniform jitter of up to a quarter of it.
+	ThinkNS uint64
 }
 
-// Synth writes a deterministic synthetic bundle into dir.
-func Synth(dir string, spec SynthSpec) error { return errNotImplemented }
+// Synth constants, part of the documented output.
+const (
+	synthStartNS  = 1_000_000_000_000
+	synthPID      = 4242
+	synthPageSize = 4096
+)
+
+var synthWall = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func (s *SynthSpec) defaults() error {
+	if s.Pattern == "" {
+		s.Pattern = "seq"
+	}
+	if s.Events <= 0 {
+		s.Events = 100000
+	}
+	if s.Files <= 0 {
+		s.Files = 1
+	}
+	if s.FilePages == 0 {
+		if s.Pattern == "seq" {
+			s.FilePages = max(1, uint64((s.Events+s.Files-1)/s.Files))
+		} else {
+			s.FilePages = 262144
+		}
+	}
+	if s.Stride == 0 {
+		if s.Pattern == "btree" {
+			s.Stride = 64
+		} else {
+			s.Stride = 16
+		}
+	}
+	if s.ThinkNS == 0 {
+		s.ThinkNS = 2000
+	}
+	switch s.Pattern {
+	case "seq", "stride", "random", "sparse", "btree":
+	default:
+		return fmt.Errorf("synth: unknown pattern %q (want seq, stride, random, sparse or btree)", s.Pattern)
+	}
+	if s.Pattern == "btree" && s.Stride < 2 {
+		return fmt.Errorf("synth: btree fanout (Stride) %d must be at least 2", s.Stride)
+	}
+	return nil
+}
+
+// Synth writes a deterministic synthetic bundle into dir (which must not
+// exist or be empty): the same spec gives byte-identical files on every
+// machine. docs/format.md describes each pattern.
+func Synth(dir string, spec SynthSpec) error {
+	if err := spec.defaults(); err != nil {
+		return err
+	}
+	w, err := Create(dir)
+	if err != nil {
+		return fmt.Errorf("synth: %w", err)
+	}
+	if err := synthRows(w, spec); err != nil {
+		w.Abort()
+		return fmt.Errorf("synth: %w", err)
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("synth: %w", err)
+	}
+	return nil
+}
+
+func synthRows(w *Writer, s SynthSpec) error {
+	m := w.Manifest()
+	m.ToolVersion = "predictio formats " + FormatVersion
+	m.Host = Host{Hostname: "synth", KernelRelease: "synthetic", CPUs: 1, MemoryBytes: 1 << 30, PageSize: synthPageSize}
+	m.Filesystems = []Filesystem{{Dev: 8<<20 | 1, Device: "synthetic", MountPoint: "/synth", FSType: "synthetic", LogicalBlockSize: 512}}
+	m.Recording = Recording{Source: "synth", CommandLine: []string{"synth", "--pattern", s.Pattern}, Target: "synthetic", EventSources: []string{"synthetic"}}
+	m.Start = Timestamp{Wall: synthWall, MonotonicNS: synthStartNS}
+	m.Notes = []string{fmt.Sprintf("synth pattern=%s events=%d files=%d file_pages=%d stride=%d run=%d seed=%d think_ns=%d",
+		s.Pattern, s.Events, s.Files, s.FilePages, s.Stride, s.Run, s.Seed, s.ThinkNS)}
+
+	for i := 0; i < s.Files; i++ {
+		err := w.AddFile(File{ID: uint32(i + 1), Dev: 8<<20 | 1, Ino: uint64(1000 + i), Path: fmt.Sprintf("/synth/%s-%03d.dat", s.Pattern, i),
+			Size: s.FilePages * synthPageSize, MtimeNS: synthWall.UnixNano()})
+		if err != nil {
+			return err
+		}
+	}
+	base := rand.New(rand.NewSource(s.Seed))
+	run := rand.New(rand.NewSource(s.Seed*1_000_003 + int64(s.Run)*7919 + 1))
+	ts := uint64(synthStartNS)
+	jitter := max(s.ThinkNS/4, 1)
+	tick := func() uint64 {
+		ts += s.ThinkNS + uint64(run.Int63n(int64(jitter)))
+		return ts
+	}
+	a := Access{PID: synthPID, TID: synthPID, Comm: "synth-" + s.Pattern, NPages: 1, Kind: KindRead}
+	emit := func(file uint32, page uint64) error {
+		a.TS = tick()
+		a.FileID = file
+		a.FirstPage = page
+		return w.Append(&a)
+	}
+	nf := uint64(s.Files)
+	switch s.Pattern {
+	case "seq":
+		for i := uint64(0); i < uint64(s.Events); i++ {
+			if err := emit(uint32((i/s.FilePages)%nf)+1, i%s.FilePages); err != nil {
+				return err
+			}
+		}
+	case "stride":
+		for i := uint64(0); i < uint64(s.Events); i++ {
+			p := i * s.Stride
+			if err := emit(uint32((p/s.FilePages)%nf)+1, p%s.FilePages); err != nil {
+				return err
+			}
+		}
+	case "random":
+		for i := 0; i < s.Events; i++ {
+			f := uint32(run.Int63n(int64(nf))) + 1
+			if err := emit(f, uint64(run.Int63n(int64(s.FilePages)))); err != nil {
+				return err
+			}
+		}
+	case "sparse":
+		for i := 0; i < s.Events; i++ {
+			f := uint32(base.Int63n(int64(nf))) + 1
+			p := uint64(base.Int63n(int64(s.FilePages)))
+			if run.Intn(10) == 0 { // 10% of positions differ between runs
+				f = uint32(run.Int63n(int64(nf))) + 1
+				p = uint64(run.Int63n(int64(s.FilePages)))
+			}
+			if err := emit(f, p); err != nil {
+				return err
+			}
+		}
+	case "btree":
+		if err := synthBtree(w, s, run, emit, &ts); err != nil {
+			return err
+		}
+	}
+	m.End = Timestamp{Wall: synthWall.Add(time.Duration(ts + 1 - synthStartNS)), MonotonicNS: ts + 1}
+	return nil
+}
+
+// synthBtree emits root-to-leaf lookups in a B-tree of fanout s.Stride laid
+// out level by level in file 1: the root is page 0, level l's nodes follow
+// level l-1's. Before entering a child it emits a tree_child_enter hint
+// naming the parent page, the child's position and all child pages.
+func synthBtree(w *Writer, s SynthSpec, rng *rand.Rand, emit func(uint32, uint64) error, ts *uint64) error {
+	f := s.Stride
+	// levels: sizes 1, f, f^2, ... while the tree fits in FilePages.
+	starts := []uint64{0}
+	size, total := uint64(1), uint64(1)
+	for total+size*f <= s.FilePages && len(starts) < 16 {
+		starts = append(starts, total)
+		size *= f
+		total += size
+	}
+	depth := len(starts)
+	leaves := size
+	children := make([]uint64, f)
+	h := Hint{PID: synthPID, Kind: HintTreeChildEnter, FileID: 1}
+	n := 0
+	for n < s.Events {
+		leaf := uint64(rng.Int63n(int64(leaves)))
+		idx := uint64(0) // node index within its level
+		for l := 0; l < depth && n < s.Events; l++ {
+			page := starts[l] + idx
+			if err := emit(1, page); err != nil {
+				return err
+			}
+			n++
+			if l == depth-1 || n == s.Events {
+				break
+			}
+			// position of the child on the path to leaf
+			shift := uint64(1)
+			for k := l + 2; k < depth; k++ {
+				shift *= f
+			}
+			pos := (leaf / shift) % f
+			for c := uint64(0); c < f; c++ {
+				children[c] = starts[l+1] + idx*f + c
+			}
+			h.TS = *ts + s.ThinkNS/2
+			h.ParentPage = page
+			h.Position = uint32(pos)
+			h.Children = children
+			if err := w.AppendHint(&h); err != nil {
+				return err
+			}
+			idx = idx*f + pos
+		}
+	}
+	return nil
+}
