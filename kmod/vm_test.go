@@ -190,12 +190,27 @@ func waitIdle(tb testing.TB, b *Backend) Counters {
 			tb.Fatal(err)
 		}
 		if c.QueueLen == 0 && c.ItemsDone == c.ItemsQueued && c.InFlightPages == 0 {
+			checkBalance(tb, c)
 			return c
 		}
 		if time.Now().After(deadline) {
 			tb.Fatalf("module not idle after 60 s: %+v", c)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// checkBalance checks that every requested page is accounted for once the
+// module is idle: submitted, skipped as cached, clipped at EOF or dropped.
+func checkBalance(tb testing.TB, c Counters) {
+	tb.Helper()
+	if got := c.PagesSubmitted + c.PagesCached + c.PagesPastEOF + c.PagesDropped; got != c.PagesRequested {
+		tb.Errorf("pages do not balance: submitted %d + cached %d + past EOF %d + dropped %d = %d, requested %d",
+			c.PagesSubmitted, c.PagesCached, c.PagesPastEOF, c.PagesDropped, got, c.PagesRequested)
+	}
+	// rejected_index counts skipped batches, not received entries
+	if c.Rejected()-c.RejectedIndex+c.DroppedQueueFull > c.EntriesReceived {
+		tb.Errorf("more entries rejected or dropped than received: %+v", c)
 	}
 }
 
@@ -390,6 +405,82 @@ func TestVMReject(t *testing.T) {
 	}
 	if st := b.Stats(); st.Rejected != 10 {
 		t.Errorf("BackendStats.Rejected = %d, want 10", st.Rejected)
+	}
+}
+
+// TestVMChurn has two contexts prefetch the same file while it is
+// truncated and one of them unregisters it, and checks that every page is
+// accounted for and the cache holds nothing past the new end of file.
+func TestVMChurn(t *testing.T) {
+	needModule(t)
+	tf := makeFile(t, dataDir(t), 8192)
+	tf.cold(t)
+	var bs []*Backend
+	for i := 0; i < 2; i++ {
+		b := openBackend(t, WithInFlightLimit(32), WithItemPages(8), WithWorkers(3), WithQueueCapacity(256))
+		if err := b.Register(1, tf.f); err != nil {
+			t.Fatal(err)
+		}
+		bs = append(bs, b)
+	}
+	done := make(chan error, len(bs))
+	for i, b := range bs {
+		go func(i int, b *Backend) {
+			x := uint64(i*7919 + 1)
+			for k := 0; k < 300; k++ {
+				var rs []policies.Range
+				for j := 0; j < 8; j++ {
+					x = x*6364136223846793005 + 1442695040888963407
+					rs = append(rs, policies.Range{First: (x >> 33) % 9000, N: uint32(1 + (x>>20)%40)})
+				}
+				if err := b.Submit(&policies.Request{File: 1, Ranges: rs}); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}(i, b)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := os.Truncate(tf.f.Name(), 4096*int64(os.Getpagesize())); err != nil {
+		t.Fatal(err)
+	}
+	if err := bs[1].Unregister(1); err != nil {
+		t.Fatal(err)
+	}
+	var unknown int
+	for range bs {
+		if err := <-done; err != nil {
+			if !errors.Is(err, ErrUnknownFile) {
+				t.Fatal(err)
+			}
+			unknown++
+		}
+	}
+	for i, b := range bs {
+		c := waitIdle(t, b) // checks the page balance
+		t.Logf("context %d: %d entries, %d pages requested, %d submitted, %d cached, %d past EOF, %d dropped, %d rejected, in-flight max %d",
+			i, c.EntriesReceived, c.PagesRequested, c.PagesSubmitted, c.PagesCached, c.PagesPastEOF, c.PagesDropped, c.Rejected(), c.InFlightMax)
+		if c.InFlightMax > 32 {
+			t.Errorf("context %d: in-flight max %d over the limit 32", i, c.InFlightMax)
+		}
+	}
+	// A read racing with the truncate itself can leave zero-filled pages
+	// past the new end (as the kernel's own readahead can); only pages in
+	// flight at that moment can, so the in-flight limits bound them.
+	if got := tf.resident(t, 4096, 4096); got > 2*32 {
+		t.Errorf("%d pages resident past the truncated end of file, more than the in-flight limits (2x32)", got)
+	} else {
+		t.Logf("%d pages resident past the truncated end of file", got)
+	}
+	// New entries past the new end are rejected, entries across it clipped.
+	c0 := waitIdle(t, bs[0])
+	if err := bs[0].Submit(&policies.Request{File: 1, Ranges: []policies.Range{{First: 5000, N: 4}, {First: 4094, N: 4}}}); err != nil {
+		t.Fatal(err)
+	}
+	c1 := waitIdle(t, bs[0])
+	if c1.RejectedEOF != c0.RejectedEOF+1 || c1.PagesPastEOF != c0.PagesPastEOF+2 || tf.resident(t, 4094, 2) != 2 {
+		t.Errorf("after truncate: rejected EOF %d -> %d, past EOF %d -> %d, want +1 and +2", c0.RejectedEOF, c1.RejectedEOF, c0.PagesPastEOF, c1.PagesPastEOF)
 	}
 }
 

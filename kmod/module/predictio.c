@@ -320,10 +320,32 @@ static void pio_process(struct pio_ctx *ctx, struct pio_item *it)
 				atomic64_add(end - run, &ctx->c.pages_dropped);
 				goto out;
 			}
-			pio_submit_run(it->file, run, got);
+			/*
+			 * Recheck EOF just before reading: a truncate since the
+			 * first check must not get pages past the new end.
+			 * (A truncate racing with the read itself can still leave
+			 * zero-filled pages past EOF, as with the kernel's own
+			 * readahead; they are bounded by the in-flight limit.)
+			 */
+			eof = pio_eof_pages(it->file);
+			if (run + got > eof) {
+				u64 cut = run >= eof ? got : run + got - eof;
+
+				mutex_lock(&ctx->if_mutex);
+				got -= cut;
+				r->end -= cut;
+				ctx->inflight -= cut;
+				mutex_unlock(&ctx->if_mutex);
+			}
+			if (got)
+				pio_submit_run(it->file, run, got);
 			smp_store_release(&r->armed, true);
 			submitted += got;
 			run += got;
+			if (run >= eof) {
+				atomic64_add(end - run, &ctx->c.pages_past_eof);
+				goto out;
+			}
 		}
 	}
 out:
@@ -663,7 +685,7 @@ static int pio_mmap(struct file *filp, struct vm_area_struct *vma)
 	unsigned long want;
 	int ret;
 
-	if (vma->vm_pgoff != 0)
+	if (vma->vm_pgoff != 0 || !(vma->vm_flags & VM_SHARED))
 		return -EINVAL;
 	mutex_lock(&ctx->cfg_mutex);
 	want = PAGE_ALIGN(PREDICTIO_RING_SIZE((unsigned long)ctx->cfg.ring_entries));

@@ -119,7 +119,8 @@ for m in $(for m in $vmods; do basename "$m"; done | tr '\n' ' '); do
 done
 i=0; while [ ! -b /dev/vda ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i+1)); done
 mount -t ext4 /dev/vda /mnt || echo "@@VM mount failed"
-mkdir -p /mnt/tmp
+mkdir -p /mnt/tmp /mnt/var-tmp /var/tmp
+mount --bind /mnt/var-tmp /var/tmp
 export PREDICTIO_VM=1 PREDICTIO_KO=/predictio.ko PREDICTIO_DATA=/mnt TMPDIR=/mnt/tmp HOME=/ GOTRACEBACK=all
 echo "@@VM kernel \$(uname -r)"
 if [ "$mode" = bench ]; then
