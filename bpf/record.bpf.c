@@ -23,6 +23,9 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 const volatile __u8 target_mode = MODE_PIDS;
 const volatile __u8 comm_filter = 0;
 const volatile __u32 self_tgid = 0;
+// stopped is set by user space to end the recording before the (slow)
+// detach of the tracepoints.
+volatile __u32 stopped = 0;
 
 struct filekey {
 	__u64 ino;
@@ -30,13 +33,16 @@ struct filekey {
 	__u32 pad;
 };
 
-// open_event is one open of a path by a target, 280 bytes, in the opens ring.
+#define OPEN_EXEC 1 // flags: the path was given to execve/execveat
+
+// open_event is one open (or exec) of a path by a target, 280 bytes, in the
+// opens ring.
 struct open_event {
 	__u64 ts;
 	__u32 pid;
 	__u32 tid;
 	__s32 dfd;
-	__u32 pad;
+	__u32 flags;
 	char path[256];
 };
 
@@ -81,6 +87,8 @@ static __always_inline bool is_target(__u64 pid_tgid)
 {
 	__u32 tgid = pid_tgid >> 32;
 
+	if (stopped)
+		return false;
 	if (tgid == self_tgid)
 		return false;
 	if (target_mode == MODE_ALL)
@@ -211,7 +219,7 @@ struct sys_enter {
 	__u64 args[6];
 };
 
-static __always_inline int emit_open(__s32 dfd, const char *path)
+static __always_inline int emit_open(__s32 dfd, const char *path, __u32 flags)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 
@@ -226,7 +234,7 @@ static __always_inline int emit_open(__s32 dfd, const char *path)
 	o->pid = pid_tgid >> 32;
 	o->tid = (__u32)pid_tgid;
 	o->dfd = dfd;
-	o->pad = 0;
+	o->flags = flags;
 	if (bpf_probe_read_user_str(o->path, sizeof(o->path), path) < 0)
 		o->path[0] = 0;
 	bpf_ringbuf_submit(o, 0);
@@ -236,17 +244,29 @@ static __always_inline int emit_open(__s32 dfd, const char *path)
 SEC("tracepoint/syscalls/sys_enter_openat")
 int handle_openat(struct sys_enter *ctx)
 {
-	return emit_open((__s32)ctx->args[0], (const char *)ctx->args[1]);
+	return emit_open((__s32)ctx->args[0], (const char *)ctx->args[1], 0);
 }
 
 SEC("tracepoint/syscalls/sys_enter_openat2")
 int handle_openat2(struct sys_enter *ctx)
 {
-	return emit_open((__s32)ctx->args[0], (const char *)ctx->args[1]);
+	return emit_open((__s32)ctx->args[0], (const char *)ctx->args[1], 0);
 }
 
 SEC("tracepoint/syscalls/sys_enter_open")
 int handle_open(struct sys_enter *ctx)
 {
-	return emit_open(-100 /* AT_FDCWD */, (const char *)ctx->args[0]);
+	return emit_open(-100 /* AT_FDCWD */, (const char *)ctx->args[0], 0);
+}
+
+SEC("tracepoint/syscalls/sys_enter_execve")
+int handle_execve(struct sys_enter *ctx)
+{
+	return emit_open(-100 /* AT_FDCWD */, (const char *)ctx->args[0], OPEN_EXEC);
+}
+
+SEC("tracepoint/syscalls/sys_enter_execveat")
+int handle_execveat(struct sys_enter *ctx)
+{
+	return emit_open((__s32)ctx->args[0], (const char *)ctx->args[1], OPEN_EXEC);
 }

@@ -35,13 +35,13 @@ type RecordFilekey struct {
 }
 
 type RecordOpenEvent struct {
-	_    structs.HostLayout
-	Ts   uint64
-	Pid  uint32
-	Tid  uint32
-	Dfd  int32
-	Pad  uint32
-	Path [256]int8
+	_     structs.HostLayout
+	Ts    uint64
+	Pid   uint32
+	Tid   uint32
+	Dfd   int32
+	Flags uint32
+	Path  [256]int8
 }
 
 // Names of all BPF objects in the ELF.
@@ -57,6 +57,8 @@ const (
 	RecordMapPids            = "pids"
 	RecordProgHandleAsyncRa  = "handle_async_ra"
 	RecordProgHandleCacheAdd = "handle_cache_add"
+	RecordProgHandleExecve   = "handle_execve"
+	RecordProgHandleExecveat = "handle_execveat"
 	RecordProgHandleExit     = "handle_exit"
 	RecordProgHandleFault    = "handle_fault"
 	RecordProgHandleFork     = "handle_fork"
@@ -68,6 +70,7 @@ const (
 	RecordProgHandleSyncRa   = "handle_sync_ra"
 	RecordVarCommFilter      = "comm_filter"
 	RecordVarSelfTgid        = "self_tgid"
+	RecordVarStopped         = "stopped"
 	RecordVarTargetMode      = "target_mode"
 	RecordVarUnusedEvent     = "unused_event"
 	RecordVarUnusedOpenEvent = "unused_open_event"
@@ -118,6 +121,8 @@ type RecordSpecs struct {
 type RecordProgramSpecs struct {
 	HandleAsyncRa  *ebpf.ProgramSpec `ebpf:"handle_async_ra"`
 	HandleCacheAdd *ebpf.ProgramSpec `ebpf:"handle_cache_add"`
+	HandleExecve   *ebpf.ProgramSpec `ebpf:"handle_execve"`
+	HandleExecveat *ebpf.ProgramSpec `ebpf:"handle_execveat"`
 	HandleExit     *ebpf.ProgramSpec `ebpf:"handle_exit"`
 	HandleFault    *ebpf.ProgramSpec `ebpf:"handle_fault"`
 	HandleFork     *ebpf.ProgramSpec `ebpf:"handle_fork"`
@@ -148,6 +153,7 @@ type RecordMapSpecs struct {
 type RecordVariableSpecs struct {
 	CommFilter      *ebpf.VariableSpec `ebpf:"comm_filter"`
 	SelfTgid        *ebpf.VariableSpec `ebpf:"self_tgid"`
+	Stopped         *ebpf.VariableSpec `ebpf:"stopped"`
 	TargetMode      *ebpf.VariableSpec `ebpf:"target_mode"`
 	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedOpenEvent *ebpf.VariableSpec `ebpf:"unused_open_event"`
@@ -201,6 +207,7 @@ func (m *RecordMaps) Close() error {
 type RecordVariables struct {
 	CommFilter      *ebpf.Variable `ebpf:"comm_filter"`
 	SelfTgid        *ebpf.Variable `ebpf:"self_tgid"`
+	Stopped         *ebpf.Variable `ebpf:"stopped"`
 	TargetMode      *ebpf.Variable `ebpf:"target_mode"`
 	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
 	UnusedOpenEvent *ebpf.Variable `ebpf:"unused_open_event"`
@@ -213,6 +220,8 @@ type RecordVariables struct {
 type RecordPrograms struct {
 	HandleAsyncRa  *ebpf.Program `ebpf:"handle_async_ra"`
 	HandleCacheAdd *ebpf.Program `ebpf:"handle_cache_add"`
+	HandleExecve   *ebpf.Program `ebpf:"handle_execve"`
+	HandleExecveat *ebpf.Program `ebpf:"handle_execveat"`
 	HandleExit     *ebpf.Program `ebpf:"handle_exit"`
 	HandleFault    *ebpf.Program `ebpf:"handle_fault"`
 	HandleFork     *ebpf.Program `ebpf:"handle_fork"`
@@ -228,6 +237,8 @@ func (p *RecordPrograms) Close() error {
 	return _RecordClose(
 		p.HandleAsyncRa,
 		p.HandleCacheAdd,
+		p.HandleExecve,
+		p.HandleExecveat,
 		p.HandleExit,
 		p.HandleFault,
 		p.HandleFork,

@@ -1,0 +1,362 @@
+package record
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/hints"
+)
+
+// HintRejects counts hint datagrams the recorder skipped, by reason.
+type HintRejects struct {
+	Malformed     uint64 // bad magic, kind, flags or lengths
+	Truncated     uint64 // shorter than its header or payload_len says
+	Oversized     uint64 // larger than hints.MaxDatagram, or too many children / too long a name
+	ForeignUID    uint64 // sender uid is not the recorder's, root's or a --hints-uid
+	NoCredentials uint64 // no SCM_CREDENTIALS (cannot happen with SO_PASSCRED)
+	Unreadable    uint64 // the sender may not read the named file
+	BadFile       uint64 // the file does not exist, is not regular, or fds are missing
+}
+
+const (
+	rejMalformed = iota
+	rejTruncated
+	rejOversized
+	rejForeign
+	rejNoCreds
+	rejUnreadable
+	rejBadFile
+	nRej
+)
+
+// hintServer receives hints on a Unix datagram socket.
+type hintServer struct {
+	fd      int
+	path    string
+	r       *recorder
+	allowed map[uint32]bool
+
+	accepted atomic.Uint64
+	rej      [nRej]atomic.Uint64
+	quit     atomic.Bool
+
+	// Used by the serve goroutine only.
+	paths  map[uint32]map[string]pathCheck
+	groups map[uint32][]uint32
+	clock  monoClock
+}
+
+type pathCheck struct {
+	entry *fileEntry
+	rej   int // -1 when readable
+	at    time.Time
+}
+
+// pathCheckTTL is how long a (uid, path) check is reused.
+const pathCheckTTL = time.Second
+
+func newHintServer(path string, r *recorder, uids []uint32) (*hintServer, error) {
+	if st, err := os.Lstat(path); err == nil {
+		if st.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("open hint socket %s: exists and is not a socket", path)
+		}
+		os.Remove(path) // stale socket of an earlier recording
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open hint socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("open hint socket %s: %w", path, err)
+	}
+	// Anyone may connect; the uid check decides what is accepted.
+	_ = os.Chmod(path, 0o666)
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PASSCRED, 1); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("open hint socket %s: SO_PASSCRED: %w", path, err)
+	}
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
+	}
+	tv := unix.NsecToTimeval(int64(50 * time.Millisecond))
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	s := &hintServer{
+		fd: fd, path: path, r: r,
+		allowed: map[uint32]bool{0: true, uint32(os.Getuid()): true},
+		paths:   make(map[uint32]map[string]pathCheck),
+		groups:  make(map[uint32][]uint32),
+		clock:   newMonoClock(),
+	}
+	for _, u := range uids {
+		s.allowed[u] = true
+	}
+	return s, nil
+}
+
+func (s *hintServer) stop() { s.quit.Store(true) }
+
+func (s *hintServer) close() {
+	unix.Close(s.fd)
+	os.Remove(s.path)
+}
+
+func (s *hintServer) rejects() HintRejects {
+	return HintRejects{
+		Malformed: s.rej[rejMalformed].Load(), Truncated: s.rej[rejTruncated].Load(),
+		Oversized: s.rej[rejOversized].Load(), ForeignUID: s.rej[rejForeign].Load(),
+		NoCredentials: s.rej[rejNoCreds].Load(), Unreadable: s.rej[rejUnreadable].Load(),
+		BadFile: s.rej[rejBadFile].Load(),
+	}
+}
+
+// monoClock reads CLOCK_MONOTONIC through Go's vDSO clock.
+type monoClock struct {
+	base  time.Time
+	mono0 uint64
+}
+
+func newMonoClock() monoClock {
+	t := time.Now()
+	m := monoNow()
+	return monoClock{base: t, mono0: m}
+}
+
+func (c monoClock) now() uint64 { return c.mono0 + uint64(time.Since(c.base)) }
+
+const cmsgAlign = 8 // sizeof(long) on 64-bit Linux
+
+func align(n int) int { return (n + cmsgAlign - 1) &^ (cmsgAlign - 1) }
+
+// serve receives datagrams until stop; it never panics on bad input.
+func (s *hintServer) serve() {
+	buf := make([]byte, hints.MaxDatagram+1)
+	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred)+unix.CmsgSpace(4*16))
+	var msg hints.Message
+	var h formats.Hint
+	var fds [16]int32
+	for {
+		iov := unix.Iovec{Base: &buf[0]}
+		iov.SetLen(len(buf))
+		mh := unix.Msghdr{Iov: &iov, Iovlen: 1, Control: &oob[0]}
+		mh.SetControllen(len(oob))
+		n, _, errno := unix.Syscall(unix.SYS_RECVMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&mh)), unix.MSG_CMSG_CLOEXEC|unix.MSG_TRUNC)
+		if errno != 0 {
+			if errno == unix.EAGAIN || errno == unix.EINTR {
+				if s.quit.Load() {
+					return
+				}
+				continue
+			}
+			return // socket closed
+		}
+		ts := s.clock.now()
+		// Credentials and descriptors.
+		var cred *unix.Ucred
+		nfds := 0
+		oobn := int(mh.Controllen)
+		for off := 0; off+unix.SizeofCmsghdr <= oobn; {
+			ch := (*unix.Cmsghdr)(unsafe.Pointer(&oob[off]))
+			l := int(ch.Len)
+			if l < unix.SizeofCmsghdr || off+l > oobn {
+				break
+			}
+			data := oob[off+align(unix.SizeofCmsghdr) : off+l]
+			if ch.Level == unix.SOL_SOCKET {
+				switch ch.Type {
+				case unix.SCM_CREDENTIALS:
+					if len(data) >= unix.SizeofUcred {
+						cred = (*unix.Ucred)(unsafe.Pointer(&data[0]))
+					}
+				case unix.SCM_RIGHTS:
+					for i := 0; i+4 <= len(data); i += 4 {
+						fd := *(*int32)(unsafe.Pointer(&data[i]))
+						if nfds < len(fds) {
+							fds[nfds] = fd
+							nfds++
+						} else {
+							unix.Close(int(fd))
+						}
+					}
+				}
+			}
+			off += align(l)
+		}
+		rej := s.handle(buf, int(n), mh.Flags, cred, fds[:nfds], ts, &msg, &h)
+		for _, fd := range fds[:nfds] {
+			unix.Close(int(fd))
+		}
+		if rej >= 0 {
+			s.rej[rej].Add(1)
+		} else {
+			s.accepted.Add(1)
+		}
+	}
+}
+
+// handle checks and writes one datagram; it returns a rej* reason or -1.
+func (s *hintServer) handle(buf []byte, n int, flags int32, cred *unix.Ucred, fds []int32, ts uint64, msg *hints.Message, h *formats.Hint) int {
+	if cred == nil {
+		return rejNoCreds
+	}
+	if !s.allowed[cred.Uid] {
+		return rejForeign
+	}
+	if n > hints.MaxDatagram || flags&unix.MSG_TRUNC != 0 {
+		return rejOversized
+	}
+	if flags&unix.MSG_CTRUNC != 0 {
+		return rejBadFile
+	}
+	if err := hints.Decode(buf[:n], msg); err != nil {
+		switch {
+		case errors.Is(err, hints.ErrTruncated):
+			return rejTruncated
+		case errors.Is(err, hints.ErrTooLarge):
+			return rejOversized
+		}
+		return rejMalformed
+	}
+	var fe *fileEntry
+	if msg.Flags&hints.FlagFD != 0 {
+		if len(fds) != 1 {
+			return rejBadFile
+		}
+		fd := int(fds[0])
+		fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+		if err != nil || fl&unix.O_PATH != 0 || fl&unix.O_ACCMODE == unix.O_WRONLY {
+			return rejUnreadable
+		}
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return rejBadFile
+		}
+		key := statKey(&st)
+		if fe = s.r.files.get(key); fe == nil {
+			p, _ := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+			if !strings.HasPrefix(p, "/") {
+				p = ""
+			}
+			fe = s.r.files.add(key, 0, strings.TrimSuffix(p, " (deleted)"))
+		}
+	} else {
+		if len(fds) != 0 {
+			return rejBadFile
+		}
+		var rej int
+		fe, rej = s.checkPath(cred, msg.Path)
+		if rej >= 0 {
+			return rej
+		}
+	}
+	*h = formats.Hint{TS: ts, PID: uint32(cred.Pid), Kind: formats.HintKind(msg.Kind), FileID: fe.id}
+	switch msg.Kind {
+	case hints.KindTreeChildEnter:
+		h.ParentPage, h.Position, h.Children = msg.ParentPage, msg.Position, msg.Children
+	case hints.KindTensorLayout:
+		h.Name, h.OffsetBytes, h.LengthBytes = string(msg.Name), msg.Offset, msg.Length
+	case hints.KindLayerStart:
+		h.Position = msg.Layer
+	}
+	s.r.wmu.Lock()
+	err := s.r.out.AppendHint(h)
+	s.r.wmu.Unlock()
+	if err != nil {
+		s.r.writeErr.CompareAndSwap(nil, &err)
+	}
+	return -1
+}
+
+// checkPath resolves a hint's path for the sender, with a short-lived cache.
+func (s *hintServer) checkPath(cred *unix.Ucred, path []byte) (*fileEntry, int) {
+	byPath := s.paths[cred.Uid]
+	if byPath == nil {
+		byPath = make(map[string]pathCheck)
+		s.paths[cred.Uid] = byPath
+	}
+	if c, ok := byPath[string(path)]; ok && time.Since(c.at) < pathCheckTTL {
+		return c.entry, c.rej
+	}
+	p := string(path)
+	c := pathCheck{rej: -1, at: time.Now()}
+	var st unix.Stat_t
+	switch {
+	case !strings.HasPrefix(p, "/"):
+		c.rej = rejBadFile // relative paths are ambiguous for a daemon
+	case unix.Stat(p, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG:
+		c.rej = rejBadFile
+	case !s.canRead(cred, &st):
+		c.rej = rejUnreadable
+	default:
+		key := statKey(&st)
+		if c.entry = s.r.files.get(key); c.entry == nil {
+			c.entry = s.r.files.add(key, 0, p)
+		}
+	}
+	if len(byPath) > 65536 {
+		clear(byPath)
+	}
+	byPath[p] = c
+	return c.entry, c.rej
+}
+
+// canRead applies the file's permission bits to the sender's uid, gid and
+// supplementary groups. Root reads everything.
+func (s *hintServer) canRead(cred *unix.Ucred, st *unix.Stat_t) bool {
+	if cred.Uid == 0 {
+		return true
+	}
+	if st.Uid == cred.Uid {
+		return st.Mode&unix.S_IRUSR != 0
+	}
+	inGroup := st.Gid == cred.Gid
+	if !inGroup {
+		groups, ok := s.groups[uint32(cred.Pid)]
+		if !ok {
+			groups = procGroups(uint32(cred.Pid))
+			s.groups[uint32(cred.Pid)] = groups
+		}
+		for _, g := range groups {
+			if g == st.Gid {
+				inGroup = true
+				break
+			}
+		}
+	}
+	if inGroup {
+		return st.Mode&unix.S_IRGRP != 0
+	}
+	return st.Mode&unix.S_IROTH != 0
+}
+
+// procGroups reads the supplementary groups of pid.
+func procGroups(pid uint32) []uint32 {
+	f, err := os.Open("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/status")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "Groups:"); ok {
+			var gs []uint32
+			for _, g := range strings.Fields(rest) {
+				if v, err := strconv.ParseUint(g, 10, 32); err == nil {
+					gs = append(gs, uint32(v))
+				}
+			}
+			return gs
+		}
+	}
+	return nil
+}

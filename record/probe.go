@@ -1,0 +1,155 @@
+package record
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/predictio/predictio/formats"
+)
+
+// Capability numbers (linux/capability.h).
+const (
+	capSysAdmin = 21
+	capPerfmon  = 38
+	capBPF      = 39
+)
+
+// ErrPermission is wrapped by the error Run returns when capabilities are
+// missing.
+var ErrPermission = errors.New("missing capabilities")
+
+// ErrNotSupported is wrapped when the kernel lacks every access tracepoint.
+var ErrNotSupported = errors.New("not supported by this kernel")
+
+// effectiveCaps returns the calling thread's effective capability set.
+func effectiveCaps() (uint64, error) {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return 0, fmt.Errorf("read capabilities: %w", err)
+	}
+	return uint64(data[0].Effective) | uint64(data[1].Effective)<<32, nil
+}
+
+// missingCaps names the capabilities absent from eff. CAP_BPF and
+// CAP_PERFMON (Linux 5.8) may each be replaced by CAP_SYS_ADMIN, as on older
+// kernels; CAP_SYS_ADMIN itself is needed when needAdmin is set (mounting
+// tracefs, creating the command's cgroup).
+func missingCaps(eff uint64, needAdmin bool) []string {
+	has := func(c uint) bool { return eff&(1<<c) != 0 }
+	var miss []string
+	admin := has(capSysAdmin)
+	if !has(capBPF) && !admin {
+		miss = append(miss, "CAP_BPF")
+	}
+	if !has(capPerfmon) && !admin {
+		miss = append(miss, "CAP_PERFMON")
+	}
+	if needAdmin && !admin {
+		miss = append(miss, "CAP_SYS_ADMIN")
+	}
+	return miss
+}
+
+func checkPrivileges(needAdmin bool) error {
+	eff, err := effectiveCaps()
+	if err != nil {
+		return err
+	}
+	if miss := missingCaps(eff, needAdmin); len(miss) > 0 {
+		return fmt.Errorf("check privileges: %s: %w; run predictio record as root (sudo) or grant them with setcap",
+			strings.Join(miss, ", "), ErrPermission)
+	}
+	return nil
+}
+
+// tracefsEvents returns the tracefs events directory, or "" when tracefs is
+// not mounted.
+func tracefsEvents() string {
+	for _, d := range []string{"/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events"} {
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			return d
+		}
+	}
+	return ""
+}
+
+// mountTracefs mounts tracefs at /sys/kernel/tracing when no tracefs is
+// mounted (needs CAP_SYS_ADMIN).
+func mountTracefs() error {
+	if tracefsEvents() != "" {
+		return nil
+	}
+	if err := unix.Mount("tracefs", "/sys/kernel/tracing", "tracefs", 0, ""); err != nil {
+		return fmt.Errorf("mount tracefs at /sys/kernel/tracing: %w (mount it yourself: mount -t tracefs tracefs /sys/kernel/tracing)", err)
+	}
+	return nil
+}
+
+// tracepointExists reports whether group:name is in tracefs.
+func tracepointExists(events, group, name string) bool {
+	_, err := os.Stat(events + "/" + group + "/" + name + "/id")
+	return err == nil
+}
+
+// source is one tracepoint the recorder can attach.
+type source struct {
+	group, name string
+	prog        string             // program name in record.bpf.c
+	kind        formats.AccessKind // 0 for non-access sources
+	minKernel   string
+}
+
+// accessSources are the page-access tracepoints, in docs/record.md order.
+var accessSources = []source{
+	{"filemap", "mm_filemap_get_pages", "handle_get_pages", formats.KindRead, "6.11"},
+	{"filemap", "mm_filemap_fault", "handle_fault", formats.KindFault, "6.11"},
+	{"filemap", "mm_filemap_map_pages", "handle_map_pages", formats.KindMap, "6.11"},
+	{"filemap", "mm_filemap_add_to_page_cache", "handle_cache_add", formats.KindCacheAdd, "3.15"},
+	{"readahead", "page_cache_sync_ra", "handle_sync_ra", formats.KindReadaheadSync, "6.14"},
+	{"readahead", "page_cache_async_ra", "handle_async_ra", formats.KindReadaheadAsync, "6.14"},
+}
+
+// helperSources follow processes and opens; they are optional.
+var helperSources = []source{
+	{"sched", "sched_process_fork", "handle_fork", 0, "4.14"},
+	{"sched", "sched_process_exit", "handle_exit", 0, "4.14"},
+	{"syscalls", "sys_enter_openat", "handle_openat", 0, "4.14"},
+	{"syscalls", "sys_enter_openat2", "handle_openat2", 0, "5.6"},
+	{"syscalls", "sys_enter_open", "handle_open", 0, "4.14"},
+	{"syscalls", "sys_enter_execve", "handle_execve", 0, "4.14"},
+	{"syscalls", "sys_enter_execveat", "handle_execveat", 0, "4.14"},
+}
+
+// cgroup2Mount returns the mount point of the cgroup v2 hierarchy, or "".
+func cgroup2Mount() string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// ... mount_point ... - fstype source opts
+		fields := strings.Fields(sc.Text())
+		for i, fld := range fields {
+			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && len(fields) > 4 {
+				return unescapeMount(fields[4])
+			}
+		}
+	}
+	return ""
+}
+
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+	return r.Replace(s)
+}

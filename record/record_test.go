@@ -1,0 +1,427 @@
+package record
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/predictio/predictio/formats"
+)
+
+// TestMain doubles as the helper programs the tests record.
+func TestMain(m *testing.M) {
+	switch os.Getenv("PREDICTIO_RECORD_HELPER") {
+	case "":
+		os.Exit(m.Run())
+	case "mmap":
+		os.Exit(helperMmap())
+	case "pread":
+		os.Exit(helperPread())
+	case "scan":
+		os.Exit(helperScan())
+	}
+	os.Exit(3)
+}
+
+// mmapPages is the sparse page list the mmap helper touches, in order.
+var mmapPages = []uint64{5, 900, 17, 3000, 42, 2500, 1200, 4000}
+
+// touched keeps the mmap helper's loads from being optimized away.
+var touched byte
+
+func helperMmap() int {
+	f, err := os.Open(os.Getenv("PREDICTIO_RECORD_FILE"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	st, _ := f.Stat()
+	b, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// MADV_RANDOM turns off mmap read-around, so each touch faults one page.
+	if err := unix.Madvise(b, unix.MADV_RANDOM); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for _, p := range mmapPages {
+		touched += b[p*4096]
+	}
+	return 0
+}
+
+// requireRecorder skips when the recorder cannot run here, naming why.
+func requireRecorder(t testing.TB, sources ...string) {
+	t.Helper()
+	eff, err := effectiveCaps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if miss := missingCaps(eff, true); len(miss) > 0 {
+		t.Skipf("recording needs %s (run the tests as root)", strings.Join(miss, ", "))
+	}
+	if err := mountTracefs(); err != nil {
+		t.Fatal(err)
+	}
+	ev := tracefsEvents()
+	for _, s := range sources {
+		g, n, _ := strings.Cut(s, ":")
+		if !tracepointExists(ev, g, n) {
+			t.Skipf("kernel lacks tracepoint %s", s)
+		}
+	}
+}
+
+// diskDir returns a fresh directory on a disk filesystem (not tmpfs), so
+// page-cache behaviour is that of a real file.
+func diskDir(t testing.TB) string {
+	t.Helper()
+	d, err := os.MkdirTemp("/var/tmp", "predictio-record-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+// coldFile writes size bytes to a new file, evicts it and verifies with
+// cachestat that no page is cached.
+func coldFile(t testing.TB, dir string, size int) string {
+	t.Helper()
+	p := filepath.Join(dir, "data.bin")
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 0; n < size; n += len(buf) {
+		if _, err := f.Write(buf[:min(len(buf), size-n)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	evict(t, p)
+	return p
+}
+
+func evict(t testing.TB, p string) {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i := 0; i < 10; i++ {
+		if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+			t.Fatal(err)
+		}
+		var cs unix.Cachestat_t
+		if err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &cs, 0); err != nil {
+			if errors.Is(err, unix.ENOSYS) {
+				t.Skip("kernel lacks cachestat(2) (Linux 6.5) to verify the file is cold")
+			}
+			t.Fatal(err)
+		}
+		if cs.Cache == 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s still has cached pages after POSIX_FADV_DONTNEED", p)
+}
+
+type recorded struct {
+	sum      *Summary
+	man      formats.Manifest
+	files    []formats.File
+	accesses []formats.Access
+	hints    []formats.Hint
+}
+
+// record runs cfg into a bundle in a fresh directory and reads it back.
+func record(t testing.TB, ctx context.Context, cfg Config) *recorded {
+	t.Helper()
+	if cfg.Output == "" {
+		cfg.Output = filepath.Join(diskDir(t), "bundle")
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = io.Discard
+	}
+	var mem *memSink
+	if os.Getenv("PREDICTIO_TEST_MEMSINK") != "" {
+		mem = &memSink{keep: true}
+		cfg.create = func(string) (bundleWriter, error) { return mem, nil }
+	}
+	sum, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("record: %v", err)
+	}
+	t.Logf("%s", sum)
+	out := &recorded{sum: sum}
+	if mem != nil {
+		out.man, out.files, out.accesses, out.hints = mem.man, mem.files, mem.accesses, mem.hints
+		return out
+	}
+	b, err := formats.Open(cfg.Output)
+	if err != nil {
+		t.Fatalf("open recorded bundle: %v", err)
+	}
+	defer b.Close()
+	out.man = *b.Manifest()
+	if out.files, err = b.Files(); err != nil {
+		t.Fatal(err)
+	}
+	ac, err := b.Accesses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ac.Next() {
+		out.accesses = append(out.accesses, *ac.At())
+	}
+	if err := ac.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ac.Close()
+	hc, err := b.Hints()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for hc.Next() {
+		h := *hc.At()
+		h.Children = slices.Clone(h.Children)
+		out.hints = append(out.hints, h)
+	}
+	if err := hc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	hc.Close()
+	return out
+}
+
+// fileID returns the id of path in files.arrow.
+func (r *recorded) fileID(t testing.TB, path string) uint32 {
+	t.Helper()
+	for _, f := range r.files {
+		if f.Path == path {
+			return f.ID
+		}
+	}
+	var paths []string
+	for _, f := range r.files {
+		paths = append(paths, f.Path)
+	}
+	t.Fatalf("%s not in files.arrow; files: %q", path, paths)
+	return 0
+}
+
+// coverage marks the pages of file id covered by accesses of kind k.
+func (r *recorded) coverage(id uint32, k formats.AccessKind, npages int) (covered int, events int) {
+	seen := make([]bool, npages)
+	for _, a := range r.accesses {
+		if a.FileID != id || a.Kind != k {
+			continue
+		}
+		events++
+		for p := a.FirstPage; p < a.FirstPage+uint64(a.NPages) && p < uint64(npages); p++ {
+			if !seen[p] {
+				seen[p] = true
+				covered++
+			}
+		}
+	}
+	return covered, events
+}
+
+func TestScan(t *testing.T) {
+	requireRecorder(t, "filemap:mm_filemap_get_pages", "filemap:mm_filemap_add_to_page_cache")
+	const size = 64 << 20
+	dir := diskDir(t)
+	p := coldFile(t, dir, size)
+	r := record(t, context.Background(), Config{Command: []string{"cat", p}})
+	id := r.fileID(t, p)
+	npages := size / 4096
+	if c, n := r.coverage(id, formats.KindRead, npages); c != npages {
+		t.Errorf("read accesses cover %d of %d pages (%d events)", c, npages, n)
+	}
+	if c, n := r.coverage(id, formats.KindCacheAdd, npages); c != npages {
+		t.Errorf("cache_add events cover %d of %d pages (%d events)", c, npages, n)
+	}
+	for _, f := range r.files {
+		if f.ID == id && f.Size != size {
+			t.Errorf("files.arrow size of %s = %d, want %d", p, f.Size, size)
+		}
+	}
+	if r.sum.Dropped != 0 {
+		t.Errorf("%d events dropped", r.sum.Dropped)
+	}
+	if !slices.Contains(r.man.Recording.EventSources, "filemap:mm_filemap_get_pages") {
+		t.Errorf("manifest event_sources %q lacks filemap:mm_filemap_get_pages", r.man.Recording.EventSources)
+	}
+	if r.man.Counters.Events != uint64(len(r.accesses)) || r.man.Counters.Events == 0 {
+		t.Errorf("manifest counts %d events, bundle has %d", r.man.Counters.Events, len(r.accesses))
+	}
+	for _, a := range r.accesses {
+		if a.FileID == id && a.Comm != "cat" {
+			t.Fatalf("access to %s by comm %q, want cat", p, a.Comm)
+		}
+		if a.TS < r.man.Start.MonotonicNS || a.TS > r.man.End.MonotonicNS {
+			t.Fatalf("access ts %d outside recording [%d, %d]", a.TS, r.man.Start.MonotonicNS, r.man.End.MonotonicNS)
+		}
+	}
+}
+
+func TestMmapFaults(t *testing.T) {
+	requireRecorder(t, "filemap:mm_filemap_fault")
+	dir := diskDir(t)
+	p := coldFile(t, dir, 16<<20)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := []string{"env", "PREDICTIO_RECORD_HELPER=mmap", "PREDICTIO_RECORD_FILE=" + p, exe}
+	r := record(t, context.Background(), Config{Command: cmd, Stderr: os.Stderr})
+	if r.sum.ExitCode != 0 {
+		t.Fatalf("mmap helper exited with %d", r.sum.ExitCode)
+	}
+	id := r.fileID(t, p)
+	var got []uint64
+	for _, a := range r.accesses {
+		if a.FileID == id && a.Kind == formats.KindFault {
+			for i := uint64(0); i < uint64(a.NPages); i++ {
+				got = append(got, a.FirstPage+i)
+			}
+		}
+	}
+	if !slices.Equal(got, mmapPages) {
+		t.Errorf("fault pages %v, want %v", got, mmapPages)
+	}
+}
+
+func TestDescendants(t *testing.T) {
+	requireRecorder(t, "filemap:mm_filemap_get_pages")
+	dir := diskDir(t)
+	p := coldFile(t, dir, 4<<20)
+	script := fmt.Sprintf("sh -c 'cat %s > /dev/null'; true", p)
+	r := record(t, context.Background(), Config{Command: []string{"sh", "-c", script}})
+	id := r.fileID(t, p)
+	if c, n := r.coverage(id, formats.KindRead, 1024); c != 1024 {
+		t.Errorf("grandchild's reads cover %d of 1024 pages (%d events)", c, n)
+	}
+}
+
+// TestPIDDescendants follows --pid through fork: the shell is recorded by
+// pid, and the cat it starts afterwards must be recorded too.
+func TestPIDDescendants(t *testing.T) {
+	requireRecorder(t, "filemap:mm_filemap_get_pages", "sched:sched_process_fork")
+	dir := diskDir(t)
+	p := coldFile(t, dir, 4<<20)
+	sh := exec.Command("sh", "-c", "read x; cat "+p+" > /dev/null")
+	in, err := sh.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		// Let the recorder attach, then let the shell go on.
+		time.Sleep(500 * time.Millisecond)
+		in.Write([]byte("go\n"))
+		in.Close()
+		sh.Wait()
+	}()
+	r := record(t, context.Background(), Config{PIDs: []int{sh.Process.Pid}, Duration: 20 * time.Second})
+	id := r.fileID(t, p)
+	if c, n := r.coverage(id, formats.KindRead, 1024); c != 1024 {
+		t.Errorf("forked child's reads cover %d of 1024 pages (%d events)", c, n)
+	}
+	for _, a := range r.accesses {
+		if a.FileID == id && a.PID == uint32(sh.Process.Pid) {
+			t.Errorf("read of %s attributed to the shell (pid %d), want its child", p, a.PID)
+			break
+		}
+	}
+	if r.sum.Elapsed > 15*time.Second {
+		t.Errorf("recording of --pid did not end when the process exited (%s)", r.sum.Elapsed)
+	}
+}
+
+func TestExcludeFilter(t *testing.T) {
+	requireRecorder(t, "filemap:mm_filemap_get_pages")
+	dir := diskDir(t)
+	p := coldFile(t, dir, 1<<20)
+	r := record(t, context.Background(), Config{Command: []string{"cat", p}, Exclude: []string{dir}})
+	for _, a := range r.accesses {
+		for _, f := range r.files {
+			if f.ID == a.FileID && f.Path == p {
+				t.Fatalf("excluded file %s recorded: %+v", p, a)
+			}
+		}
+	}
+	if r.sum.Filtered == 0 {
+		t.Errorf("no events counted as filtered")
+	}
+}
+
+func TestMissingCaps(t *testing.T) {
+	all := uint64(1)<<capBPF | 1<<capPerfmon | 1<<capSysAdmin
+	if m := missingCaps(all, true); len(m) != 0 {
+		t.Errorf("all caps: missing %v", m)
+	}
+	if m := missingCaps(0, true); !slices.Equal(m, []string{"CAP_BPF", "CAP_PERFMON", "CAP_SYS_ADMIN"}) {
+		t.Errorf("no caps: missing %v", m)
+	}
+	if m := missingCaps(1<<capSysAdmin, true); len(m) != 0 {
+		t.Errorf("CAP_SYS_ADMIN alone: missing %v", m)
+	}
+	if m := missingCaps(1<<capBPF, false); !slices.Equal(m, []string{"CAP_PERFMON"}) {
+		t.Errorf("CAP_BPF alone: missing %v", m)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, c := range []Config{
+		{Output: "x"},
+		{Output: "x", All: true, PIDs: []int{1}},
+		{All: true},
+		{Output: "x", All: true, Comm: []string{"a-very-long-command-name"}},
+		{Output: "x", All: true, Include: []string{"relative"}},
+		{Output: "x", PIDs: []int{-1}},
+	} {
+		if err := c.validate(); err == nil {
+			t.Errorf("validate(%+v) accepted", c)
+		}
+	}
+}
+
+func TestScanMaps(t *testing.T) {
+	exe, _ := os.Executable()
+	var st unix.Stat_t
+	if err := unix.Stat(exe, &st); err != nil {
+		t.Fatal(err)
+	}
+	got := scanMaps("/proc/self/maps", statKey(&st))
+	if got != exe {
+		t.Errorf("scanMaps found %q, want %q", got, exe)
+	}
+	_ = strconv.Itoa
+}
