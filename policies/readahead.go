@@ -388,17 +388,13 @@ func (r *Readahead) syncRA(f *raFile, index, req, eof uint64, emit Emit) {
 			st.AsyncSize = st.Size >> 1
 		}
 	} else {
-		// page_cache_prev_miss(index-1, max)
-		var contig uint64
-		for contig < max && contig < index && r.present(f, index-1-contig) {
-			contig++
-		}
-		wrapped := contig == index
+		miss := r.prevMiss(f, index-1, max)
+		contig := index - miss - 1
 		if contig <= req {
 			r.doPageCacheRA(f, index, req, 0, eof)
 			return
 		}
-		if wrapped {
+		if miss == ^uint64(0) {
 			contig *= 2
 		}
 		st.Start = index
@@ -421,12 +417,8 @@ func (r *Readahead) asyncRA(f *raFile, index, req, folioPages, eof uint64, emit 
 		st.Start += st.Size
 		st.Size = maxU(st.Size, nextRASize(st.Size, max))
 	} else {
-		// page_cache_next_miss(index+1, max)
-		start := index + 1
-		for start < index+1+max && r.present(f, start) {
-			start++
-		}
-		if start-index > max {
+		start := r.nextMiss(f, index+1, max)
+		if start == 0 || start-index > max {
 			return
 		}
 		st.Start = start
@@ -440,6 +432,106 @@ func (r *Readahead) asyncRA(f *raFile, index, req, folioPages, eof uint64, emit 
 	}
 	st.AsyncSize = st.Size
 	r.raOrder(f, eof)
+}
+
+// xarray leaf nodes hold 64 slots; folios of order 1 to 5 occupy several
+// slots of one leaf (a canonical slot plus sibling slots).
+const xaChunkMask = 63
+
+// lag returns how far page p is from the canonical slot of its folio
+// when that folio lives in an xarray leaf node (order 1 to 5). A walk
+// started there with xas_next/xas_prev reads slots that far behind the
+// index it reports, until it crosses the leaf's boundary; the kernel's
+// page_cache_next_miss and page_cache_prev_miss inherit that, and so does
+// this model.
+func (r *Readahead) lag(f *raFile, p uint64) uint64 {
+	b := f.pages.get(p)
+	if b&raPresent == 0 || r.cfg.Resident != nil && !r.cfg.Resident(f.id, p) {
+		return 0
+	}
+	o := b & raOrder
+	if o == 0 || o > 5 {
+		return 0
+	}
+	return p & (1<<o - 1)
+}
+
+// nextMiss is page_cache_next_miss(index, max): the first index of a gap
+// in [index, index+max), or index+max when there is none.
+func (r *Readahead) nextMiss(f *raFile, index, max uint64) uint64 {
+	rep, off := index, index-r.lag(f, index)
+	act := index // the first load reads the folio itself
+	for n := max; n > 0; n-- {
+		if !r.present(f, act) {
+			return rep
+		}
+		if off&xaChunkMask == xaChunkMask {
+			rep++
+			off = rep // climbs to the parent and descends at rep
+		} else {
+			rep++
+			off++
+		}
+		act = off
+		if rep == 0 {
+			return 0 // wrapped
+		}
+	}
+	return rep
+}
+
+// prevMiss is page_cache_prev_miss(index, max): the last index of a gap
+// in [index-max+1, index], index-max when there is none, or ULONG_MAX when
+// the walk wrapped below page 0. A walk that starts lagging (see lag)
+// keeps reading a block below the index it reports once it crosses a leaf
+// boundary, as the kernel's xas_prev does; the gap it reports is then the
+// index it had reached when it read an empty slot.
+func (r *Readahead) prevMiss(f *raFile, index, max uint64) uint64 {
+	rep, act := index, index
+	off := index - r.lag(f, index)
+	for n := max; n > 0; n-- {
+		if !r.present(f, act) {
+			return rep
+		}
+		if off&xaChunkMask != 0 {
+			rep--
+			off--
+			act = off
+			continue
+		}
+		rep--
+		if rep&xaChunkMask == 0 && rep == off {
+			act = off // offset already matches: re-read the same slot
+			continue
+		}
+		// The offset wraps: climb until a slot to the left exists, then
+		// descend at rep's offsets.
+		k := uint(6)
+		for (off>>k)&xaChunkMask == 0 {
+			if off>>k == 0 {
+				return rep // fell off the root: set_bounds, NULL
+			}
+			k += 6
+		}
+		off = ((off>>k)-1)<<k | rep&(1<<k-1)
+		act = off
+		if !r.blockUsed(f, act) {
+			return rep
+		}
+	}
+	return rep
+}
+
+// blockUsed reports whether any page of the 64-page xarray leaf holding p
+// is present, i.e. whether the leaf node exists.
+func (r *Readahead) blockUsed(f *raFile, p uint64) bool {
+	base := p &^ xaChunkMask
+	for i := range uint64(64) {
+		if r.present(f, base+i) {
+			return true
+		}
+	}
+	return false
 }
 
 func maxU(a, b uint64) uint64 {
@@ -463,11 +555,12 @@ func (r *Readahead) raOrder(f *raFile, eof uint64) {
 	if eof > 0 && start >= eof {
 		return // limit < index: nothing allocated, no fallback reads
 	}
+	// Linux 6.18 marks the folio at start+size-async even when the
+	// window reaches end of file (later kernels skip the mark there).
 	limit := start + st.Size - 1
 	mark := start + st.Size - st.AsyncSize
-	if eof > 0 && eof-1 <= limit {
+	if eof > 0 && eof-1 < limit {
 		limit = eof - 1
-		mark = ^uint64(0)
 	}
 	newOrder := min(uint64(maxPagecacheOrder), uint64(st.Order), uint64(bits.Len64(st.Size)-1))
 	st.Order = uint32(newOrder)
@@ -513,7 +606,6 @@ func (r *Readahead) doPageCacheRA(f *raFile, index, nr, lookahead, eof uint64) {
 		}
 		if nr > eof-1-index {
 			nr = eof - index
-			lookahead = 0
 		}
 	}
 	mark := nr - lookahead

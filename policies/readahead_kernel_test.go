@@ -1,0 +1,543 @@
+package policies
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"math/rand/v2"
+	"strings"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// This file validates the readahead model against the running kernel's
+// decisions, captured with the readahead tracepoints in a tracefs
+// instance of our own, filtered by the test file's inode.
+
+const tracefsRoot = "/sys/kernel/tracing"
+
+// mmapSink keeps the mmap scan's loads alive.
+var mmapSink byte
+
+// kernelRA is one decision, as the kernel reports it or as the model makes
+// it.
+type kernelRA struct {
+	kind       RAKind
+	index, req uint64
+	window     bool
+	start      uint64
+	size       uint64
+	async      uint64
+}
+
+func (d kernelRA) String() string {
+	s := fmt.Sprintf("%s index=%d req=%d", d.kind, d.index, d.req)
+	if d.window {
+		s += fmt.Sprintf(" -> window start=%d size=%d async=%d", d.start, d.size, d.async)
+	}
+	return s
+}
+
+func modelRA(d *RADecision) kernelRA {
+	k := kernelRA{kind: d.Kind, index: d.Index, req: d.ReqCount, window: d.Window}
+	if d.Window {
+		k.start, k.size, k.async = d.After.Start, d.After.Size, d.After.AsyncSize
+	}
+	if d.Kind == RAMmap { // no trigger tracepoint: only the window is seen
+		k.index, k.req = 0, 0
+	}
+	return k
+}
+
+// traceEvent is one parsed line of a tracefs trace file.
+type traceEvent struct {
+	name   string
+	fields map[string]string
+}
+
+func (e traceEvent) u64(t *testing.T, key string) uint64 {
+	v, ok := e.fields[key]
+	if !ok {
+		t.Fatalf("trace event %s: no field %q in %v", e.name, key, e.fields)
+	}
+	base := 10
+	if key == "ino" {
+		base = 16
+	}
+	n, err := strconv.ParseUint(v, base, 64)
+	if err != nil {
+		t.Fatalf("trace event %s: field %s=%q: %v", e.name, key, v, err)
+	}
+	return n
+}
+
+// ofs parses "ofs=A" or "ofs=A-B" (bytes) into pages [first, last].
+func (e traceEvent) ofs(t *testing.T) (first, last uint64) {
+	v := e.fields["ofs"]
+	a, b, ranged := strings.Cut(v, "-")
+	x, err := strconv.ParseUint(a, 10, 64)
+	if err != nil {
+		t.Fatalf("trace event %s: ofs=%q: %v", e.name, v, err)
+	}
+	first, last = x/4096, x/4096
+	if ranged {
+		y, err := strconv.ParseUint(b, 10, 64)
+		if err != nil {
+			t.Fatalf("trace event %s: ofs=%q: %v", e.name, v, err)
+		}
+		last = y / 4096
+	}
+	return first, last
+}
+
+func parseTrace(data []byte) []traceEvent {
+	var evs []traceEvent
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		for _, name := range []string{"page_cache_sync_ra", "page_cache_async_ra", "page_cache_ra_order", "mm_filemap_fault", "mm_filemap_map_pages"} {
+			i := strings.Index(line, " "+name+": ")
+			if i < 0 {
+				continue
+			}
+			ev := traceEvent{name: name, fields: map[string]string{}}
+			for _, tok := range strings.Fields(line[i+len(name)+3:]) {
+				if k, v, ok := strings.Cut(tok, "="); ok {
+					ev.fields[k] = v
+				}
+			}
+			evs = append(evs, ev)
+			break
+		}
+	}
+	return evs
+}
+
+// kernelDecisions turns readahead events into decisions: a sync/async
+// trigger, followed by the page_cache_ra_order window it chose if any; a
+// window without a trigger is an mmap read-around.
+func kernelDecisions(t *testing.T, evs []traceEvent) []kernelRA {
+	var out []kernelRA
+	open := -1
+	for _, e := range evs {
+		switch e.name {
+		case "page_cache_sync_ra", "page_cache_async_ra":
+			k := RASync
+			if e.name == "page_cache_async_ra" {
+				k = RAAsync
+			}
+			out = append(out, kernelRA{kind: k, index: e.u64(t, "index"), req: e.u64(t, "req_count")})
+			open = len(out) - 1
+		case "page_cache_ra_order":
+			if open < 0 {
+				out = append(out, kernelRA{kind: RAMmap})
+				open = len(out) - 1
+			}
+			d := &out[open]
+			d.window, d.start, d.size, d.async = true, e.u64(t, "index"), e.u64(t, "size"), e.u64(t, "async_size")
+			open = -1
+		default:
+			open = -1
+		}
+	}
+	return out
+}
+
+// matchDecisions aligns two decision sequences and returns the matches.
+func matchDecisions(kern, model []kernelRA) (matched int, diffs []string) {
+	i, j := 0, 0
+	for i < len(kern) && j < len(model) {
+		if kern[i] == model[j] {
+			matched++
+			i++
+			j++
+			continue
+		}
+		diffs = append(diffs, fmt.Sprintf("#%d kernel %v | model %v", i, kern[i], model[j]))
+		// Resynchronise on the next decision both agree on.
+		found := false
+		for d := 1; d <= 8 && !found; d++ {
+			if j+d < len(model) && kern[i] == model[j+d] {
+				j += d
+				found = true
+			} else if i+d < len(kern) && kern[i+d] == model[j] {
+				i += d
+				found = true
+			}
+		}
+		if !found {
+			i++
+			j++
+		}
+	}
+	for ; i < len(kern); i++ {
+		diffs = append(diffs, fmt.Sprintf("#%d kernel %v | model -", i, kern[i]))
+	}
+	for ; j < len(model); j++ {
+		diffs = append(diffs, fmt.Sprintf("model #%d %v | kernel -", j, model[j]))
+	}
+	return matched, diffs
+}
+
+type traceInstance struct {
+	t   *testing.T
+	dir string
+}
+
+var raEvents = []string{
+	"readahead/page_cache_sync_ra",
+	"readahead/page_cache_async_ra",
+	"readahead/page_cache_ra_order",
+	"filemap/mm_filemap_fault",
+	"filemap/mm_filemap_map_pages",
+}
+
+func newTraceInstance(t *testing.T) *traceInstance {
+	if os.Geteuid() != 0 {
+		t.Skip("readahead validation needs root (CAP_SYS_ADMIN) for tracefs")
+	}
+	if _, err := os.Stat(filepath.Join(tracefsRoot, "instances")); err != nil {
+		if err := unix.Mount("nodev", tracefsRoot, "tracefs", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			t.Skipf("readahead validation needs tracefs at %s: mount: %v", tracefsRoot, err)
+		}
+	}
+	for _, ev := range raEvents {
+		if _, err := os.Stat(filepath.Join(tracefsRoot, "events", ev, "format")); err != nil {
+			t.Skipf("kernel lacks tracepoint %s: %v", ev, err)
+		}
+	}
+	// The fields the parser relies on must be in the format.
+	for ev, fields := range map[string][]string{
+		"readahead/page_cache_sync_ra":  {"i_ino", "index", "req_count", "size", "async_size", "ra_pages"},
+		"readahead/page_cache_ra_order": {"i_ino", "index", "size", "async_size"},
+		"filemap/mm_filemap_fault":      {"i_ino", "index"},
+		"filemap/mm_filemap_map_pages":  {"i_ino", "index", "last_index"},
+	} {
+		b, err := os.ReadFile(filepath.Join(tracefsRoot, "events", ev, "format"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fields {
+			if !bytes.Contains(b, []byte(" "+f+";")) {
+				t.Fatalf("tracepoint %s has no field %s; format:\n%s", ev, f, b)
+			}
+		}
+	}
+	dir := filepath.Join(tracefsRoot, "instances", fmt.Sprintf("predictio-ra-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
+		t.Fatalf("create tracefs instance: %v", err)
+	}
+	ti := &traceInstance{t: t, dir: dir}
+	t.Cleanup(func() {
+		ti.enable(false)
+		os.Remove(dir)
+	})
+	ti.write("buffer_size_kb", "8192")
+	return ti
+}
+
+func (ti *traceInstance) write(rel, v string) {
+	if err := os.WriteFile(filepath.Join(ti.dir, rel), []byte(v), 0); err != nil {
+		ti.t.Fatalf("write %s: %v", rel, err)
+	}
+}
+
+func (ti *traceInstance) enable(on bool) {
+	v := "0"
+	if on {
+		v = "1"
+	}
+	for _, ev := range raEvents {
+		os.WriteFile(filepath.Join(ti.dir, "events", ev, "enable"), []byte(v), 0)
+	}
+}
+
+func (ti *traceInstance) capture(ino uint64, fn func()) []traceEvent {
+	ti.write("trace", "")
+	for _, ev := range raEvents {
+		ti.write(filepath.Join("events", ev, "filter"), fmt.Sprintf("i_ino == %d", ino))
+	}
+	ti.enable(true)
+	fn()
+	ti.enable(false)
+	b, err := os.ReadFile(filepath.Join(ti.dir, "trace"))
+	if err != nil {
+		ti.t.Fatal(err)
+	}
+	if bytes.Contains(b, []byte("LOST")) {
+		ti.t.Fatalf("trace buffer lost events")
+	}
+	return parseTrace(b)
+}
+
+// evict drops path from the page cache and verifies with cachestat(2)
+// that none of it is cached.
+func evict(t *testing.T, f *os.File) {
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	var cs unix.Cachestat_t
+	if err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &cs, 0); err != nil {
+		if errors.Is(err, unix.ENOSYS) {
+			t.Skip("kernel lacks cachestat(2) (Linux 6.5), needed to verify a cold cache")
+		}
+		t.Fatal(err)
+	}
+	if cs.Cache != 0 {
+		t.Fatalf("file not cold after POSIX_FADV_DONTNEED: %d pages cached", cs.Cache)
+	}
+}
+
+// bdiPages returns read_ahead_kb and max_sectors_kb of the device holding
+// f, in pages.
+func bdiPages(t *testing.T, f *os.File) (ra, io uint64) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	read := func(p string) uint64 {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return 0
+		}
+		n, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		return n / 4
+	}
+	ra = read("/sys/class/bdi/" + dev + "/read_ahead_kb")
+	io = read("/sys/dev/block/" + dev + "/queue/max_sectors_kb")
+	if io == 0 {
+		io = read("/sys/dev/block/" + dev + "/../queue/max_sectors_kb")
+	}
+	return ra, io
+}
+
+func TestReadaheadMatchesKernel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("reads 64 MiB cold several times")
+	}
+	ti := newTraceInstance(t)
+	dir, err := os.MkdirTemp("/var/tmp", "predictio-ra-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	const size = 64 << 20
+	const pages = size / 4096
+	path := filepath.Join(dir, "data")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := bytes.Repeat([]byte("predictio readahead validation\n"), 1<<15)
+	for n := 0; n < size; n += len(buf) {
+		if _, err := f.Write(buf[:min(len(buf), size-n)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	raPages, ioPages := bdiPages(t, f)
+	if raPages == 0 {
+		t.Skip("cannot read the device's read_ahead_kb from /sys/class/bdi")
+	}
+	t.Logf("file %s ino %d: %d pages; bdi ra_pages %d io_pages %d", path, st.Ino, pages, raPages, ioPages)
+
+	type scenario struct {
+		name  string
+		exact bool // the model is meant to be exact here
+		run   func(t *testing.T, g *os.File, m *Readahead)
+	}
+	readLoop := func(chunk, stride int64) func(t *testing.T, g *os.File, m *Readahead) {
+		return func(t *testing.T, g *os.File, m *Readahead) {
+			b := make([]byte, chunk)
+			for off := int64(0); off+chunk <= size; off += stride {
+				if _, err := g.ReadAt(b, off); err != nil {
+					t.Fatal(err)
+				}
+				m.Read(1, uint64(off/4096), uint64((chunk+4095)/4096), func(*Request) {})
+			}
+		}
+	}
+	// readAt reads chunk bytes at each offset in turn.
+	readAt := func(chunk int64, offs []int64) func(t *testing.T, g *os.File, m *Readahead) {
+		return func(t *testing.T, g *os.File, m *Readahead) {
+			b := make([]byte, chunk)
+			for _, off := range offs {
+				if _, err := g.ReadAt(b, off); err != nil {
+					t.Fatal(err)
+				}
+				m.Read(1, uint64(off/4096), uint64((chunk+4095)/4096), func(*Request) {})
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var random4k, random64k, interleaved, backward []int64
+	for range 2000 {
+		random4k = append(random4k, rng.Int64N(pages)*4096)
+	}
+	for range 500 {
+		random64k = append(random64k, rng.Int64N(pages-16)*4096)
+	}
+	for i := int64(0); i < 4096; i++ {
+		interleaved = append(interleaved, i*4096, size/2+i*4096)
+	}
+	for i := int64(1024); i > 0; i-- {
+		backward = append(backward, size-i*4096*0-(1025-i)*4096)
+	}
+	scenarios := []scenario{
+		{"sequential-4k", true, readLoop(4096, 4096)},
+		{"sequential-128k", true, readLoop(128<<10, 128<<10)},
+		{"strided-4k-every-16", true, readLoop(4096, 16*4096)},
+		{"strided-4k-every-2", true, readLoop(4096, 2*4096)},
+		{"random-4k", true, readAt(4096, random4k)},
+		{"random-64k", true, readAt(64<<10, random64k)},
+		{"interleaved-2-streams", true, readAt(4096, interleaved)},
+		{"backward-4k", true, readAt(4096, backward)},
+		{"mmap-scan", false, nil},
+		{"mmap-random", false, nil},
+	}
+	total, matchedAll := 0, 0
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			g, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			evict(t, f)
+			var model []kernelRA
+			m := NewReadahead(ReadaheadConfig{
+				RAPages:    raPages,
+				IOPages:    ioPages,
+				FilePages:  func(uint32) uint64 { return pages },
+				OnDecision: func(d *RADecision) { model = append(model, modelRA(d)) },
+			})
+			var evs []traceEvent
+			if sc.run != nil {
+				evs = ti.capture(st.Ino, func() { sc.run(t, g, m) })
+			} else {
+				evs = ti.capture(st.Ino, func() {
+					mem, err := unix.Mmap(int(g.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var sum byte
+					if sc.name == "mmap-scan" {
+						for off := 0; off < size; off += 4096 {
+							sum += mem[off]
+						}
+					} else {
+						for _, off := range random4k {
+							sum += mem[off]
+						}
+					}
+					unix.Munmap(mem)
+					mmapSink = sum
+				})
+				// Feed the model the faults and fault-around mappings the
+				// kernel observed, in order.
+				for _, e := range evs {
+					switch e.name {
+					case "mm_filemap_fault":
+						first, _ := e.ofs(t)
+						m.Fault(1, first, func(*Request) {})
+					case "mm_filemap_map_pages":
+						first, last := e.ofs(t)
+						m.MapPages(1, first, last-first+1)
+					}
+				}
+			}
+			for _, e := range evs {
+				if e.name == "page_cache_sync_ra" && e.u64(t, "ra_pages") != raPages {
+					t.Fatalf("kernel ra_pages %d, sysfs says %d", e.u64(t, "ra_pages"), raPages)
+				}
+			}
+			// Compare the final page-cache contents with the model's.
+			mem, err := unix.Mmap(int(g.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+			if err != nil {
+				t.Fatal(err)
+			}
+			vec := make([]byte, pages)
+			if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&mem[0])), uintptr(len(mem)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+				t.Fatal(e)
+			}
+			unix.Munmap(mem)
+			f1 := m.file(1)
+			var kOnly, mOnly, both int
+			var firstDiff []string
+			for p := range uint64(pages) {
+				k, mo := vec[p]&1 != 0, f1.pages.get(p)&raPresent != 0
+				switch {
+				case k && mo:
+					both++
+				case k:
+					kOnly++
+				case mo:
+					mOnly++
+				}
+				if k != mo && len(firstDiff) < 8 {
+					firstDiff = append(firstDiff, fmt.Sprintf("page %d kernel=%v model=%v", p, k, mo))
+				}
+			}
+			t.Logf("residency: both %d, kernel only %d, model only %d %v", both, kOnly, mOnly, firstDiff)
+			counts := map[string]int{}
+			for _, e := range evs {
+				counts[e.name]++
+			}
+			t.Logf("events: %v", counts)
+			kern := kernelDecisions(t, evs)
+			matched, diffs := matchDecisions(kern, model)
+			den := max(len(kern), len(model))
+			rate := 1.0
+			if den > 0 {
+				rate = float64(matched) / float64(den)
+			}
+			total += den
+			matchedAll += matched
+			t.Logf("%s: kernel %d decisions, model %d, matched %d: match rate %.3f", sc.name, len(kern), len(model), matched, rate)
+			for i, d := range diffs {
+				if i == 10 {
+					t.Logf("... %d more differences", len(diffs)-10)
+					break
+				}
+				t.Logf("  diff %s", d)
+			}
+			if os.Getenv("PREDICTIO_RA_DUMP") != "" {
+				for i := 0; i < max(len(kern), len(model)) && i < 30; i++ {
+					var a, b kernelRA
+					if i < len(kern) {
+						a = kern[i]
+					}
+					if i < len(model) {
+						b = model[i]
+					}
+					t.Logf("%3d kernel %-70v model %v", i, a, b)
+				}
+			}
+			if len(kern) == 0 {
+				t.Fatalf("no readahead events captured")
+			}
+			if sc.exact && rate < 0.95 {
+				t.Errorf("match rate %.3f below 0.95 where the model is meant to be exact", rate)
+			}
+		})
+	}
+	t.Logf("overall: %d of %d decisions matched (%.3f)", matchedAll, total, float64(matchedAll)/float64(max(total, 1)))
+}
