@@ -102,7 +102,7 @@ func loadTrace(dir string) (*trace, error) {
 	}
 	files, err := b.Files()
 	if err != nil {
-		return nil, fmt.Errorf("load bundle %s: read %s: %w", dir, formats.FilesFile, err)
+		return nil, fmt.Errorf("load bundle %s: %w", dir, err)
 	}
 	for _, f := range files {
 		if _, dup := t.byID[f.ID]; dup {
@@ -115,7 +115,7 @@ func loadTrace(dir string) (*trace, error) {
 
 	cur, err := b.Accesses()
 	if err != nil {
-		return nil, fmt.Errorf("load bundle %s: read %s: %w", dir, formats.AccessesFile, err)
+		return nil, fmt.Errorf("load bundle %s: %w", dir, err)
 	}
 	defer cur.Close()
 	byTID := map[uint32]*thread{}
@@ -164,7 +164,7 @@ func loadTrace(dir string) (*trace, error) {
 		t.pages += end - a.FirstPage
 	}
 	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("load bundle %s: read %s: %w", dir, formats.AccessesFile, err)
+		return nil, fmt.Errorf("load bundle %s: %w", dir, err)
 	}
 	for _, th := range t.threads {
 		// Bundles are written in timestamp order; keep per-thread order
@@ -175,7 +175,7 @@ func loadTrace(dir string) (*trace, error) {
 
 	hc, err := b.Hints()
 	if err != nil {
-		return nil, fmt.Errorf("load bundle %s: read %s: %w", dir, formats.HintsFile, err)
+		return nil, fmt.Errorf("load bundle %s: %w", dir, err)
 	}
 	defer hc.Close()
 	for hc.Next() {
@@ -190,7 +190,7 @@ func loadTrace(dir string) (*trace, error) {
 		t.hints = append(t.hints, h)
 	}
 	if err := hc.Err(); err != nil {
-		return nil, fmt.Errorf("load bundle %s: read %s: %w", dir, formats.HintsFile, err)
+		return nil, fmt.Errorf("load bundle %s: %w", dir, err)
 	}
 	sort.SliceStable(t.hints, func(i, j int) bool { return t.hints[i].TS < t.hints[j].TS })
 	if len(t.hints) > 0 && (first || t.hints[0].TS < t.t0) {

@@ -442,3 +442,119 @@ func TestSplitRuns(t *testing.T) {
 		t.Fatalf("SplitRuns: %s", got)
 	}
 }
+
+// synthBundle writes a synthetic bundle and materializes its files.
+func synthBundle(t *testing.T, spec formats.SynthSpec) (bundle, root string) {
+	t.Helper()
+	dir := scratchDir(t)
+	bundle, root = filepath.Join(dir, "bundle"), filepath.Join(dir, "files")
+	if err := formats.Synth(bundle, spec); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Materialize(bundle, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Files != spec.Files || res.Written != spec.Files {
+		t.Fatalf("materialize: %+v", res)
+	}
+	return bundle, root
+}
+
+// TestSynthBundles replays a sequential and a sparse synthetic bundle on
+// materialized files, with both backends, baseline against oracle.
+func TestSynthBundles(t *testing.T) {
+	for _, spec := range []formats.SynthSpec{
+		{Pattern: "seq", Events: 3000, Files: 2, ThinkNS: 5000},
+		{Pattern: "sparse", Events: 2000, Files: 1, FilePages: 16384, ThinkNS: 20000},
+	} {
+		bundle, root := synthBundle(t, spec)
+		for _, backend := range []string{BackendDirect, BackendKernel} {
+			t.Run(spec.Pattern+"/"+backend, func(t *testing.T) {
+				r, err := New(bundle, Options{Root: root, Backend: backend, CachePages: 32768, Runs: []string{Baseline, "oracle:n=256"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				rep, err := r.Replay(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				base, orc := rep.Runs[0], rep.Runs[1]
+				t.Logf("baseline wall %v stall %v, oracle wall %v stall %v, misses %d -> %d, speedup %.2f",
+					time.Duration(base.WallNS), time.Duration(base.StallNS), time.Duration(orc.WallNS), time.Duration(orc.StallNS),
+					base.DemandMisses, orc.DemandMisses, rep.Summary.Speedup)
+				if base.Accesses != spec.Events || orc.Events != uint64(spec.Events) {
+					t.Fatalf("replayed %d accesses, dispatched %d events; want %d", base.Accesses, orc.Events, spec.Events)
+				}
+				checkCounters(t, orc)
+				if backend == BackendDirect {
+					distinct := distinctPages(r.t)
+					if base.DemandMisses != distinct || base.DevicePages != distinct {
+						t.Errorf("baseline read %d pages (%d misses), want each of %d distinct pages once", base.DevicePages, base.DemandMisses, distinct)
+					}
+					if orc.DemandMisses > distinct/50+2 {
+						t.Errorf("oracle demand misses %d of %d", orc.DemandMisses, distinct)
+					}
+				}
+				if err := r.Predict(rep, simulateDevice(t)); err != nil {
+					t.Fatal(err)
+				}
+				if rep.Summary.PredictedSpeedup <= 0 {
+					t.Errorf("no predicted speedup: %+v", rep.Summary)
+				}
+			})
+		}
+	}
+}
+
+// TestBadBundles: a corrupted bundle and a missing bundle get clear errors.
+func TestBadBundles(t *testing.T) {
+	bundle, root := synthBundle(t, formats.SynthSpec{Pattern: "random", Events: 500, Files: 1, FilePages: 1024})
+	acc := filepath.Join(bundle, formats.AccessesFile)
+	b, err := os.ReadFile(acc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Truncate the accesses table in the middle.
+	if err := os.WriteFile(acc, b[:len(b)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(bundle, Options{Root: root})
+	if err == nil || !strings.Contains(err.Error(), bundle) {
+		t.Fatalf("truncated %s: got %v, want an error naming the bundle", formats.AccessesFile, err)
+	}
+	t.Logf("truncated accesses: %v", err)
+	// Garbage instead of the table.
+	garbage := bytes.Repeat([]byte("not arrow "), 100)
+	os.WriteFile(acc, garbage, 0o644)
+	if _, err = New(bundle, Options{Root: root}); err == nil {
+		t.Fatalf("garbage %s: no error", formats.AccessesFile)
+	}
+	t.Logf("garbage accesses: %v", err)
+	if _, err := New(filepath.Join(bundle, "nope"), Options{}); err == nil {
+		t.Fatal("missing bundle: no error")
+	}
+	if _, err := Materialize(bundle, filepath.Join(root, "x")); err == nil {
+		t.Fatal("materialize of a corrupted bundle: no error")
+	}
+}
+
+// TestMissingAndShortFilesViaBundle: files named by a bundle that are missing
+// or short are each listed.
+func TestMissingAndShortFilesViaBundle(t *testing.T) {
+	bundle, root := synthBundle(t, formats.SynthSpec{Pattern: "seq", Events: 600, Files: 3})
+	os.Remove(filepath.Join(root, "synth", "seq-000.dat"))
+	os.Truncate(filepath.Join(root, "synth", "seq-002.dat"), 4096)
+	_, err := New(bundle, Options{Root: root})
+	if !errors.Is(err, ErrFiles) {
+		t.Fatalf("got %v, want ErrFiles", err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "seq-000.dat: missing") || !strings.Contains(msg, "seq-002.dat: size 4096 is shorter") || strings.Contains(msg, "seq-001") {
+		t.Fatalf("error does not list exactly the missing and the short file:\n%s", msg)
+	}
+	// Without --root the recorded paths (/synth/...) do not exist.
+	if _, err := New(bundle, Options{}); !errors.Is(err, ErrFiles) || !strings.Contains(err.Error(), "/synth/seq-000.dat: missing") {
+		t.Fatalf("recorded paths: got %v", err)
+	}
+}

@@ -24,7 +24,7 @@ func init() {
 		name:    "replay",
 		summary: "replay a bundle on a real device, with and without a prefetch policy (A/B), or materialize its files",
 		usage:   "predictio replay [flags] BUNDLE\n       predictio replay materialize BUNDLE DIR",
-		example: "predictio trace synth --pattern sparse --events 20000 /var/tmp/sparse.bundle\n" +
+		example: "predictio trace synth -o /var/tmp/sparse.bundle --pattern sparse --events 20000 --file-pages 65536\n" +
 			"predictio replay materialize /var/tmp/sparse.bundle /var/tmp/sparse.files\n" +
 			"predictio replay --root /var/tmp/sparse.files --timing asap --ab baseline,oracle --repeat 3 /var/tmp/sparse.bundle\n" +
 			"predictio replay --root /var/tmp/sparse.files --backend direct --cache 16384 --ab baseline,oracle --repeat 3 --json /var/tmp/sparse.bundle",
