@@ -54,6 +54,9 @@ type bundleSource struct {
 	accOK   bool
 	hintOK  bool
 	started bool
+	// advance says which cursor the current event came from; it moves on
+	// at the next call, since the event aliases the hint's children.
+	advanceAcc, advanceHint bool
 	ev      policies.Event
 	err     error
 }
@@ -82,6 +85,13 @@ func (s *bundleSource) Next() bool {
 		s.accOK = s.acc.Next()
 		s.hintOK = s.hints.Next()
 	}
+	if s.advanceAcc {
+		s.accOK = s.acc.Next()
+	}
+	if s.advanceHint {
+		s.hintOK = s.hints.Next()
+	}
+	s.advanceAcc, s.advanceHint = false, false
 	if err := s.acc.Err(); err != nil {
 		s.err = err
 		return false
@@ -92,10 +102,8 @@ func (s *bundleSource) Next() bool {
 	}
 	switch {
 	case s.hintOK && (!s.accOK || s.hints.At().TS <= s.acc.At().TS):
-		if !s.hintEvent(s.hints.At()) {
-			return false
-		}
-		s.hintOK = s.hints.Next()
+		s.hintEvent(s.hints.At())
+		s.advanceHint = true
 		return true
 	case s.accOK:
 		a := s.acc.At()
@@ -103,13 +111,13 @@ func (s *bundleSource) Next() bool {
 			Kind: policies.EventFileAccess, TS: a.TS, PID: a.PID, TID: a.TID, File: a.FileID,
 			Access: policies.FileAccess{Kind: a.Kind, Page: a.FirstPage, NPages: a.NPages},
 		}
-		s.accOK = s.acc.Next()
+		s.advanceAcc = true
 		return true
 	}
 	return false
 }
 
-func (s *bundleSource) hintEvent(h *formats.Hint) bool {
+func (s *bundleSource) hintEvent(h *formats.Hint) {
 	ev := &s.ev
 	*ev = policies.Event{TS: h.TS, PID: h.PID, File: h.FileID}
 	switch h.Kind {
@@ -127,7 +135,6 @@ func (s *bundleSource) hintEvent(h *formats.Hint) bool {
 		// an event of kind 0, which the simulator skips.
 		ev.Kind = 0
 	}
-	return true
 }
 
 func (s *bundleSource) Event() *policies.Event { return &s.ev }

@@ -1,0 +1,116 @@
+package simulate
+
+import (
+	"fmt"
+
+	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/policies"
+)
+
+// Input is a bundle opened for simulation: its file table and page size.
+type Input struct {
+	Dir      string
+	Bundle   *formats.Bundle
+	Files    []formats.File
+	PageSize int
+
+	eofDense []uint64 // by file id, when ids are small
+	eofMap   map[uint32]uint64
+	keys     map[uint32]policies.FileKey
+}
+
+// maxDenseFileID bounds the file-id-indexed table of file sizes.
+const maxDenseFileID = 1 << 20
+
+// OpenInput opens the bundle in dir and reads its file table.
+func OpenInput(dir string) (*Input, error) {
+	b, err := formats.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open bundle: %w", err)
+	}
+	files, err := b.Files()
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("read files of %s: %w", dir, err)
+	}
+	ps := b.Manifest().Host.PageSize
+	switch {
+	case ps == 0:
+		ps = 4096
+	case ps < 512 || ps > 1<<20 || ps&(ps-1) != 0:
+		b.Close()
+		return nil, fmt.Errorf("open bundle %s: manifest field host.page_size is %d, want a power of two in [512, 1MiB]", dir, ps)
+	}
+	in := &Input{Dir: dir, Bundle: b, Files: files, PageSize: ps, keys: map[uint32]policies.FileKey{}}
+	var maxID uint32
+	for _, f := range files {
+		maxID = max(maxID, f.ID)
+	}
+	if len(files) > 0 && maxID < maxDenseFileID {
+		in.eofDense = make([]uint64, maxID+1)
+	} else {
+		in.eofMap = map[uint32]uint64{}
+	}
+	for _, f := range files {
+		eof := (f.Size + uint64(ps) - 1) / uint64(ps)
+		if in.eofDense != nil {
+			in.eofDense[f.ID] = eof
+		} else {
+			in.eofMap[f.ID] = eof
+		}
+		if f.Path != "" {
+			in.keys[f.ID] = policies.FileKey{Path: f.Path, Size: f.Size, MtimeNS: f.MtimeNS}
+		}
+	}
+	return in, nil
+}
+
+// Close closes the bundle.
+func (in *Input) Close() error { return in.Bundle.Close() }
+
+// FilePages returns the end of file in pages, 0 when unknown.
+func (in *Input) FilePages(file uint32) uint64 {
+	if in.eofDense != nil {
+		if int(file) < len(in.eofDense) {
+			return in.eofDense[file]
+		}
+		return 0
+	}
+	return in.eofMap[file]
+}
+
+// FileKey returns the identity of file for trained models.
+func (in *Input) FileKey(file uint32) (policies.FileKey, bool) {
+	k, ok := in.keys[file]
+	return k, ok
+}
+
+// Env returns the policy environment of the bundle: page size, file sizes
+// and identities.
+func (in *Input) Env() policies.Env {
+	return policies.Env{PageSize: in.PageSize, FilePages: in.FilePages, FileKey: in.FileKey}
+}
+
+// Source streams the bundle's events.
+func (in *Input) Source() (Source, error) { return BundleSource(in.Bundle) }
+
+// Future reads the bundle's demand accesses for the oracle. Unlike the
+// simulation itself, it holds every demand access in memory.
+func (in *Input) Future() (*policies.Future, error) {
+	cur, err := in.Bundle.Accesses()
+	if err != nil {
+		return nil, fmt.Errorf("read accesses of %s: %w", in.Dir, err)
+	}
+	defer cur.Close()
+	var acc []policies.FutureAccess
+	for cur.Next() {
+		a := cur.At()
+		if policies.IsDemand(a.Kind) {
+			acc = append(acc, policies.FutureAccess{File: a.FileID, Page: a.FirstPage, NPages: a.NPages})
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("read accesses of %s: %w", in.Dir, err)
+	}
+	return policies.NewFuture(acc), nil
+}
