@@ -57,8 +57,8 @@ type bundleSource struct {
 	// advance says which cursor the current event came from; it moves on
 	// at the next call, since the event aliases the hint's children.
 	advanceAcc, advanceHint bool
-	ev      policies.Event
-	err     error
+	ev                      policies.Event
+	err                     error
 }
 
 // BundleSource streams the accesses and hints of b merged by timestamp. It
