@@ -499,8 +499,15 @@ type batchDecoder struct {
 	zstd    bool
 }
 
-func newBatchDecoder() *batchDecoder {
-	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1),
+// newBatchDecoder returns a decoder that skips the zstd frame checksums;
+// newCheckingDecoder's verifies them (for Repair, which must find torn
+// writes). Verify checks whole files against the manifest's SHA-256.
+func newBatchDecoder() *batchDecoder { return newDecoder(true) }
+
+func newCheckingDecoder() *batchDecoder { return newDecoder(false) }
+
+func newDecoder(ignoreChecksum bool) *batchDecoder {
+	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.IgnoreChecksum(ignoreChecksum),
 		zstd.WithDecoderMaxMemory(maxBufferBytes), zstd.WithDecoderMaxWindow(64<<20))
 	if err != nil {
 		panic(err)

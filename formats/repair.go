@@ -310,7 +310,7 @@ func scanStream(data []byte, name string) (sc streamScan) {
 	}
 	off += m.size
 	sc.schemaEnd, sc.end = int64(off), int64(off)
-	dec := newBatchDecoder()
+	dec := newCheckingDecoder()
 	for {
 		if off == len(data) {
 			sc.stop = fmt.Errorf("end of file")
