@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/predictio/predictio/formats"
-	"github.com/predictio/predictio/simulate/internal/simtest"
+	"github.com/predictio/predictio/simulate/simtest"
 )
 
 func runBundle(t *testing.T, dir string, cfg Config) *Report {
