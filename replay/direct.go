@@ -490,6 +490,7 @@ func (d *directBackend) finish() targetStats {
 		Late:         d.late.Load(),
 		DeviceReads:  d.devReads.Load(),
 		DroppedPages: d.droppedPages.Load(),
+		Via:          d.engineInfo,
 	}
 	if e := d.firstErr.Load(); e != nil {
 		ts.Warnings = append(ts.Warnings, fmt.Sprintf("%d read failures, first: %v", d.failures.Load(), *e))

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/predictio/predictio/engine"
 	"github.com/predictio/predictio/policies"
 	"github.com/predictio/predictio/uring"
 )
@@ -106,10 +107,9 @@ type kernelBackend struct {
 	noCstat  bool // cachestat missing: mincore only
 	wg       sync.WaitGroup
 	vec      []byte
-	ring     *uring.Ring // FADVISE ring; nil: syscalls
-	cqes     []uring.CQE
-	// outstanding counts FADVISE SQEs not yet completed.
-	outstanding int
+	eng      *engine.Engine // FADVISE through one engine worker; nil: syscalls
+	ew       *engine.Worker
+	emap     []int // file index -> engine file index
 	// Via says how prefetches reach the kernel.
 	via string
 
@@ -143,12 +143,10 @@ func newKernelBackend(files []*openFile, ps int, o kernelOptions) *kernelBackend
 	b.via = "posix_fadvise(WILLNEED)"
 	if o.readahead {
 		b.via = "readahead(2)"
-	} else if ring, err := uring.New(64); err == nil {
-		if p, err := ring.Probe(); err == nil && p.Supported(uring.OpFadvise) {
-			b.ring, b.cqes, b.via = ring, make([]uring.CQE, 64), "io_uring FADVISE(WILLNEED)"
-		} else {
-			ring.Close()
-		}
+	} else if err := b.startEngine(); err == nil {
+		b.via = "io_uring FADVISE(WILLNEED) through the engine"
+	} else {
+		b.via += fmt.Sprintf(" (engine unavailable: %v)", err)
 	}
 	b.wg.Add(1)
 	go b.service()
@@ -233,59 +231,82 @@ func (b *kernelBackend) Submit(req *policies.Request) error {
 	return nil
 }
 
+// startEngine creates one engine worker for FADVISE requests on the
+// buffered files. Needs Linux 5.6 for IORING_OP_FADVISE.
+func (b *kernelBackend) startEngine() error {
+	var files []*os.File
+	b.emap = make([]int, len(b.files))
+	for i, f := range b.files {
+		b.emap[i] = -1
+		if f != nil {
+			b.emap[i] = len(files)
+			files = append(files, f.file)
+		}
+	}
+	if len(files) == 0 {
+		return errors.New("no files")
+	}
+	eng, err := engine.New(files, engine.WithWorkers(1), engine.WithQueueDepth(64), engine.WithFixedBuffers(false), engine.WithHandler(b.onComplete))
+	if err != nil {
+		return err
+	}
+	ring := eng.Worker(0).Ring()
+	if p, err := ring.Probe(); err != nil || !p.Supported(uring.OpFadvise) {
+		eng.Close()
+		return fmt.Errorf("io_uring has no FADVISE: %w", errors.Join(err, uring.ErrNotSupported))
+	}
+	b.eng, b.ew = eng, eng.Worker(0)
+	return nil
+}
+
+// onComplete is the engine's handler: the Token is the request's pages.
+func (b *kernelBackend) onComplete(c *engine.Completion) {
+	b.inflight.Add(-int64(c.Token))
+	if c.Err != nil {
+		b.fail(c.Err)
+		return
+	}
+	b.pagesSubmitted.Add(c.Token)
+}
+
 func (b *kernelBackend) service() {
 	defer b.wg.Done()
 	defer func() {
-		if b.ring != nil {
-			b.ring.Close()
+		if b.eng != nil {
+			if err := b.eng.Close(); err != nil {
+				b.fail(err)
+			}
 		}
 	}()
 	for {
 		var r kreq
 		var ok bool
-		if b.outstanding == 0 {
+		if b.ew == nil || b.ew.InFlight() == 0 {
 			r, ok = <-b.queue
 		} else {
 			select {
 			case r, ok = <-b.queue:
 			default:
 				// Nothing queued: wait for a FADVISE to complete.
-				b.submit(1)
+				if _, err := b.ew.Harvest(1); err != nil {
+					b.fail(err)
+				}
 				continue
 			}
 		}
 		if !ok {
-			for b.outstanding > 0 {
-				b.submit(1)
+			if b.ew != nil {
+				if err := b.ew.Drain(); err != nil {
+					b.fail(err)
+				}
 			}
 			return
 		}
 		b.advise(r)
-		if b.ring != nil {
-			b.submit(0)
-		}
-	}
-}
-
-// submit publishes prepared FADVISE SQEs, waits for wait completions, and
-// reaps what is ready.
-func (b *kernelBackend) submit(wait uint32) {
-	if _, err := b.ring.SubmitAndWait(wait); err != nil {
-		b.fail(fmt.Errorf("submit io_uring FADVISE: %w", err))
-	}
-	for {
-		n := b.ring.Reap(b.cqes)
-		for _, c := range b.cqes[:n] {
-			b.outstanding--
-			b.inflight.Add(-int64(c.UserData))
-			if c.Res < 0 {
-				b.fail(uring.ResultError(uring.OpFadvise, "prefetch", 0, c.Res))
-				continue
+		if b.ew != nil {
+			if _, err := b.ew.Poll(); err != nil {
+				b.fail(err)
 			}
-			b.pagesSubmitted.Add(c.UserData)
-		}
-		if n < len(b.cqes) {
-			return
 		}
 	}
 }
@@ -353,15 +374,12 @@ func (b *kernelBackend) cached(n uint64) {
 func (b *kernelBackend) willneed(f *openFile, file uint32, first, n uint64) {
 	ps := uint64(b.ps)
 	b.track.prefetched(file, first, n)
-	if b.ring != nil {
-		sqe := b.ring.GetSQE()
-		for sqe == nil {
-			b.submit(1)
-			sqe = b.ring.GetSQE()
+	if b.ew != nil {
+		err := b.ew.Submit(engine.Request{Op: engine.OpFadvise, File: b.emap[file], Off: int64(first * ps), Len: int(n * ps), Advice: unix.FADV_WILLNEED, Token: n})
+		if err != nil {
+			b.inflight.Add(-int64(n))
+			b.fail(fmt.Errorf("read ahead %s pages %d+%d: %w", f.path, first, n, err))
 		}
-		sqe.PrepFadvise(int32(f.fd), first*ps, uint32(n*ps), unix.FADV_WILLNEED)
-		sqe.UserData = n
-		b.outstanding++
 		return
 	}
 	var err error
@@ -412,7 +430,7 @@ func (b *kernelBackend) finish() targetStats {
 	close(b.queue)
 	b.wg.Wait()
 	pre, used := b.track.counts()
-	ts := targetStats{Prefetched: pre, Used: used, Wasted: pre - used, DroppedPages: b.droppedPages.Load()}
+	ts := targetStats{Prefetched: pre, Used: used, Wasted: pre - used, DroppedPages: b.droppedPages.Load(), Via: b.via}
 	if e := b.firstErr.Load(); e != nil {
 		ts.Warnings = append(ts.Warnings, fmt.Sprintf("%d prefetch failures, first: %v", b.failures.Load(), *e))
 	}

@@ -122,6 +122,8 @@ type Run struct {
 	// prefetch together.
 	DeviceReadBytes uint64 `json:"device_read_bytes"`
 
+	// Via says how the backend executed prefetches.
+	Via      string                `json:"prefetch_via,omitempty"`
 	Counters policies.BackendStats `json:"counters"`
 	Events   uint64                `json:"events_dispatched"`
 	Hints    int                   `json:"hints_delivered"`
@@ -140,6 +142,7 @@ type targetStats struct {
 	Late                     uint64
 	DeviceReads              uint64 // pages read with O_DIRECT (direct)
 	DroppedPages             uint64
+	Via                      string
 	Warnings                 []string
 }
 
@@ -452,6 +455,9 @@ func (r *Replayer) runOnce(ctx context.Context, spec string, round int) (*Run, e
 	run.DemandMisses, run.DemandHits, run.LatePrefetches = ts.DemandMisses, ts.DemandHits, ts.Late
 	run.DevicePages = ts.DeviceReads
 	run.PagesDropped = ts.DroppedPages
+	if run.Policy != Baseline {
+		run.Via = ts.Via
+	}
 	run.Warnings = ts.Warnings
 	run.Counters = tgt.Stats()
 	if st.disp != nil {

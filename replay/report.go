@@ -181,7 +181,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 	tw.Flush()
 	fmt.Fprintln(bw, "\nSummary (median [min..max] over rounds):")
 	tw = tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\trounds\twall ms\tstall ms\tp50 µs\tp99 µs\tprefetched\tused\twasted\tdropped\tspeedup\tpredicted\t")
+	fmt.Fprintln(tw, "policy\trounds\twall\tstall\tp50 µs\tp99 µs\tprefetched\tused\twasted\tdropped\tspeedup\tpredicted\t")
 	for _, p := range rep.Summary.Policies {
 		sp, pred := "-", "-"
 		if p.Speedup > 0 {
@@ -195,6 +195,13 @@ func (rep *Report) WriteText(w io.Writer) error {
 			count(p.Prefetched), count(p.Used), count(p.Wasted), count(p.Dropped), sp, pred)
 	}
 	tw.Flush()
+	vias := map[string]bool{}
+	for _, r := range rep.Runs {
+		if r.Via != "" && !vias[r.Via] {
+			vias[r.Via] = true
+			fmt.Fprintf(bw, "\nprefetches (%s backend): %s\n", r.Backend, r.Via)
+		}
+	}
 	if rep.Summary.Predictor != "" {
 		fmt.Fprintf(bw, "\npredicted: %s\n", rep.Summary.Predictor)
 	}
