@@ -619,7 +619,7 @@ func BenchmarkVMResident(b *testing.B) {
 	}
 	rates := make([][]float64, len(methods))
 	submitNs := make([][]float64, len(methods))
-	var kernNs, kernPages, warmNs, warmPages uint64
+	var kernNs, notifyNs, kernPages, warmNs, warmPages uint64
 	allResident := func() bool {
 		tf.refresh(b)
 		for _, r := range rs {
@@ -650,6 +650,7 @@ func BenchmarkVMResident(b *testing.B) {
 			if methods[m].name == "kmod" {
 				after := waitIdle(b, be)
 				kernNs += after.NotifyNsTotal + after.WorkNsTotal - before.NotifyNsTotal - before.WorkNsTotal
+				notifyNs += after.NotifyNsTotal - before.NotifyNsTotal
 				kernPages += after.PagesRequested - before.PagesRequested
 				// the same requests again, all cached: the filter cost
 				if err := methods[m].submit(); err != nil {
@@ -668,6 +669,7 @@ func BenchmarkVMResident(b *testing.B) {
 	}
 	if kernPages > 0 {
 		b.ReportMetric(float64(kernNs)/float64(kernPages), "kmod-kernel-ns/page")
+		b.ReportMetric(float64(notifyNs)/float64(kernPages), "kmod-notify-ns/page")
 	}
 	if warmPages > 0 {
 		b.ReportMetric(float64(warmNs)/float64(warmPages), "kmod-kernel-ns/cached-page")

@@ -165,10 +165,12 @@ static void pio_rec_free(struct pio_rec *r)
 	kfree(r);
 }
 
-/* pio_reap retires finished pages of every armed record. Caller holds
- * if_mutex. A page is finished when its folio is unlocked (read done; not
+/* pio_reap retires finished pages of armed records: all of them when full,
+ * else only from the oldest record up to the first still in flight (reads
+ * finish roughly in order; leaving a finished record counted is
+ * conservative). Caller holds if_mutex. A page is finished when its folio is unlocked (read done; not
  * uptodate means the read failed) or no longer in the cache. */
-static void pio_reap(struct pio_ctx *ctx)
+static void pio_reap(struct pio_ctx *ctx, bool full)
 {
 	struct pio_rec *r, *tmp;
 
@@ -200,6 +202,8 @@ static void pio_reap(struct pio_ctx *ctx)
 		}
 		if (r->next >= r->end)
 			pio_rec_free(r);
+		else if (!full)
+			break; /* quick reap: oldest records only */
 	}
 }
 
@@ -249,8 +253,10 @@ static struct pio_rec *pio_reserve(struct pio_ctx *ctx, struct file *file,
 			return NULL;
 		}
 		mutex_lock(&ctx->if_mutex);
-		pio_reap(ctx);
 		limit = READ_ONCE(ctx->cfg.inflight_limit);
+		pio_reap(ctx, false);
+		if (ctx->inflight + want > limit)
+			pio_reap(ctx, true);
 		avail = ctx->inflight < limit ? limit - ctx->inflight : 0;
 		if (avail > 0) {
 			*got = min(avail, want);
@@ -649,7 +655,7 @@ static long pio_stats(struct pio_ctx *ctx, void __user *arg)
 	s.queue_len = ctx->q_len;
 	spin_unlock(&ctx->q_lock);
 	mutex_lock(&ctx->if_mutex);
-	pio_reap(ctx);
+	pio_reap(ctx, true);
 	s.inflight_pages = ctx->inflight;
 	mutex_unlock(&ctx->if_mutex);
 	if (copy_to_user(arg, &s, sizeof(s)))

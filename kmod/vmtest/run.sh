@@ -84,7 +84,7 @@ make -s -C "$kdir" M="$build/module" modules 2>&1 | grep -v "Skipping BTF genera
 log "building test binaries"
 CGO_ENABLED=0 go test -c -o "$build/initramfs/kmod.test" ./kmod
 record=no
-if ls record/*_test.go >/dev/null 2>&1; then
+if [ "$mode" = test ] && ls record/*_test.go >/dev/null 2>&1; then
 	if CGO_ENABLED=0 go test -c -o "$build/initramfs/record.test" ./record; then
 		record=yes
 	else
