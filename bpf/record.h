@@ -58,8 +58,15 @@ static __always_inline void count(__u32 slot)
 		*c += 1;
 }
 
+// submit commits an events record without waking the reader, except when
+// this record makes the pending data cross wakeup_bytes: one wakeup per
+// threshold crossing, not one per record while the reader is behind.
 static __always_inline void submit(void *rec)
 {
 	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	bpf_ringbuf_submit(rec, avail >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	__u64 flag = BPF_RB_NO_WAKEUP;
+	// 8-byte ring header + 64-byte record per event.
+	if (avail >= wakeup_bytes && avail < wakeup_bytes + 2 * (8 + sizeof(struct event)))
+		flag = BPF_RB_FORCE_WAKEUP;
+	bpf_ringbuf_submit(rec, flag);
 }

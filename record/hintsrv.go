@@ -264,7 +264,11 @@ func (s *hintServer) handle(buf []byte, n int, flags int32, cred *unix.Ucred, fd
 	case hints.KindTreeChildEnter:
 		h.ParentPage, h.Position, h.Children = msg.ParentPage, msg.Position, msg.Children
 	case hints.KindTensorLayout:
-		h.Name, h.OffsetBytes, h.LengthBytes = string(msg.Name), msg.Offset, msg.Length
+		// AppendHint copies the name, so a view of the buffer is enough.
+		if len(msg.Name) > 0 {
+			h.Name = unsafe.String(&msg.Name[0], len(msg.Name))
+		}
+		h.OffsetBytes, h.LengthBytes = msg.Offset, msg.Length
 	case hints.KindLayerStart:
 		h.Position = msg.Layer
 	}

@@ -71,8 +71,9 @@ type Config struct {
 	// NoSignal leaves the command alone when ctx ends.
 	NoSignal bool
 
-	bench  *benchSource                       // benchmark-only event source (tests)
-	create func(string) (bundleWriter, error) // test hook; nil: formats.Create
+	bench   *benchSource                       // benchmark-only event source (tests)
+	onStart func(*recorder)                    // test hook: called once attached
+	create  func(string) (bundleWriter, error) // test hook; nil: formats.Create
 }
 
 // bundleWriter is the part of *formats.Writer the recorder uses.
@@ -500,6 +501,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		timer = time.After(cfg.Duration)
 	}
 	debugTime("started")
+	if cfg.onStart != nil {
+		cfg.onStart(r)
+	}
 	select {
 	case <-done:
 	case <-timer:

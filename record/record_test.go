@@ -160,50 +160,50 @@ type recorded struct {
 // record runs cfg into a bundle in a fresh directory and reads it back.
 func record(t testing.TB, ctx context.Context, cfg Config) *recorded {
 	t.Helper()
+	r, err := recordE(t, ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// recordE is record for use off the test goroutine.
+func recordE(t testing.TB, ctx context.Context, cfg Config) (*recorded, error) {
 	if cfg.Output == "" {
 		cfg.Output = filepath.Join(diskDir(t), "bundle")
 	}
 	if cfg.Stdout == nil {
 		cfg.Stdout = io.Discard
 	}
-	var mem *memSink
-	if os.Getenv("PREDICTIO_TEST_MEMSINK") != "" {
-		mem = &memSink{keep: true}
-		cfg.create = func(string) (bundleWriter, error) { return mem, nil }
-	}
 	sum, err := Run(ctx, cfg)
 	if err != nil {
-		t.Fatalf("record: %v", err)
+		return nil, fmt.Errorf("record: %w", err)
 	}
 	t.Logf("%s", sum)
 	out := &recorded{sum: sum}
-	if mem != nil {
-		out.man, out.files, out.accesses, out.hints = mem.man, mem.files, mem.accesses, mem.hints
-		return out
-	}
 	b, err := formats.Open(cfg.Output)
 	if err != nil {
-		t.Fatalf("open recorded bundle: %v", err)
+		return nil, fmt.Errorf("open recorded bundle: %w", err)
 	}
 	defer b.Close()
 	out.man = *b.Manifest()
 	if out.files, err = b.Files(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	ac, err := b.Accesses()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	for ac.Next() {
 		out.accesses = append(out.accesses, *ac.At())
 	}
 	if err := ac.Err(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	ac.Close()
 	hc, err := b.Hints()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	for hc.Next() {
 		h := *hc.At()
@@ -211,10 +211,10 @@ func record(t testing.TB, ctx context.Context, cfg Config) *recorded {
 		out.hints = append(out.hints, h)
 	}
 	if err := hc.Err(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	hc.Close()
-	return out
+	return out, nil
 }
 
 // fileID returns the id of path in files.arrow.
@@ -342,14 +342,15 @@ func TestPIDDescendants(t *testing.T) {
 	if err := sh.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		// Let the recorder attach, then let the shell go on.
-		time.Sleep(500 * time.Millisecond)
-		in.Write([]byte("go\n"))
-		in.Close()
-		sh.Wait()
-	}()
-	r := record(t, context.Background(), Config{PIDs: []int{sh.Process.Pid}, Duration: 20 * time.Second})
+	// Once the recorder is attached, let the shell go on.
+	started := func(*recorder) {
+		go func() {
+			in.Write([]byte("go\n"))
+			in.Close()
+			sh.Wait()
+		}()
+	}
+	r := record(t, context.Background(), Config{PIDs: []int{sh.Process.Pid}, Duration: 20 * time.Second, onStart: started})
 	id := r.fileID(t, p)
 	if c, n := r.coverage(id, formats.KindRead, 1024); c != 1024 {
 		t.Errorf("forked child's reads cover %d of 1024 pages (%d events)", c, n)

@@ -104,6 +104,8 @@ func (p *pipeline) write() {
 	cache := make(map[fileKey]*fileEntry)
 	var last *fileEntry
 	var a formats.Access
+	var lastComm [16]byte
+	var comm string
 	forced := false
 	for b := range p.full {
 		if !forced && r.cfg.Force != nil {
@@ -144,10 +146,13 @@ func (p *pipeline) write() {
 				continue
 			}
 			c := *(*[16]byte)(unsafe.Pointer(&e.Comm))
-			comm, ok := comms[c]
-			if !ok {
-				comm = cstring(c[:])
-				comms[c] = comm
+			if c != lastComm || comm == "" {
+				var ok bool
+				if comm, ok = comms[c]; !ok {
+					comm = cstring(c[:])
+					comms[c] = comm
+				}
+				lastComm = c
 			}
 			a = formats.Access{
 				TS: e.Ts, PID: e.Pid, TID: e.Tid, Comm: comm, FileID: fe.id,

@@ -1,0 +1,190 @@
+package record
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/predictio/predictio/hints"
+)
+
+// BenchmarkTransport offers synthetic events (bench.bpf.c: 64 records per
+// getppid(2)) at fixed rates for 3 s each and reports what reached the
+// compressed bundle and what the ring dropped. Run with -benchtime=1x.
+func BenchmarkTransport(b *testing.B) {
+	requireRecorder(b, "syscalls:sys_enter_getppid")
+	for _, rate := range []float64{1e6, 2e6, 4e6, 5e6, 6e6, 8e6, 0} {
+		name := "max"
+		if rate > 0 {
+			name = fmt.Sprintf("offered=%gM", rate/1e6)
+		}
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				src := &benchSource{perTrigger: 64, rate: rate, duration: 3 * time.Second}
+				dir := diskDir(b)
+				sum, err := Run(context.Background(), Config{Output: filepath.Join(dir, "bundle"), bench: src})
+				if err != nil {
+					b.Fatal(err)
+				}
+				offered := float64(src.triggers.Load()) * float64(src.perTrigger)
+				total := float64(sum.Events + sum.Dropped)
+				b.ReportMetric(offered/src.duration.Seconds(), "offered/s")
+				b.ReportMetric(float64(sum.Events)/src.duration.Seconds(), "events/s")
+				b.ReportMetric(100*float64(sum.Dropped)/max(total, 1), "drop%")
+				st, _ := os.Stat(filepath.Join(dir, "bundle", "accesses.arrow"))
+				if st != nil {
+					b.ReportMetric(float64(st.Size())/max(float64(sum.Events), 1), "bundleB/event")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkHintSocket sends b.N tree_child_enter hints (path form, 4
+// children) from one client and reports accepted hints/s at the recorder.
+func BenchmarkHintSocket(b *testing.B) {
+	requireRecorder(b)
+	dir := diskDir(b)
+	data := filepath.Join(dir, "index.db")
+	if err := os.WriteFile(data, make([]byte, 1<<20), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	sock := filepath.Join(dir, "hints.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rch := make(chan *recorder, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, Config{
+			Output: filepath.Join(dir, "bundle"), Command: []string{"sleep", "3600"},
+			HintSocket: sock, onStart: func(r *recorder) { rch <- r },
+		})
+		done <- err
+	}()
+	var r *recorder
+	select {
+	case r = <-rch:
+	case err := <-done:
+		b.Fatal(err)
+	}
+	c, err := hints.Dial(sock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	children := []uint64{10, 11, 12, 13}
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		if err := c.TreeChildEnter(hints.Path(data), uint64(i), 1, children); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for r.hints.accepted.Load() < uint64(b.N) {
+		if time.Since(start) > time.Minute {
+			b.Fatalf("only %d of %d hints accepted", r.hints.accepted.Load(), b.N)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/el.Seconds(), "hints/s")
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}
+
+// runHelper runs this test binary as helper mode on file and returns the
+// nanoseconds the helper's loop reported; with rec it runs under Run.
+func runHelper(b *testing.B, mode, file string, n int, rec bool) float64 {
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	env := []string{"PREDICTIO_RECORD_HELPER=" + mode, "PREDICTIO_RECORD_FILE=" + file, "PREDICTIO_RECORD_N=" + strconv.Itoa(n)}
+	var out strings.Builder
+	if rec {
+		args := append(append([]string{"env"}, env...), exe)
+		if _, err := Run(context.Background(), Config{
+			Output: filepath.Join(diskDir(b), "bundle"), Command: args, Stdout: &out, Stderr: os.Stderr,
+		}); err != nil {
+			b.Fatal(err)
+		}
+	} else {
+		cmd := exec.Command(exe)
+		cmd.Env = append(os.Environ(), env...)
+		cmd.Stdout, cmd.Stderr = &out, os.Stderr
+		if err := cmd.Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ns, err := strconv.ParseFloat(strings.TrimSpace(out.String()), 64)
+	if err != nil {
+		b.Fatalf("helper printed %q", out.String())
+	}
+	return ns
+}
+
+// overhead alternates runs without and with recording and reports the
+// medians and the median of per-pair ratios (recorded / plain).
+func overhead(b *testing.B, mode, file string, n, rounds int, before func()) {
+	var plain, recd, ratio []float64
+	for i := 0; i < rounds; i++ {
+		order := []bool{false, true}
+		if i%2 == 1 {
+			order = []bool{true, false}
+		}
+		var p, r float64
+		for _, rec := range order {
+			before()
+			v := runHelper(b, mode, file, n, rec)
+			if rec {
+				r = v
+			} else {
+				p = v
+			}
+		}
+		plain, recd, ratio = append(plain, p), append(recd, r), append(ratio, r/p)
+	}
+	slices.Sort(plain)
+	slices.Sort(recd)
+	slices.Sort(ratio)
+	b.ReportMetric(plain[len(plain)/2]/1e6, "plain-ms")
+	b.ReportMetric(recd[len(recd)/2]/1e6, "recorded-ms")
+	b.ReportMetric(ratio[len(ratio)/2], "ratio")
+	b.ReportMetric(ratio[0], "ratio-min")
+	b.ReportMetric(ratio[len(ratio)-1], "ratio-max")
+}
+
+// BenchmarkOverheadHotPread: 1 M preads of 4 KiB from a cached 64 MiB file
+// (one get_pages event each), 7 alternating pairs. Run with -benchtime=1x.
+func BenchmarkOverheadHotPread(b *testing.B) {
+	requireRecorder(b, "filemap:mm_filemap_get_pages")
+	dir := diskDir(b)
+	p := coldFile(b, dir, 64<<20)
+	warm, _ := os.ReadFile(p)
+	_ = warm
+	for range b.N {
+		overhead(b, "pread", p, 1_000_000, 7, func() {})
+	}
+}
+
+// BenchmarkOverheadColdScan: sequential 128 KiB reads of a 512 MiB file
+// evicted (and verified cold with cachestat) before each run, 5
+// alternating pairs. Run with -benchtime=1x.
+func BenchmarkOverheadColdScan(b *testing.B) {
+	requireRecorder(b, "filemap:mm_filemap_get_pages")
+	dir := diskDir(b)
+	p := coldFile(b, dir, 512<<20)
+	for range b.N {
+		overhead(b, "scan", p, 0, 5, func() { evict(b, p) })
+	}
+}
