@@ -468,45 +468,55 @@ func (c *HintCursor) Close() error {
 }
 
 // Table gives raw Arrow access to one table file through arrow-go, for
-// export and merge.
+// export and merge. Each batch is checked by this package's decoder before
+// arrow-go decodes it, so corrupt lengths become errors, not panics or huge
+// allocations.
 type Table struct {
-	f  *os.File
-	fr *ipc.FileReader
+	tf  *tableFile
+	fr  *ipc.FileReader
+	dec *batchDecoder
 }
 
 // OpenTable opens one table file (FilesFile, AccessesFile or HintsFile) for
 // raw Arrow access. The table must be closed.
-func (b *Bundle) OpenTable(name string) (t *Table, err error) {
+func (b *Bundle) OpenTable(name string) (*Table, error) {
 	if schemaFor(name) == nil {
 		return nil, fmt.Errorf("open table %q: not a bundle table (want %s, %s or %s)", name, FilesFile, AccessesFile, HintsFile)
 	}
-	// Validate with this package's decoder first: arrow-go trusts lengths.
-	tf, err := b.openTable(name)
+	mapped, err := b.openTable(name)
 	if err != nil {
 		return nil, err
 	}
-	tf.close()
-	f, err := os.Open(filepath.Join(b.dir, name))
+	// Records may outlive Close, so they must not point into a mapping.
+	data := bytes.Clone(mapped.data)
+	mapped.close()
+	tf, err := newTableFileBytes(data, name)
 	if err != nil {
-		return nil, fmt.Errorf("open table: %w", err)
+		return nil, err
 	}
-	st, _ := f.Stat()
-	defer func() {
-		if r := recover(); r != nil {
-			f.Close()
-			t, err = nil, fmt.Errorf("open table %s: malformed data (%v): %w", name, r, ErrCorrupt)
-		}
-	}()
-	fr, err := ipc.NewFileReader(f, ipc.WithAllocator(&limitAllocator{max: limitFor(st.Size())}),
-		ipc.WithBodySizeLimit(st.Size()), ipc.WithMetadataSizeLimit(st.Size()))
+	fr, err := newArrowReader(bytes.NewReader(tf.data), int64(len(tf.data)), name)
 	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("open table %s: %w", name, err)
+		tf.close()
+		return nil, err
 	}
-	return &Table{f: f, fr: fr}, nil
+	return &Table{tf: tf, fr: fr, dec: newBatchDecoder()}, nil
 }
 
-func limitFor(int64) int { return maxBufferBytes }
+// newArrowReader opens an arrow-go file reader with allocation and size
+// limits, converting its panics on malformed input into errors.
+func newArrowReader(r ipc.ReadAtSeeker, size int64, name string) (fr *ipc.FileReader, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			fr, err = nil, fmt.Errorf("open table %s: malformed data (%v): %w", name, p, ErrCorrupt)
+		}
+	}()
+	fr, err = ipc.NewFileReader(r, ipc.WithAllocator(&limitAllocator{max: maxBufferBytes}),
+		ipc.WithBodySizeLimit(size), ipc.WithMetadataSizeLimit(size))
+	if err != nil {
+		return nil, fmt.Errorf("open table %s: %w", name, err)
+	}
+	return fr, nil
+}
 
 // Schema returns the table schema.
 func (t *Table) Schema() *arrow.Schema { return t.fr.Schema() }
@@ -521,6 +531,19 @@ func (t *Table) Batch(i int) (rec arrow.RecordBatch, err error) {
 			rec, err = nil, fmt.Errorf("read batch %d: malformed data (%v): %w", i, r, ErrCorrupt)
 		}
 	}()
+	if i < 0 || i >= len(t.tf.batches) {
+		return nil, fmt.Errorf("read batch %d: table %s has %d batches", i, t.tf.name, len(t.tf.batches))
+	}
+	m, err := readMessage(t.tf.data, int(t.tf.batches[i].off))
+	if err == nil && m.hdrType != msgRecordBatch {
+		err = fmt.Errorf("message type %d: %w", m.hdrType, ErrCorrupt)
+	}
+	if err == nil {
+		err = checkBatch(t.dec, m)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: batch %d: %w", t.tf.name, i, err)
+	}
 	rec, err = t.fr.RecordBatch(i)
 	if err != nil {
 		return nil, fmt.Errorf("read batch %d: %w", i, err)
@@ -531,7 +554,8 @@ func (t *Table) Batch(i int) (rec arrow.RecordBatch, err error) {
 // Close releases the table.
 func (t *Table) Close() error {
 	t.fr.Close()
-	return t.f.Close()
+	t.tf.close()
+	return nil
 }
 
 // limitAllocator refuses single allocations above max, so corrupt length

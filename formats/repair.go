@@ -278,6 +278,11 @@ type streamScan struct {
 // record batch by decoding all its buffers, and stops at the first message
 // that is truncated or corrupt.
 func scanStream(data []byte, name string) (sc streamScan) {
+	defer func() {
+		if r := recover(); r != nil {
+			sc.stop = fmt.Errorf("scan %s: malformed data (%v): %w", name, r, ErrCorrupt)
+		}
+	}()
 	if len(data) < 8 || string(data[:6]) != "ARROW1" {
 		sc.stop = fmt.Errorf("bad magic")
 		return sc

@@ -137,7 +137,8 @@ func (tf *tableFile) parse() (err error) {
 }
 
 // addDictionary applies a DictionaryBatch message.
-func (tf *tableFile) addDictionary(dec *batchDecoder, m message) error {
+func (tf *tableFile) addDictionary(dec *batchDecoder, m message) (err error) {
+	defer catch(&err, "read "+tf.name+": dictionary")
 	if m.hdrType != msgDictionaryBatch {
 		return tf.errf("dictionary block holds message type %d", m.hdrType)
 	}

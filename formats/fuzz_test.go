@@ -1,0 +1,189 @@
+package formats
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+)
+
+// fuzzTables returns the three table files of a small Synth bundle.
+func fuzzTables(t testing.TB) map[string][]byte {
+	dir := filepath.Join(t.TempDir(), "b")
+	w, err := Create(dir, WithBatchRows(40))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Manifest().Host = Host{KernelRelease: "fuzz", CPUs: 1, PageSize: 4096}
+	w.AddFile(File{ID: 1, Path: "/a", Size: 4096 * 100})
+	w.AddFile(File{ID: 2, Path: "/bb", Size: 4096})
+	for i := 0; i < 100; i++ {
+		w.Append(&Access{TS: uint64(i), PID: 1, TID: 2, Comm: "c" + strconv.Itoa(i/30), FileID: 1, FirstPage: uint64(i), NPages: 1, Kind: KindRead})
+	}
+	for i := 0; i < 5; i++ {
+		w.AppendHint(&Hint{TS: uint64(i), Kind: HintTreeChildEnter, FileID: 1, Children: []uint64{1, 2, 3}, Name: "n"})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	for _, n := range []string{FilesFile, AccessesFile, HintsFile, ManifestFile} {
+		b, err := os.ReadFile(filepath.Join(dir, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[n] = b
+	}
+	return out
+}
+
+// readAllTables decodes data as each of the three tables, through this
+// package's cursors and through arrow-go (as OpenTable does). Errors are
+// expected; panics and huge allocations are bugs.
+func readAllTables(data []byte) {
+	for _, name := range []string{FilesFile, AccessesFile, HintsFile} {
+		tf, err := newTableFileBytes(data, name)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case FilesFile:
+			readFiles(tf)
+		case AccessesFile:
+			if c, err := newAccessCursor(tf); err == nil {
+				for c.Next() {
+				}
+			}
+		case HintsFile:
+			if c, err := newHintCursor(tf); err == nil {
+				for c.Next() {
+				}
+			}
+		}
+		fr, err := newArrowReader(bytes.NewReader(data), int64(len(data)), name)
+		if err != nil {
+			continue
+		}
+		t := &Table{tf: tf, fr: fr, dec: newBatchDecoder()}
+		for i := 0; i < t.NumBatches(); i++ {
+			if rec, err := t.Batch(i); err == nil {
+				rec.Release()
+			}
+		}
+		fr.Close()
+	}
+	// A killed writer's file: scan as a stream.
+	scanStream(data, AccessesFile)
+}
+
+// FuzzReadTable feeds arbitrary bytes to the table readers: truncated
+// files, flipped bytes, wrong schemas and huge declared lengths must give
+// errors, never panics or multi-GiB allocations.
+func FuzzReadTable(f *testing.F) {
+	for _, b := range fuzzSeeds(f) {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		readAllTables(data)
+	})
+}
+
+// FuzzManifest feeds arbitrary bytes to the manifest parser.
+func FuzzManifest(f *testing.F) {
+	f.Add(fuzzTables(f)[ManifestFile])
+	f.Add([]byte(`{"format_version":"9.0.0"}`))
+	f.Add([]byte(`{"format_version":"1.0.0","counters":{"events":-1}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := parseManifest(data, ManifestFile)
+		if err == nil {
+			checkVersion(m.FormatVersion)
+		}
+	})
+}
+
+// fuzzSeeds returns valid tables and damaged variants of them.
+func fuzzSeeds(t testing.TB) [][]byte {
+	tabs := fuzzTables(t)
+	var seeds [][]byte
+	for _, n := range []string{FilesFile, AccessesFile, HintsFile} {
+		b := tabs[n]
+		seeds = append(seeds, b, b[:len(b)/2], b[:len(b)-1])
+		flipped := bytes.Clone(b)
+		flipped[len(b)/3] ^= 0x5a
+		seeds = append(seeds, flipped)
+	}
+	// A huge declared uncompressed length in the first compressed buffer of
+	// the first accesses batch.
+	if huge := hugeLength(tabs[AccessesFile]); huge != nil {
+		seeds = append(seeds, huge)
+	}
+	// A files table presented as accesses (wrong schema) is covered by
+	// readAllTables trying every table name.
+	return seeds
+}
+
+// hugeLength returns a copy of an accesses table whose first batch declares
+// a 1 TiB uncompressed buffer.
+func hugeLength(b []byte) []byte {
+	tf, err := newTableFileBytes(b, AccessesFile)
+	if err != nil || len(tf.batches) == 0 {
+		return nil
+	}
+	m, err := readMessage(b, int(tf.batches[0].off))
+	if err != nil {
+		return nil
+	}
+	dec := newBatchDecoder()
+	if dec.load(m.hdr, m.body) != nil {
+		return nil
+	}
+	out := bytes.Clone(b)
+	bodyStart := int(tf.batches[0].off) + int(tf.batches[0].metaLen)
+	for _, bm := range dec.bufs {
+		if bm.len >= 8 {
+			binary.LittleEndian.PutUint64(out[bodyStart+int(bm.off):], 1<<40)
+			return out
+		}
+	}
+	return nil
+}
+
+// TestWriteFuzzSeeds regenerates the checked-in seed corpus when
+// PREDICTIO_WRITE_FUZZ_SEEDS=1.
+func TestWriteFuzzSeeds(t *testing.T) {
+	if os.Getenv("PREDICTIO_WRITE_FUZZ_SEEDS") != "1" {
+		t.Skip("set PREDICTIO_WRITE_FUZZ_SEEDS=1 to regenerate testdata/fuzz")
+	}
+	write := func(target string, i int, b []byte) {
+		dir := filepath.Join("testdata", "fuzz", target)
+		os.MkdirAll(dir, 0o755)
+		body := fmt.Sprintf("go test fuzz v1\n[]byte(%s)\n", strconv.Quote(string(b)))
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed%02d", i)), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, s := range fuzzSeeds(t) {
+		write("FuzzReadTable", i, s)
+	}
+	write("FuzzManifest", 0, fuzzTables(t)[ManifestFile])
+}
+
+// TestFuzzSeedsDoNotPanic runs the seeds and a sweep of truncations and
+// byte flips in ordinary test runs.
+func TestFuzzSeedsDoNotPanic(t *testing.T) {
+	for _, s := range fuzzSeeds(t) {
+		readAllTables(s)
+	}
+	b := fuzzTables(t)[AccessesFile]
+	for n := 0; n < len(b); n += 7 {
+		readAllTables(b[:n])
+	}
+	for i := 0; i < len(b); i += 5 {
+		c := bytes.Clone(b)
+		c[i] ^= 0xff
+		readAllTables(c)
+	}
+}
