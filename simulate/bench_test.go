@@ -77,3 +77,41 @@ func BenchmarkTwoListReadahead(b *testing.B) {
 		b.Run(pattern, func(b *testing.B) { benchmarkSim(b, pattern, Config{CacheModel: TwoList}) })
 	}
 }
+
+// BenchmarkBundle replays a synthetic bundle from disk: reading, merging
+// and simulating with the LRU cache and the readahead baseline. ns/op is
+// per event.
+func BenchmarkBundle(b *testing.B) {
+	for _, pattern := range []string{"seq", "random"} {
+		b.Run(pattern, func(b *testing.B) {
+			dir := b.TempDir() + "/bundle"
+			const events = 1 << 20
+			if err := formats.Synth(dir, formats.SynthSpec{Pattern: pattern, Events: events, Files: 16}); err != nil {
+				b.Fatal(err)
+			}
+			in, err := OpenInput(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer in.Close()
+			cfg := Config{CacheBytes: 256 << 20, Device: Presets["nvme"], PageSize: in.PageSize, Env: in.Env()}
+			b.ReportAllocs()
+			b.ResetTimer()
+			var n uint64
+			for n < uint64(b.N) {
+				src, err := in.Source()
+				if err != nil {
+					b.Fatal(err)
+				}
+				r, err := Run(cfg, src)
+				src.Close()
+				if err != nil {
+					b.Fatal(err)
+				}
+				n += r.Events
+			}
+			b.ReportMetric(float64(n)/b.Elapsed().Seconds()/1e6, "Mevents/s")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/event")
+		})
+	}
+}

@@ -263,8 +263,8 @@ func (c *pageCache) insert(key uint64, ready int64, flags uint8) int32 {
 	if len(c.entries) < c.capacity {
 		idx = int32(len(c.entries))
 		c.entries = append(c.entries, entry{key: key, ready: ready, flags: flags, prev: -1, next: -1})
-		if len(c.entries)*2 > len(c.table) {
-			c.resize(len(c.table) * 2) // places every entry, idx included
+		if len(c.entries)*4 > len(c.table) {
+			c.resize(len(c.table) * 2) // load <= 1/4; places every entry, idx included
 		} else {
 			c.place(idx)
 		}

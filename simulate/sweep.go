@@ -153,6 +153,16 @@ func curvePlot(reports []*Report, title, ylabel string, y func(*Stats) float64) 
 	p.Legend.Top = true
 	p.Legend.Left = true
 	p.Add(plotter.NewGrid())
+	lo, hi := 0.0, 1.0
+	for _, r := range reports {
+		for i := range r.Policies {
+			v := y(&r.Policies[i])
+			lo, hi = min(lo, v), max(hi, v)
+		}
+	}
+	// Headroom above the data for the legend, one line per policy.
+	p.Y.Min = lo
+	p.Y.Max = hi + (hi-lo)*0.09*float64(len(reports[0].Policies)+1)
 	for li := range reports[0].Policies {
 		name := reports[0].Policies[li].Name
 		pts := make(plotter.XYs, 0, len(reports))

@@ -29,7 +29,7 @@ func init() {
 			"Policies: " + strings.Join(policies.Names(), ", ") + " (spec name[:key=value,...]; 'predictio simulate --policy help' lists parameters).\n" +
 			"Exit status: 0 ok, 1 an assertion failed or the simulation failed, 2 usage error.",
 		example: "predictio trace synth -o /var/tmp/bt --pattern btree --events 20000\n" +
-			"predictio simulate --policy tree:window=16 --cache 64MiB --assert 'tree.coverage>=0.8' /var/tmp/bt",
+			"predictio simulate --policy tree:window=64 --cache 64MiB --assert 'tree.coverage>=0.8' /var/tmp/bt",
 	}
 	c.run = func(args []string) int { return runSimulate(c, args, os.Stdout, os.Stderr) }
 	register(c)
@@ -71,6 +71,10 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "predictio simulate: %v\n", err)
 		return 2
 	}
+	failErr := func(err error) int {
+		fmt.Fprintf(stderr, "predictio simulate: %v\n", err)
+		return 1
+	}
 	if len(pos) != 1 {
 		return usageErr(errors.New("want exactly one BUNDLE argument; run 'predictio simulate -h' for usage"))
 	}
@@ -85,10 +89,10 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 	if *profile != "" {
 		p, err := loadDeviceProfile(*profile)
 		if err != nil {
-			return fail(1, err)
+			return failErr(err)
 		}
 		if cfg.Device, err = simulate.DeviceFromProfile(p); err != nil {
-			return fail(1, fmt.Errorf("%s: %w", *profile, err))
+			return failErr(fmt.Errorf("%s: %w", *profile, err))
 		}
 	} else if cfg.Device, err = simulate.Preset(*device); err != nil {
 		return usageErr(fmt.Errorf("flag --device: %w", err))
@@ -118,7 +122,7 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 
 	in, err := simulate.OpenInput(pos[0])
 	if err != nil {
-		return fail(1, err)
+		return failErr(err)
 	}
 	defer in.Close()
 	cfg.PageSize = in.PageSize
@@ -128,13 +132,13 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 	if *modelFile != "" {
 		m, err := loadModel(*modelFile)
 		if err != nil {
-			return fail(1, err)
+			return failErr(err)
 		}
 		cfg.Env.Markov = m
 	}
 	if cfg.Oracle {
 		if cfg.Env.Future, err = in.Future(); err != nil {
-			return fail(1, err)
+			return failErr(err)
 		}
 	}
 
@@ -142,12 +146,12 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 	if sizes == nil {
 		src, err := in.Source()
 		if err != nil {
-			return fail(1, err)
+			return failErr(err)
 		}
 		r, err := simulate.Run(cfg, src)
 		src.Close()
 		if err != nil {
-			return fail(1, fmt.Errorf("simulate %s: %w", pos[0], err))
+			return failErr(fmt.Errorf("simulate %s: %w", pos[0], err))
 		}
 		reports = []*simulate.Report{r}
 	} else {
@@ -155,7 +159,7 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 		// table, the model and the future are shared read-only.
 		reports, err = simulate.Sweep(cfg, sizes, in.Source, nil)
 		if err != nil {
-			return fail(1, fmt.Errorf("simulate %s: %w", pos[0], err))
+			return failErr(fmt.Errorf("simulate %s: %w", pos[0], err))
 		}
 	}
 
@@ -168,7 +172,7 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 			v = sweepJSON(reports)
 		}
 		if err := enc.Encode(v); err != nil {
-			return fail(1, err)
+			return failErr(err)
 		}
 	} else if sizes == nil {
 		simulate.WriteTable(stdout, reports[0])
@@ -182,7 +186,7 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 	}
 	if *plotFile != "" {
 		if err := simulate.Plot(*plotFile, reports); err != nil {
-			return fail(1, err)
+			return failErr(err)
 		}
 	}
 
@@ -204,7 +208,7 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 	}
 	if *junit != "" {
 		if err := writeJUnit(*junit, pos[0], reports, results); err != nil {
-			return fail(1, err)
+			return failErr(err)
 		}
 	}
 	if failed > 0 {

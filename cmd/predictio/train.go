@@ -34,6 +34,10 @@ func runTrain(c *command, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "predictio train: %v\n", err)
 		return 2
 	}
+	failErr := func(err error) int {
+		fmt.Fprintf(stderr, "predictio train: %v\n", err)
+		return 1
+	}
 	if len(args) == 0 {
 		commandHelp(stderr, c)
 		return 2
@@ -90,13 +94,13 @@ func runTrain(c *command, args []string, stdout, stderr io.Writer) int {
 		res, err = train.Markov(pos)
 	}
 	if err != nil {
-		return fail(1, err)
+		return failErr(err)
 	}
 	for _, w := range res.Warnings {
 		warn(w)
 	}
 	if err := saveModel(*out, res); err != nil {
-		return fail(1, err)
+		return failErr(err)
 	}
 	elapsed := time.Since(start)
 	sum := res.Summary()
@@ -117,7 +121,7 @@ func runTrain(c *command, args []string, stdout, stderr io.Writer) int {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(v); err != nil {
-			return fail(1, err)
+			return failErr(err)
 		}
 		return 0
 	}

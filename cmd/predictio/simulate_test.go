@@ -1,0 +1,245 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/predictio/predictio/formats"
+)
+
+// simCLI runs predictio simulate in-process.
+func simCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = runSimulate(commands["simulate"], args, &o, &e)
+	return o.String(), e.String(), code
+}
+
+func trainCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = runTrain(commands["train"], args, &o, &e)
+	return o.String(), e.String(), code
+}
+
+func synthBundle(t *testing.T, spec formats.SynthSpec) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), spec.Pattern)
+	if err := formats.Synth(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestSimulateCLI(t *testing.T) {
+	bt := synthBundle(t, formats.SynthSpec{Pattern: "btree", Events: 5000})
+
+	t.Run("table", func(t *testing.T) {
+		out, errOut, code := simCLI(t, "--policy", "tree:window=64", "--cache", "64MiB", bt)
+		if code != 0 {
+			t.Fatalf("code %d: %s", code, errOut)
+		}
+		for _, want := range []string{"baseline", "tree", "oracle", "coverage", "speedup"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("table lacks %q:\n%s", want, out)
+			}
+		}
+	})
+
+	t.Run("json", func(t *testing.T) {
+		out, errOut, code := simCLI(t, "--json", "--policy", "tree:window=64", bt)
+		if code != 0 {
+			t.Fatalf("code %d: %s", code, errOut)
+		}
+		var r struct {
+			Events       uint64  `json:"events"`
+			EventsPerSec float64 `json:"events_per_sec"`
+			Policies     []map[string]any
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if r.Events == 0 || r.EventsPerSec <= 0 || len(r.Policies) != 3 || r.Policies[1]["name"] != "tree" {
+			t.Errorf("report %+v", r)
+		}
+		for _, k := range []string{"name", "coverage", "accuracy", "late", "io_amplification", "stall_ns", "speedup"} {
+			if _, ok := r.Policies[1][k]; !ok {
+				t.Errorf("policy lacks %q", k)
+			}
+		}
+	})
+
+	t.Run("assert", func(t *testing.T) {
+		junit := filepath.Join(t.TempDir(), "junit.xml")
+		_, errOut, code := simCLI(t, "--policy", "tree:window=64", "--assert", "tree.coverage>=0.5", "--assert", "tree.coverage>=1.5", "--junit", junit, bt)
+		if code != 1 {
+			t.Errorf("failing assertion: code %d, want 1", code)
+		}
+		if !strings.Contains(errOut, "tree.coverage>=1.5") || strings.Contains(errOut, "tree.coverage>=0.5") {
+			t.Errorf("stderr must name the failing expression only:\n%s", errOut)
+		}
+		b, err := os.ReadFile(junit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var suites struct {
+			Suites []struct {
+				Tests    int `xml:"tests,attr"`
+				Failures int `xml:"failures,attr"`
+			} `xml:"testsuite"`
+		}
+		if err := xml.Unmarshal(b, &suites); err != nil || len(suites.Suites) != 1 || suites.Suites[0].Failures != 1 || suites.Suites[0].Tests != 5 {
+			t.Errorf("junit %+v %v:\n%s", suites, err, b)
+		}
+		if _, _, code := simCLI(t, "--policy", "tree:window=64", "--assert", "tree.coverage>=0.5", bt); code != 0 {
+			t.Errorf("passing assertion: code %d", code)
+		}
+		_, errOut, code = simCLI(t, "--assert", "nosuch.coverage>=0.5", bt)
+		if code != 1 || !strings.Contains(errOut, "nosuch") {
+			t.Errorf("assertion on a missing policy: code %d\n%s", code, errOut)
+		}
+	})
+
+	t.Run("sweep and plot", func(t *testing.T) {
+		dir := t.TempDir()
+		png1, svg := filepath.Join(dir, "curve.png"), filepath.Join(dir, "curve.svg")
+		out, errOut, code := simCLI(t, "--policy", "tree:window=64", "--sweep", "cache=64KiB,1MiB,64MiB", "--plot", png1, bt)
+		if code != 0 {
+			t.Fatalf("code %d: %s", code, errOut)
+		}
+		if !strings.Contains(out, "curve:") || !strings.Contains(out, "64KiB") || !strings.Contains(out, "64MiB") {
+			t.Errorf("sweep output:\n%s", out)
+		}
+		f, err := os.Open(png1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil || img.Bounds().Dx() < 400 {
+			t.Errorf("png: %v %v", err, img)
+		}
+		if _, errOut, code := simCLI(t, "--sweep", "cache=1MiB,4MiB", "--plot", svg, "--json", bt); code != 0 {
+			t.Fatalf("svg: code %d %s", code, errOut)
+		}
+		if b, err := os.ReadFile(svg); err != nil || !bytes.Contains(b, []byte("<svg")) {
+			t.Errorf("svg: %v", err)
+		}
+	})
+
+	t.Run("errors", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			code int
+			want string
+		}{
+			{[]string{}, 2, "BUNDLE"},
+			{[]string{"--bogus", bt}, 2, "bogus"},
+			{[]string{"--cache", "lots", bt}, 2, "--cache"},
+			{[]string{"--cache-model", "arc", bt}, 2, "--cache-model"},
+			{[]string{"--device", "floppy", bt}, 2, "floppy"},
+			{[]string{"--assert", "tree.coverage", bt}, 2, "--assert"},
+			{[]string{"--sweep", "ram=1GiB", bt}, 2, "--sweep"},
+			{[]string{"--plot", "x.jpg", bt}, 2, "--plot"},
+			{[]string{"--policy", "nosuch", bt}, 1, "nosuch"},
+			{[]string{"--policy", "tree:window=x", bt}, 1, "window"},
+			{[]string{"--policy", "markov", bt}, 1, "--model"},
+			{[]string{filepath.Join(t.TempDir(), "missing")}, 1, "missing"},
+			{[]string{"--model", filepath.Join(t.TempDir(), "none.model"), bt}, 1, "none.model"},
+			{[]string{"--device-profile", filepath.Join(t.TempDir(), "dev.json"), bt}, 1, "dev.json"},
+		} {
+			_, errOut, code := simCLI(t, tc.args...)
+			if code != tc.code || !strings.Contains(errOut, tc.want) {
+				t.Errorf("simulate %q: code %d, want %d; stderr must name %q:\n%s", tc.args, code, tc.code, tc.want, errOut)
+			}
+		}
+		// A bundle whose accesses table is garbage.
+		bad := synthBundle(t, formats.SynthSpec{Pattern: "seq", Events: 1000})
+		if err := os.WriteFile(filepath.Join(bad, formats.AccessesFile), []byte("garbage"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, errOut, code := simCLI(t, bad)
+		if code != 1 || !strings.Contains(errOut, "accesses") {
+			t.Errorf("corrupt bundle: code %d\n%s", code, errOut)
+		}
+	})
+
+	t.Run("device profile", func(t *testing.T) {
+		p := filepath.Join(t.TempDir(), "dev.json")
+		b, _ := json.Marshal(formats.DeviceProfile{Version: formats.DeviceProfileVersion, Name: "vda", ReadLatencyNS: 70000, SeqReadBytesPerSec: 1e9, RandReadBytesPerSec: 4e8, QueueDepth: 32})
+		os.WriteFile(p, b, 0o644)
+		out, errOut, code := simCLI(t, "--device-profile", p, bt)
+		if code != 0 || !strings.Contains(out, "device vda") {
+			t.Errorf("code %d\n%s%s", code, out, errOut)
+		}
+		os.WriteFile(p, []byte(`{"version":1,"read_latency_ns":0}`), 0o644)
+		_, errOut, code = simCLI(t, "--device-profile", p, bt)
+		if code != 1 || !strings.Contains(errOut, "read_latency_ns") {
+			t.Errorf("bad profile: code %d\n%s", code, errOut)
+		}
+	})
+
+	t.Run("help", func(t *testing.T) {
+		out, _, code := simCLI(t, "--policy", "help")
+		if code != 0 || !strings.Contains(out, "window") || !strings.Contains(out, "depth") {
+			t.Errorf("policy help: code %d\n%s", code, out)
+		}
+		_, errOut, code := simCLI(t, "-h")
+		if code != 0 || !strings.Contains(errOut, "Example:") {
+			t.Errorf("-h: code %d\n%s", code, errOut)
+		}
+	})
+}
+
+func TestTrainCLI(t *testing.T) {
+	dir := t.TempDir()
+	var runs []string
+	for r := 0; r < 4; r++ {
+		runs = append(runs, synthBundle(t, formats.SynthSpec{Pattern: "sparse", Events: 3000, Run: r}))
+	}
+	model := filepath.Join(dir, "launch.model")
+	out, errOut, code := trainCLI(t, append([]string{"markov", "-o", model, "--holdout", "1"}, runs...)...)
+	if code != 0 {
+		t.Fatalf("train: code %d\n%s", code, errOut)
+	}
+	if !strings.Contains(out, "from 3 runs") || !strings.Contains(out, "holdout") || !strings.Contains(out, "markov") {
+		t.Errorf("train output:\n%s", out)
+	}
+	// The model drives simulate, and markov beats the baseline.
+	out, errOut, code = simCLI(t, "--json", "--model", model, "--policy", "markov", "--assert", "markov.coverage>=0.3", runs[3])
+	if code != 0 {
+		t.Fatalf("simulate with model: code %d\n%s%s", code, out, errOut)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{}, 2, "Usage"},
+		{[]string{"lstm", "-o", model, runs[0]}, 2, "lstm"},
+		{[]string{"markov", runs[0]}, 2, "-o"},
+		{[]string{"markov", "-o", model}, 2, "BUNDLE"},
+		{[]string{"markov", "-o", model, "--holdout", "2", runs[0], runs[1]}, 2, "--holdout"},
+		{[]string{"markov", "-o", model, filepath.Join(dir, "missing")}, 1, "missing"},
+		{[]string{"markov", "-o", filepath.Join(dir, "no", "such", "dir", "m"), runs[0]}, 1, "save model"},
+	} {
+		_, errOut, code := trainCLI(t, tc.args...)
+		if code != tc.code || !strings.Contains(errOut, tc.want) {
+			t.Errorf("train %q: code %d, want %d; stderr must name %q:\n%s", tc.args, code, tc.code, tc.want, errOut)
+		}
+	}
+	// A corrupt model is refused by simulate with the file named.
+	bad := filepath.Join(dir, "bad.model")
+	os.WriteFile(bad, []byte("PIOMARKV\x09\x00\x00\x00"), 0o644)
+	_, errOut, code = simCLI(t, "--model", bad, "--policy", "markov", runs[3])
+	if code != 1 || !strings.Contains(errOut, "bad.model") || !strings.Contains(errOut, "version") {
+		t.Errorf("corrupt model: code %d\n%s", code, errOut)
+	}
+}
