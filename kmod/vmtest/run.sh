@@ -18,6 +18,7 @@
 #   PREDICTIO_VM_KVER   kernel release (default 6.1.0-57-cloud-amd64)
 #   PREDICTIO_VM_ACCEL  qemu accelerator (default tcg; kvm where it works)
 #   PREDICTIO_VM_TIMEOUT seconds before the VM is killed (default 900)
+#   PREDICTIO_VM_RECORD  0 to leave out the record tests (default 1)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
@@ -43,10 +44,29 @@ for c in "${need[@]}"; do
 	command -v "$c" >/dev/null || { echo "vmtest: $c not found: run scripts/setup.sh (see docs/kmod.md)" >&2; exit 1; }
 done
 
-# 1. Kernel image and headers, cached.
+# 1. Kernel image and headers, cached. Debian drops superseded kernel ABIs
+# from the archive; without PREDICTIO_VM_KVER, fall back to the 6.1 cloud
+# kernel that linux-image-cloud-amd64 now depends on.
+if [ ! -e "$root/.done" ] && [ -z "${PREDICTIO_VM_KVER:-}" ]; then
+	if ! apt-cache show "linux-image-$kver" >/dev/null 2>&1; then
+		apt-get update -q >/dev/null || true
+	fi
+	if ! apt-cache show "linux-image-$kver" >/dev/null 2>&1; then
+		cur=$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-/ {sub("linux-image-", "", $2); print $2; exit}')
+		if [ -n "$cur" ]; then
+			log "linux-image-$kver is no longer in the archive; using $cur"
+			kver=$cur
+			root=$cache/root-$kver
+		fi
+	fi
+fi
 if [ ! -e "$root/.done" ]; then
 	abi=${kver%-cloud-amd64}
-	pkgs=(linux-image-$kver linux-headers-$kver linux-headers-$abi-common linux-kbuild-${kver%%.0-*})
+	case $kver in
+	6.1.0-*) kbuild=linux-kbuild-6.1 ;; # Debian 12's own kernel
+	*) kbuild=linux-kbuild-$abi ;;      # e.g. 6.12.117+deb12-cloud-amd64
+	esac
+	pkgs=(linux-image-$kver linux-headers-$kver linux-headers-$abi-common $kbuild)
 	log "fetching ${pkgs[*]}"
 	mkdir -p "$cache/debs"
 	rm -rf "$root"
@@ -77,14 +97,14 @@ mkdir -p "$build/module" "$build/initramfs"
 cp kmod/module/predictio.c kmod/module/Kbuild "$build/module/"
 cp kmod/predictio_uapi.h "$build/"
 log "building predictio.ko against $kver"
-make -s -C "$kdir" M="$build/module" modules 2>&1 | grep -v "Skipping BTF generation" || true
+make -s -C "$kdir" M="$build/module" CONFIG_DEBUG_INFO_BTF_MODULES= modules 2>&1 | grep -v "Skipping BTF generation" || true
 [ -f "$build/module/predictio.ko" ] || { echo "vmtest: module build failed" >&2; exit 1; }
 
 # 3. Static test binaries.
 log "building test binaries"
 CGO_ENABLED=0 go test -c -o "$build/initramfs/kmod.test" ./kmod
 record=no
-if [ "$mode" = test ] && ls record/*_test.go >/dev/null 2>&1; then
+if [ "$mode" = test ] && [ "${PREDICTIO_VM_RECORD:-1}" = 1 ] && ls record/*_test.go >/dev/null 2>&1; then
 	if CGO_ENABLED=0 go test -c -o "$build/initramfs/record.test" ./record; then
 		record=yes
 	else
@@ -129,6 +149,10 @@ if [ "$mode" = bench ]; then
 else
 	/kmod.test -test.v -test.count=1 -test.timeout 10m
 	echo "@@RESULT kmod rc=\$?"
+	mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+	for g in filemap readahead; do
+		echo "@@TRACEPOINTS \$g: \$(ls /sys/kernel/tracing/events/\$g 2>/dev/null | grep -v -e enable -e filter | tr '\n' ' ')"
+	done
 	if [ -x /record.test ]; then
 		/record.test -test.v -test.count=1 -test.timeout 5m
 		echo "@@RESULT record rc=\$?"
