@@ -122,6 +122,7 @@ func Import(src, out string, o ImportOptions) (*ImportReport, error) {
 		}
 	}
 	m := w.Manifest()
+	m.ToolVersion = ToolVersion
 	m.Host = formats.Host{PageSize: int(ps), Hostname: im.hostname}
 	m.Recording = formats.Recording{Source: im.rep.Source, CommandLine: o.CommandLine}
 	m.Start = formats.Timestamp{MonotonicNS: im.first}

@@ -180,6 +180,7 @@ func Merge(out string, ins []string) (*MergeReport, error) {
 	m := w.Manifest()
 	copyManifest(m, bundles[0].Manifest())
 	m.Notes = nil
+	m.ToolVersion = ToolVersion
 	m.Recording.Source = "merge"
 	for i, b := range bundles {
 		src := b.Manifest()

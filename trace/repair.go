@@ -13,11 +13,7 @@ func Verify(dir string) []error { return formats.Verify(dir) }
 // Repair recovers the bundle in dir in place, up to the last batch its
 // writer flushed, and reports what it recovered.
 func Repair(dir string) (*formats.RepairReport, error) {
-	r, err := formats.Repair(dir)
-	if err != nil {
-		return r, fmt.Errorf("repair %s: %w", dir, err)
-	}
-	return r, nil
+	return formats.Repair(dir) // errors name the bundle and file
 }
 
 // Synth writes a deterministic synthetic bundle (see formats.Synth).

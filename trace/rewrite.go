@@ -79,6 +79,7 @@ func rewrite(in, out string, rw rewriter) (copyCounts, error) {
 	}
 	copyManifest(w.Manifest(), b.Manifest())
 	m := w.Manifest()
+	m.ToolVersion = ToolVersion
 	m.Counters.Events, m.Counters.Hints, m.Counters.Files = cc.Events, cc.Hints, cc.Files
 	if rw.manifest != nil {
 		rw.manifest(m)

@@ -16,6 +16,10 @@ import (
 	"github.com/predictio/predictio/formats"
 )
 
+// ToolVersion is recorded as tool_version in the manifests this package
+// writes; the predictio command sets it to its version.
+var ToolVersion = "dev"
+
 // ErrUsage marks an error caused by a bad option value rather than by the
 // data; the command exits 2 for it.
 var ErrUsage = errors.New("usage")

@@ -32,6 +32,7 @@ func init() {
 		"\nRun 'predictio trace SUBCOMMAND -h' for a subcommand's flags and an example. Exit status: 0 ok, 1 failed or problems found, 2 usage error."
 	c.example = "predictio trace info testdata/seq\npredictio trace export testdata/seq --parquet /var/tmp/seq-parquet"
 	c.run = func(args []string) int {
+		trace.ToolVersion = version
 		if len(args) == 0 {
 			commandHelp(os.Stderr, c)
 			return 2
@@ -408,13 +409,21 @@ func init() {
 		if err != nil {
 			return traceFail(err)
 		}
+		if rep.AlreadyComplete {
+			fmt.Printf("%s: complete and verifies; nothing to repair\n", pos[0])
+			return 0
+		}
 		names := make([]string, 0, len(rep.Tables))
 		for n := range rep.Tables {
 			names = append(names, n)
 		}
 		sort.Strings(names)
 		for _, n := range names {
-			fmt.Printf("%s: recovered %d rows\n", n, rep.Tables[n])
+			fmt.Printf("%s: recovered %d rows", n, rep.Tables[n])
+			if d := rep.DroppedBytes[n]; d > 0 {
+				fmt.Printf(" (cut %d bytes of a partly written batch)", d)
+			}
+			fmt.Println()
 		}
 		for _, n := range rep.Notes {
 			fmt.Printf("  %s\n", n)
@@ -436,12 +445,12 @@ func init() {
 		var spec formats.SynthSpec
 		fs.StringVar(&spec.Pattern, "pattern", "", "access pattern: seq, stride, random, sparse or btree")
 		fs.IntVar(&spec.Events, "events", 100000, "number of accesses")
-		fs.IntVar(&spec.Files, "files", 0, "number of files (0: the pattern's default)")
-		fs.Uint64Var(&spec.FilePages, "file-pages", 0, "pages per file (0: the pattern's default)")
-		fs.Uint64Var(&spec.Stride, "stride", 0, "stride in pages for --pattern stride (0: default)")
-		fs.IntVar(&spec.Run, "run", 0, "run number for --pattern sparse: runs share the recurring pages and differ in noise")
+		fs.IntVar(&spec.Files, "files", 1, "number of files")
+		fs.Uint64Var(&spec.FilePages, "file-pages", 0, "pages per file (0: events/files for seq, else 262144)")
+		fs.Uint64Var(&spec.Stride, "stride", 0, "page step for --pattern stride (default 16), fanout for btree (default 64)")
+		fs.IntVar(&spec.Run, "run", 0, "run of --pattern sparse or btree: runs share the sequence of --seed (sparse: 90% of it) and differ in the rest")
 		fs.Int64Var(&spec.Seed, "seed", 1, "random seed")
-		fs.Uint64Var(&spec.ThinkNS, "think-ns", 0, "time between accesses in ns (0: the pattern's default)")
+		fs.Uint64Var(&spec.ThinkNS, "think-ns", 2000, "mean time between accesses in ns")
 		pos, code, ok := parseArgs(fs, args)
 		if !ok {
 			return code
