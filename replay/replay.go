@@ -298,7 +298,8 @@ func (r *Replayer) buildPolicies(spec string, files []*openFile) ([]policies.Pol
 // Replay runs every run spec Repeat times, alternating (A B A B ...).
 func (r *Replayer) Replay(ctx context.Context) (*Report, error) {
 	rep := &Report{Bundle: r.t.dir, Backend: r.opt.Backend, Timing: r.opt.Timing, Speed: r.opt.Speed,
-		Accesses: r.t.ops, Pages: r.t.pages, Threads: len(r.t.threads), Hints: len(r.t.hints)}
+		Accesses: r.t.ops, Pages: r.t.pages, Threads: len(r.t.threads), Hints: len(r.t.hints),
+		SkippedKinds: r.t.skipped, UnknownFileRows: r.t.unknown, UnknownFileHints: r.t.hintSkip, PagesPastEOF: r.t.clipped}
 	for round := 0; round < r.opt.Repeat; round++ {
 		for _, spec := range r.opt.Runs {
 			if err := ctx.Err(); err != nil {
@@ -569,16 +570,18 @@ func hintEvent(ev *policies.Event, h *formats.Hint) bool {
 // with recorded timing.
 const hintSlack = time.Millisecond
 
-// sleepUntil waits until t: sleeping for long waits, spinning (with yields)
-// for the last stretch so that short think times are kept.
+// sleepUntil waits until t: sleeping for waits over 1 ms, spinning (with
+// yields) for the last stretch so that short think times are kept.
 func sleepUntil(t time.Time) {
 	for {
 		d := time.Until(t)
 		if d <= 0 {
 			return
 		}
-		if d > 200*time.Microsecond {
-			time.Sleep(d - 100*time.Microsecond)
+		if d > time.Millisecond {
+			// Timers overshoot by tens of µs, more on a loaded machine:
+			// sleep short of the target and spin the rest.
+			time.Sleep(d - 500*time.Microsecond)
 			continue
 		}
 		runtime.Gosched()

@@ -26,8 +26,15 @@ type Report struct {
 	Pages    uint64  `json:"pages"`
 	Threads  int     `json:"threads"`
 	Hints    int     `json:"hints"`
-	Runs     []*Run  `json:"runs"`
-	Summary  Summary `json:"summary"`
+	// Not replayed: access rows of other kinds (cache_add, readahead,
+	// cache_delete), rows and hints naming unknown file ids, and pages
+	// past the recorded end of file.
+	SkippedKinds     uint64  `json:"skipped_accesses"`
+	UnknownFileRows  uint64  `json:"unknown_file_rows,omitempty"`
+	UnknownFileHints uint64  `json:"unknown_file_hints,omitempty"`
+	PagesPastEOF     uint64  `json:"pages_past_eof,omitempty"`
+	Runs             []*Run  `json:"runs"`
+	Summary          Summary `json:"summary"`
 }
 
 // Spread is a median with the minimum and maximum over rounds.
@@ -166,6 +173,9 @@ func (rep *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(bw, " ×%g", rep.Speed)
 	}
 	fmt.Fprintln(bw)
+	if rep.UnknownFileRows+rep.UnknownFileHints+rep.PagesPastEOF > 0 {
+		fmt.Fprintf(bw, "not replayed: %d access rows and %d hints naming unknown file ids, %d pages past the recorded end of file\n", rep.UnknownFileRows, rep.UnknownFileHints, rep.PagesPastEOF)
+	}
 	fmt.Fprintln(bw, "\nRuns (in the order run):")
 	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tround\tbackend\tstate\twall\tstall\tp50 µs\tp99 µs\tprefetched\tused\twasted\tmisses\tsubmitted\tskipped cached\tdropped\tinflight max\tdevice MiB\t")
