@@ -48,8 +48,15 @@ func BenchmarkTransport(b *testing.B) {
 }
 
 // BenchmarkHintSocket sends b.N tree_child_enter hints (path form, 4
-// children) from one client and reports accepted hints/s at the recorder.
+// children) from 1 or 2 client goroutines and reports hints/s accepted by
+// the recorder.
 func BenchmarkHintSocket(b *testing.B) {
+	for _, senders := range []int{1, 2} {
+		b.Run(fmt.Sprintf("senders=%d", senders), func(b *testing.B) { benchHints(b, senders) })
+	}
+}
+
+func benchHints(b *testing.B, senders int) {
 	requireRecorder(b)
 	dir := diskDir(b)
 	data := filepath.Join(dir, "index.db")
@@ -74,16 +81,29 @@ func BenchmarkHintSocket(b *testing.B) {
 	case err := <-done:
 		b.Fatal(err)
 	}
-	c, err := hints.Dial(sock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	children := []uint64{10, 11, 12, 13}
 	b.ResetTimer()
 	start := time.Now()
-	for i := range b.N {
-		if err := c.TreeChildEnter(hints.Path(data), uint64(i), 1, children); err != nil {
+	errs := make(chan error, senders)
+	for s := range senders {
+		go func() {
+			c, err := hints.Dial(sock)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			children := []uint64{10, 11, 12, 13}
+			for i := s; i < b.N; i += senders {
+				if err := c.TreeChildEnter(hints.Path(data), uint64(i), 1, children); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range senders {
+		if err := <-errs; err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -138,19 +138,41 @@ const cmsgAlign = 8 // sizeof(long) on 64-bit Linux
 
 func align(n int) int { return (n + cmsgAlign - 1) &^ (cmsgAlign - 1) }
 
+// mmsghdr is struct mmsghdr (64-bit).
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32
+	_   [4]byte
+}
+
+// hintBatch is how many datagrams one recvmmsg(2) may return.
+const hintBatch = 32
+
 // serve receives datagrams until stop; it never panics on bad input.
 func (s *hintServer) serve() {
-	buf := make([]byte, hints.MaxDatagram+1)
-	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred)+unix.CmsgSpace(4*16))
+	const oobLen = 256 // SCM_CREDENTIALS + up to 16 SCM_RIGHTS fds
+	bufs := make([]byte, hintBatch*(hints.MaxDatagram+1))
+	oobs := make([]byte, hintBatch*oobLen)
+	var iovs [hintBatch]unix.Iovec
+	var hdrs [hintBatch]mmsghdr
+	for i := range hdrs {
+		iovs[i].Base = &bufs[i*(hints.MaxDatagram+1)]
+		iovs[i].SetLen(hints.MaxDatagram + 1)
+		hdrs[i].hdr.Iov = &iovs[i]
+		hdrs[i].hdr.Iovlen = 1
+		hdrs[i].hdr.Control = &oobs[i*oobLen]
+	}
 	var msg hints.Message
 	var h formats.Hint
 	var fds [16]int32
 	for {
-		iov := unix.Iovec{Base: &buf[0]}
-		iov.SetLen(len(buf))
-		mh := unix.Msghdr{Iov: &iov, Iovlen: 1, Control: &oob[0]}
-		mh.SetControllen(len(oob))
-		n, _, errno := unix.Syscall(unix.SYS_RECVMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&mh)), unix.MSG_CMSG_CLOEXEC|unix.MSG_TRUNC)
+		for i := range hdrs {
+			hdrs[i].hdr.SetControllen(oobLen)
+			hdrs[i].hdr.Flags = 0
+			hdrs[i].n = 0
+		}
+		n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&hdrs[0])), hintBatch,
+			unix.MSG_CMSG_CLOEXEC|unix.MSG_WAITFORONE, 0, 0)
 		if errno != 0 {
 			if errno == unix.EAGAIN || errno == unix.EINTR {
 				if s.quit.Load() {
@@ -161,50 +183,61 @@ func (s *hintServer) serve() {
 			return // socket closed
 		}
 		ts := s.clock.now()
-		// Credentials and descriptors.
-		var cred *unix.Ucred
-		nfds := 0
-		oobn := int(mh.Controllen)
-		for off := 0; off+unix.SizeofCmsghdr <= oobn; {
-			ch := (*unix.Cmsghdr)(unsafe.Pointer(&oob[off]))
-			l := int(ch.Len)
-			if l < unix.SizeofCmsghdr || off+l > oobn {
-				break
+		s.r.wmu.Lock()
+		for i := 0; i < int(n); i++ {
+			mh := &hdrs[i].hdr
+			oob := oobs[i*oobLen : i*oobLen+int(mh.Controllen)]
+			buf := bufs[i*(hints.MaxDatagram+1) : (i+1)*(hints.MaxDatagram+1)]
+			cred, nfds := parseControl(oob, &fds)
+			rej := s.handle(buf, int(hdrs[i].n), mh.Flags, cred, fds[:nfds], ts, &msg, &h)
+			for _, fd := range fds[:nfds] {
+				unix.Close(int(fd))
 			}
-			data := oob[off+align(unix.SizeofCmsghdr) : off+l]
-			if ch.Level == unix.SOL_SOCKET {
-				switch ch.Type {
-				case unix.SCM_CREDENTIALS:
-					if len(data) >= unix.SizeofUcred {
-						cred = (*unix.Ucred)(unsafe.Pointer(&data[0]))
-					}
-				case unix.SCM_RIGHTS:
-					for i := 0; i+4 <= len(data); i += 4 {
-						fd := *(*int32)(unsafe.Pointer(&data[i]))
-						if nfds < len(fds) {
-							fds[nfds] = fd
-							nfds++
-						} else {
-							unix.Close(int(fd))
-						}
-					}
-				}
+			if rej >= 0 {
+				s.rej[rej].Add(1)
+			} else {
+				s.accepted.Add(1)
 			}
-			off += align(l)
 		}
-		rej := s.handle(buf, int(n), mh.Flags, cred, fds[:nfds], ts, &msg, &h)
-		for _, fd := range fds[:nfds] {
-			unix.Close(int(fd))
-		}
-		if rej >= 0 {
-			s.rej[rej].Add(1)
-		} else {
-			s.accepted.Add(1)
-		}
+		s.r.wmu.Unlock()
 	}
 }
 
+// parseControl extracts the sender's credentials and passed descriptors
+// (up to len(fds); extra ones are closed) from control messages.
+func parseControl(oob []byte, fds *[16]int32) (cred *unix.Ucred, nfds int) {
+	for off := 0; off+unix.SizeofCmsghdr <= len(oob); {
+		ch := (*unix.Cmsghdr)(unsafe.Pointer(&oob[off]))
+		l := int(ch.Len)
+		if l < unix.SizeofCmsghdr || off+l > len(oob) {
+			break
+		}
+		data := oob[off+align(unix.SizeofCmsghdr) : off+l]
+		if ch.Level == unix.SOL_SOCKET {
+			switch ch.Type {
+			case unix.SCM_CREDENTIALS:
+				if len(data) >= unix.SizeofUcred {
+					cred = (*unix.Ucred)(unsafe.Pointer(&data[0]))
+				}
+			case unix.SCM_RIGHTS:
+				for i := 0; i+4 <= len(data); i += 4 {
+					fd := *(*int32)(unsafe.Pointer(&data[i]))
+					if nfds < len(fds) {
+						fds[nfds] = fd
+						nfds++
+					} else {
+						unix.Close(int(fd))
+					}
+				}
+			}
+		}
+		off += align(l)
+	}
+	return cred, nfds
+}
+
 // handle checks and writes one datagram; it returns a rej* reason or -1.
+// The caller holds r.wmu.
 func (s *hintServer) handle(buf []byte, n int, flags int32, cred *unix.Ucred, fds []int32, ts uint64, msg *hints.Message, h *formats.Hint) int {
 	if cred == nil {
 		return rejNoCreds
@@ -272,10 +305,8 @@ func (s *hintServer) handle(buf []byte, n int, flags int32, cred *unix.Ucred, fd
 	case hints.KindLayerStart:
 		h.Position = msg.Layer
 	}
-	s.r.wmu.Lock()
-	err := s.r.out.AppendHint(h)
-	s.r.wmu.Unlock()
-	if err != nil {
+	// serve holds r.wmu.
+	if err := s.r.out.AppendHint(h); err != nil {
 		s.r.writeErr.CompareAndSwap(nil, &err)
 	}
 	return -1
