@@ -39,6 +39,7 @@ func pathFor(f *fileInfo, root string) (string, error) {
 func checkFiles(t *trace, root string, allowChanged bool) ([]string, error) {
 	paths := make([]string, len(t.files))
 	var problems []string
+	changed := false
 	ps := uint64(t.pageSize)
 	for _, f := range t.used() {
 		p, err := pathFor(f, root)
@@ -69,18 +70,20 @@ func checkFiles(t *trace, root string, allowChanged bool) ([]string, error) {
 			continue
 		}
 		if size != f.Size {
+			changed = true
 			problems = append(problems, fmt.Sprintf("%s: size %d, recorded size_bytes %d", p, size, f.Size))
 			continue
 		}
 		mt := st.Mtim.Nano()
 		if f.MtimeNS != 0 && mt != f.MtimeNS {
+			changed = true
 			problems = append(problems, fmt.Sprintf("%s: mtime %s, recorded mtime_ns %s", p,
 				time.Unix(0, mt).UTC().Format(time.RFC3339Nano), time.Unix(0, f.MtimeNS).UTC().Format(time.RFC3339Nano)))
 		}
 	}
 	if len(problems) > 0 {
 		hint := "materialize them with 'predictio replay materialize BUNDLE DIR' and replay with --root DIR"
-		if !allowChanged {
+		if changed {
 			hint += ", or pass --allow-changed to replay changed files anyway"
 		}
 		return nil, fmt.Errorf("check files: %w: %d of %d:\n  %s\n%s", ErrFiles, len(problems), len(t.used()), strings.Join(problems, "\n  "), hint)
