@@ -46,7 +46,6 @@ func init() {
 				depth:     int(a.uint("depth", 1, 1<<16)),
 				threshold: a.float("threshold", 0, 1),
 				random:    a.choice("mode", "det", "random") == "random",
-				files:     map[uint32]*markovFile{},
 			}
 			seed := a.uint("seed", 0, math.MaxUint64)
 			p.rng = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
@@ -59,9 +58,11 @@ func init() {
 		params: []param{
 			{"window", "16", "maximum children prefetched per hint"},
 			{"ttl", "1s", "suppress pages requested this recently (event time)"},
+			{"slots", "16384", "entries of the bounded recently-requested table (2-way set associative; an evicted entry only costs a redundant request)"},
 		},
 		build: func(a *args, env Env) (Policy, error) {
-			p := &treePolicy{env: env, window: int(a.uint("window", 1, 1<<20)), ttl: uint64(a.duration("ttl")), recent: map[filePage]uint64{}}
+			p := &treePolicy{env: env, window: int(a.uint("window", 1, 1<<20)), ttl: uint64(a.duration("ttl"))}
+			p.recent.init(int(a.uint("slots", 2, 1<<26)))
 			p.norm.MaxPages = env.maxPages()
 			return p, nil
 		},
@@ -87,7 +88,7 @@ func init() {
 			{"lookahead", "4", "strides prefetched ahead of the current access"},
 		},
 		build: func(a *args, env Env) (Policy, error) {
-			p := &stridePolicy{env: env, confidence: int(a.uint("confidence", 1, 1<<10)), lookahead: int64(a.uint("lookahead", 1, 1<<12)), files: map[uint32]*strideFile{}}
+			p := &stridePolicy{env: env, confidence: int(a.uint("confidence", 1, 1<<10)), lookahead: int64(a.uint("lookahead", 1, 1<<12))}
 			p.norm.MaxPages = env.maxPages()
 			return p, nil
 		},
@@ -115,7 +116,7 @@ type markovPolicy struct {
 	threshold float64
 	random    bool
 	rng       *rand.Rand
-	files     map[uint32]*markovFile
+	files     fileTable[markovFile]
 	walk      []uint64
 	norm      Normalizer
 }
@@ -128,12 +129,12 @@ type markovFile struct {
 func (p *markovPolicy) Accepts(k EventKind) bool { return k == EventFileAccess }
 
 func (p *markovPolicy) file(id uint32) *markovFile {
-	f := p.files[id]
+	f := p.files.get(id)
 	if f != nil {
 		return f
 	}
 	f = &markovFile{}
-	p.files[id] = f
+	p.files.put(id, f)
 	if p.env.FileKey == nil {
 		p.env.warn("markov: file %d: no file identities given, model not applied", id)
 		return f
@@ -156,12 +157,12 @@ func (p *markovPolicy) Handle(ev *Event, emit Emit) {
 		return
 	}
 	f := p.file(ev.File)
+	if f.model == nil {
+		return
+	}
 	n := max(uint64(a.NPages), 1)
 	for i := range n {
 		f.seen.add(a.Page + i)
-	}
-	if f.model == nil {
-		return
 	}
 	state := a.Page + n - 1
 	if f.model.Next(state) == nil {
@@ -223,12 +224,11 @@ func (p *markovPolicy) inWalk(page uint64) bool {
 
 // treePolicy prefetches upcoming B-tree children.
 type treePolicy struct {
-	env     Env
-	window  int
-	ttl     uint64
-	recent  map[filePage]uint64
-	pruneAt int
-	norm    Normalizer
+	env    Env
+	window int
+	ttl    uint64
+	recent ttlTable
+	norm   Normalizer
 }
 
 func (p *treePolicy) Accepts(k EventKind) bool { return k == EventTreeChildEnter }
@@ -238,26 +238,69 @@ func (p *treePolicy) Handle(ev *Event, emit Emit) {
 	if len(children) > p.window {
 		children = children[:p.window]
 	}
-	now := ev.TS
 	for _, c := range children {
-		k := filePage{ev.File, c}
-		if t, ok := p.recent[k]; ok && p.ttl > 0 && now >= t && now-t < p.ttl {
+		if p.ttl > 0 && p.recent.seen(ev.File, c, ev.TS, p.ttl) {
 			continue
 		}
-		p.recent[k] = now
 		p.norm.Add(c)
-	}
-	if len(p.recent) > p.pruneAt {
-		for k, t := range p.recent {
-			if now < t || now-t >= p.ttl {
-				delete(p.recent, k)
-			}
-		}
-		p.pruneAt = max(2*len(p.recent), 4096)
 	}
 	if p.norm.Pending() > 0 {
 		p.norm.Flush(ev.File, p.env.eof(ev.File), emit)
 	}
+}
+
+// ttlTable remembers when pages were last requested, in a fixed-size
+// 2-way set-associative table: memory is bounded and a lookup is a hash
+// and two compares. A page whose entry was evicted is not suppressed.
+type ttlTable struct {
+	e    []ttlEntry
+	mask uint64
+}
+
+type ttlEntry struct {
+	page uint64
+	ts   uint64
+	file uint32
+	used bool
+}
+
+func (t *ttlTable) init(slots int) {
+	n := 2
+	for n < slots {
+		n <<= 1
+	}
+	t.e = make([]ttlEntry, n)
+	t.mask = uint64(n - 1)
+}
+
+// seen reports whether (file, page) was recorded less than ttl before
+// now; otherwise it records now and reports false.
+func (t *ttlTable) seen(file uint32, page, now, ttl uint64) bool {
+	h := (page ^ uint64(file)*0x9e3779b97f4a7c15) * 0xbf58476d1ce4e5b9
+	i := (h >> 32) & t.mask &^ 1
+	a, b := &t.e[i], &t.e[i+1]
+	var e *ttlEntry
+	switch {
+	case a.used && a.page == page && a.file == file:
+		e = a
+	case b.used && b.page == page && b.file == file:
+		e = b
+	default:
+		e = a
+		if !a.used || (b.used && b.ts < a.ts) {
+			e = b
+		}
+		if !a.used {
+			e = a
+		}
+		*e = ttlEntry{page: page, ts: now, file: file, used: true}
+		return false
+	}
+	if now >= e.ts && now-e.ts < ttl {
+		return true
+	}
+	e.ts = now
+	return false
 }
 
 // tensorPolicy prefetches tensor extents.
@@ -312,7 +355,7 @@ type stridePolicy struct {
 	env        Env
 	confidence int
 	lookahead  int64
-	files      map[uint32]*strideFile
+	files      fileTable[strideFile]
 	norm       Normalizer
 }
 
@@ -331,10 +374,10 @@ func (p *stridePolicy) Handle(ev *Event, emit Emit) {
 	if !IsDemand(a.Kind) {
 		return
 	}
-	f := p.files[ev.File]
+	f := p.files.get(ev.File)
 	if f == nil {
 		f = &strideFile{}
-		p.files[ev.File] = f
+		p.files.put(ev.File, f)
 	}
 	n := max(int64(a.NPages), 1)
 	d := int64(a.Page - f.last)

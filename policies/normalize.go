@@ -67,6 +67,26 @@ func cmpRange(a, b Range) int {
 	return 0
 }
 
+// sortRanges sorts by First: insertion sort for the short lists policies
+// usually emit, pdqsort beyond.
+func sortRanges(rs []Range) {
+	if len(rs) > 24 {
+		if !slices.IsSortedFunc(rs, cmpRange) {
+			slices.SortFunc(rs, cmpRange)
+		}
+		return
+	}
+	for i := 1; i < len(rs); i++ {
+		r := rs[i]
+		j := i
+		for j > 0 && rs[j-1].First > r.First {
+			rs[j] = rs[j-1]
+			j--
+		}
+		rs[j] = r
+	}
+}
+
 // Flush normalizes the queued pages of file, emits them as one or more
 // requests and clears the queue. It returns the number of pages emitted.
 func (n *Normalizer) Flush(file uint32, eof uint64, emit Emit) uint64 {
@@ -75,9 +95,7 @@ func (n *Normalizer) Flush(file uint32, eof uint64, emit Emit) uint64 {
 	if len(buf) == 0 {
 		return 0
 	}
-	if !slices.IsSortedFunc(buf, cmpRange) {
-		slices.SortFunc(buf, cmpRange)
-	}
+	sortRanges(buf)
 	maxPages := uint64(n.MaxPages)
 	if maxPages == 0 {
 		maxPages = DefaultMaxPages

@@ -50,3 +50,45 @@ type pageSet struct{ m pageMap }
 
 func (s *pageSet) has(page uint64) bool { return s.m.get(page) != 0 }
 func (s *pageSet) add(page uint64)      { s.m.set(page, 1) }
+
+// fileTable maps file ids to per-file state: a slice for the dense small
+// ids bundles use, a map beyond.
+type fileTable[T any] struct {
+	dense  []*T
+	sparse map[uint32]*T
+}
+
+const denseFiles = 1 << 16
+
+// get returns the state of id, or nil.
+func (t *fileTable[T]) get(id uint32) *T {
+	if id < uint32(len(t.dense)) {
+		return t.dense[id]
+	}
+	if id < denseFiles {
+		return nil
+	}
+	return t.sparse[id]
+}
+
+// put stores v as the state of id.
+func (t *fileTable[T]) put(id uint32, v *T) {
+	if id < denseFiles {
+		if id >= uint32(len(t.dense)) {
+			n := max(2*len(t.dense), int(id)+1, 16)
+			t.dense = append(t.dense, make([]*T, min(n, denseFiles)-len(t.dense))...)
+		}
+		t.dense[id] = v
+		return
+	}
+	if t.sparse == nil {
+		t.sparse = map[uint32]*T{}
+	}
+	t.sparse[id] = v
+}
+
+// reset forgets every file.
+func (t *fileTable[T]) reset() {
+	clear(t.dense)
+	clear(t.sparse)
+}

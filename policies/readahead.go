@@ -119,9 +119,7 @@ type ReadaheadConfig struct {
 // keeps one file_ra_state per file).
 type Readahead struct {
 	cfg   ReadaheadConfig
-	files map[uint32]*raFile
-	last  *raFile
-	lastF uint32
+	files fileTable[raFile]
 	norm  Normalizer
 	dec   RADecision
 	// Decisions counts decisions by kind.
@@ -131,12 +129,12 @@ type Readahead struct {
 type raFile struct {
 	id    uint32
 	st    RAState
-	pages pageMap // per page: raPresent | raMark(on folio head) | order
+	pages pageMap // per page: raPresent | raMark | folio order
 }
 
 const (
 	raPresent = 0x80
-	raMark    = 0x40
+	raMark    = 0x40 // on every page of a PG_readahead folio
 	raOrder   = 0x0f
 )
 
@@ -148,7 +146,7 @@ func NewReadahead(cfg ReadaheadConfig) *Readahead {
 	if cfg.IOPages == 0 {
 		cfg.IOPages = cfg.RAPages
 	}
-	r := &Readahead{cfg: cfg, files: make(map[uint32]*raFile)}
+	r := &Readahead{cfg: cfg}
 	r.norm.MaxPages = cfg.MaxPages
 	return r
 }
@@ -174,20 +172,15 @@ func (r *Readahead) State(file uint32) RAState { return r.file(file).st }
 
 // Reset forgets all files.
 func (r *Readahead) Reset() {
-	clear(r.files)
-	r.last = nil
+	r.files.reset()
 }
 
 func (r *Readahead) file(id uint32) *raFile {
-	if r.last != nil && r.lastF == id {
-		return r.last
-	}
-	f := r.files[id]
+	f := r.files.get(id)
 	if f == nil {
 		f = &raFile{id: id, st: RAState{PrevPos: -1}}
-		r.files[id] = f
+		r.files.put(id, f)
 	}
-	r.last, r.lastF = f, id
 	return f
 }
 
@@ -212,24 +205,27 @@ func (r *Readahead) folio(f *raFile, p uint64) (head uint64, n uint64, marked bo
 		return p, 1, false
 	}
 	n = 1 << (b & raOrder)
-	head = p &^ (n - 1)
-	return head, n, f.pages.get(head)&raMark != 0
+	return p &^ (n - 1), n, b&raMark != 0
 }
 
 func (r *Readahead) insert(f *raFile, idx uint64, order uint8, mark bool) {
 	n := uint64(1) << order
-	for i := range n {
-		f.pages.set(idx+i, raPresent|order)
-	}
+	b := raPresent | order
 	if mark {
-		f.pages.set(idx, raPresent|raMark|order)
+		b |= raMark
+	}
+	for i := range n {
+		f.pages.set(idx+i, b)
 	}
 	r.norm.AddRange(idx, uint32(n))
 	r.dec.Pages += n
 }
 
 func (r *Readahead) clearMark(f *raFile, head uint64) {
-	f.pages.set(head, f.pages.get(head)&^raMark)
+	b := f.pages.get(head) &^ raMark
+	for i := range uint64(1) << (b & raOrder) {
+		f.pages.set(head+i, b)
+	}
 }
 
 // Read models one read call of n pages at index (filemap_read).
@@ -241,6 +237,13 @@ func (r *Readahead) Read(file uint32, index, n uint64, emit Emit) {
 	}
 	last := index + n
 	pos := index
+	if n == 1 && r.cfg.Resident == nil && (eof == 0 || index < eof) {
+		// Fast path: a one-page read of a cached page without a mark.
+		if b := f.pages.get(index); b&(raPresent|raMark) == raPresent {
+			f.st.PrevPos = int64(last) * DefaultPageSize
+			return
+		}
+	}
 	for pos < last && (eof == 0 || pos < eof) {
 		if !r.present(f, pos) {
 			r.syncRA(f, pos, last-pos, eof, emit)

@@ -1,0 +1,116 @@
+package policies
+
+import (
+	"testing"
+
+	"github.com/predictio/predictio/formats"
+)
+
+// Dispatch benchmarks: run on one core with
+//
+//	go test -run '^$' -bench Dispatch -benchmem -cpu 1 ./policies
+//
+// events/s is the figure compared with PredictIO's runtime dispatch
+// (15.5-21.1 M events/s without requests, 6.3-8.8 M with requests).
+
+func benchEnv() Env {
+	return Env{
+		FilePages: func(uint32) uint64 { return 1 << 20 },
+		FileKey:   func(uint32) (FileKey, bool) { return FileKey{Path: "/untrained"}, true },
+		Markov:    NewMarkovBuilder(0).Build(),
+	}
+}
+
+func runDispatch(b *testing.B, d *Dispatcher, evs []Event) {
+	var reqs, pages uint64
+	emit := func(r *Request) {
+		reqs++
+		pages += uint64(len(r.Ranges))
+	}
+	// Warm up: fill policy state so that the measured loop is steady.
+	for i := range evs {
+		d.Dispatch(&evs[i], emit)
+	}
+	reqs, pages = 0, 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	n := len(evs)
+	for i := 0; i < b.N; i++ {
+		d.Dispatch(&evs[i%n], emit)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mevents/s")
+	b.ReportMetric(float64(reqs)/float64(b.N), "req/event")
+}
+
+// BenchmarkDispatchNoRequests routes a mixed stream (page accesses to
+// cached pages, repeated tree hints within their TTL, repeated tensor
+// extents, layer starts) through readahead, stride, markov, tree and
+// tensor: every policy runs, none emits.
+func BenchmarkDispatchNoRequests(b *testing.B) {
+	env := benchEnv()
+	var ps []Policy
+	for _, s := range []string{"readahead", "stride", "markov", "tree:ttl=1000h", "tensor"} {
+		p, err := Build(s, env)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	d := NewDispatcher(ps...)
+	evs := make([]Event, 4096)
+	children := []uint64{11, 12, 13, 14}
+	var next [5]uint64
+	for i := range evs {
+		e := &evs[i]
+		e.TS = uint64(i)
+		e.File = uint32(1 + i%4)
+		switch i % 8 {
+		case 5:
+			e.Kind, e.Tree = EventTreeChildEnter, TreeChildEnter{Children: children}
+		case 6:
+			e.Kind, e.Tensor = EventTensorLayout, TensorLayout{Name: "w", Offset: 0, Length: 1 << 20}
+		case 7:
+			e.Kind, e.Layer = EventLayerStart, LayerStart{Index: 1}
+		default:
+			// Sequential 1-page reads per file: after warm-up every page
+			// is cached and no readahead mark is left on the path.
+			e.Kind, e.Access = EventFileAccess, FileAccess{Kind: formats.KindRead, Page: next[e.File] % 512, NPages: 1}
+			next[e.File]++
+		}
+	}
+	runDispatch(b, d, evs)
+	if r := d.Events; r == 0 {
+		b.Fatal("nothing dispatched")
+	}
+}
+
+// BenchmarkDispatchRequests routes tree hints (ttl 0: every hint emits a
+// request of 8 children) and strided page accesses (the stride policy
+// emits the next stride on each access) through tree, stride and tensor.
+func BenchmarkDispatchRequests(b *testing.B) {
+	env := benchEnv()
+	var ps []Policy
+	for _, s := range []string{"tree:ttl=0s,window=8", "stride:confidence=1,lookahead=1", "tensor"} {
+		p, err := Build(s, env)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	d := NewDispatcher(ps...)
+	evs := make([]Event, 4096)
+	children := []uint64{900, 40, 41, 42, 7, 300, 301, 12, 5000}
+	for i := range evs {
+		e := &evs[i]
+		e.TS = uint64(i)
+		e.File = 1
+		if i%2 == 0 {
+			e.Kind, e.Tree = EventTreeChildEnter, TreeChildEnter{Children: children}
+		} else {
+			e.File = 2
+			e.Kind, e.Access = EventFileAccess, FileAccess{Kind: formats.KindRead, Page: uint64(i/2) * 16 % (1 << 19), NPages: 1}
+		}
+	}
+	runDispatch(b, d, evs)
+}
