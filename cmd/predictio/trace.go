@@ -276,7 +276,7 @@ func init() {
 			fmt.Fprintln(os.Stderr, "predictio trace import: --from and -o are required")
 			return 2
 		}
-		o.CommandLine = os.Args
+		o.CommandLine = append([]string{"predictio"}, os.Args[1:]...)
 		rep, err := trace.Import(pos[0], *out, o)
 		if err != nil {
 			return traceFail(err)
