@@ -418,3 +418,30 @@ func TestNoPageBeyondEOF(t *testing.T) {
 }
 
 func crcIEEE(b []byte) uint32 { return crc32.ChecksumIEEE(b) }
+
+func TestEventsFromRows(t *testing.T) {
+	var ev Event
+	ev.FromAccess(&formats.Access{TS: 5, PID: 1, TID: 2, FileID: 3, FirstPage: 9, NPages: 4, Kind: formats.KindFault})
+	if ev.Kind != EventFileAccess || ev.File != 3 || ev.Access.Page != 9 || ev.Access.NPages != 4 || ev.Access.Kind != formats.KindFault || ev.TS != 5 {
+		t.Fatalf("FromAccess: %+v", ev)
+	}
+	if !ev.FromHint(&formats.Hint{Kind: formats.HintTreeChildEnter, FileID: 2, ParentPage: 1, Position: 3, Children: []uint64{7, 8}}) ||
+		ev.Kind != EventTreeChildEnter || ev.Tree.Position != 3 || len(ev.Tree.Children) != 2 || ev.Access.Page != 0 {
+		t.Fatalf("FromHint tree: %+v", ev)
+	}
+	if !ev.FromHint(&formats.Hint{Kind: formats.HintTensorLayout, Name: "w", OffsetBytes: 4096, LengthBytes: 10}) || ev.Tensor.Offset != 4096 || ev.Tensor.Name != "w" {
+		t.Fatalf("FromHint tensor: %+v", ev)
+	}
+	if !ev.FromHint(&formats.Hint{Kind: formats.HintLayerStart, Position: 6}) || ev.Kind != EventLayerStart || ev.Layer.Index != 6 {
+		t.Fatalf("FromHint layer: %+v", ev)
+	}
+	if ev.FromHint(&formats.Hint{Kind: formats.HintCustom}) {
+		t.Fatal("custom hint has an event")
+	}
+	if PagesOf(0, 0) != 0 || PagesOf(1, 0) != 1 || PagesOf(8192, 4096) != 2 || PagesOf(8193, 4096) != 3 {
+		t.Fatal("PagesOf")
+	}
+	if k := KeyOf(&formats.File{Path: "/a", Size: 3, MtimeNS: 4}); k != (FileKey{"/a", 3, 4}) {
+		t.Fatal("KeyOf")
+	}
+}
