@@ -144,7 +144,7 @@ mount --bind /mnt/var-tmp /var/tmp
 export PREDICTIO_VM=1 PREDICTIO_KO=/predictio.ko PREDICTIO_DATA=/mnt TMPDIR=/mnt/tmp HOME=/ GOTRACEBACK=all
 echo "@@VM kernel \$(uname -r)"
 if [ "$mode" = bench ]; then
-	/kmod.test -test.run '^\$' -test.bench VMResident -test.benchtime 5x -test.v
+	/kmod.test -test.run '^\$' -test.bench VMResident -test.benchtime 10x -test.v
 	echo "@@RESULT kmod rc=\$?"
 else
 	/kmod.test -test.v -test.count=1 -test.timeout 10m
