@@ -16,10 +16,10 @@ import (
 // min(QueueDepth/(LatencyNS+x), 1/x) requests per ns, x the transfer time of
 // one page.
 type Device struct {
-	Name        string
-	LatencyNS   int64   // per-request access latency, excluding transfer
-	BytesPerSec float64 // sequential transfer bandwidth shared by all requests
-	QueueDepth  int     // requests served in parallel
+	Name        string  `json:"name"`
+	LatencyNS   int64   `json:"latency_ns"`    // per-request access latency, excluding transfer
+	BytesPerSec float64 `json:"bytes_per_sec"` // sequential transfer bandwidth shared by all requests
+	QueueDepth  int     `json:"queue_depth"`   // requests served in parallel
 }
 
 // Paper-derived random-read throughputs (PredictIO §6, fio 4 KiB random

@@ -62,7 +62,7 @@ func (c *Config) CapacityPages() int {
 // Counts are in pages.
 type Stats struct {
 	Name string `json:"name"`
-	Spec string `json:"spec"`
+	Spec string `json:"spec"` // the lane's policy; the readahead spec (or "none") for the baseline
 
 	Demand     uint64 `json:"demand"`     // pages demanded
 	Hits       uint64 `json:"hits"`       // demanded pages found cached or in flight
@@ -133,6 +133,13 @@ func New(cfg Config) (*Simulator, error) {
 	s := &Simulator{cfg: cfg}
 	type laneSpec struct{ name, spec string }
 	specs := []laneSpec{{BaselineName, ""}}
+	baseSpec := "none"
+	if !cfg.NoReadahead {
+		baseSpec = cfg.ReadaheadSpec
+		if baseSpec == "" {
+			baseSpec = "readahead"
+		}
+	}
 	seen := map[string]bool{BaselineName: true}
 	add := func(spec string) {
 		name := policies.SpecName(spec)
@@ -159,6 +166,7 @@ func New(cfg Config) (*Simulator, error) {
 		}
 		s.lanes = append(s.lanes, l)
 	}
+	s.lanes[0].display = baseSpec
 	return s, nil
 }
 
@@ -237,6 +245,7 @@ func Run(cfg Config, src Source) (*Report, error) {
 // lane is one policy configuration with its own cache, device and clock.
 type lane struct {
 	name, spec string
+	display    string // spec shown in reports, when it differs from spec
 	cache      *pageCache
 	dev        *deviceState
 	disp       *policies.Dispatcher
@@ -454,8 +463,8 @@ func (l *lane) stats() Stats {
 	st := l.st
 	st.Name = l.name
 	st.Spec = l.spec
-	if st.Spec == "" {
-		st.Spec = "none"
+	if l.display != "" {
+		st.Spec = l.display
 	}
 	st.Unused = 0
 	l.cache.forEach(func(e *entry) {
