@@ -65,10 +65,11 @@ type Config struct {
 	// Force, when closed, ends a stopping recording at once: batches not yet
 	// written are discarded and the bundle is finalized with what was written.
 	Force <-chan struct{}
-	// Signal is forwarded to the command when ctx ends (default SIGTERM);
-	// set to 0 to leave the command alone.
+	// Signal is sent to a command still running when the recording ends
+	// (ctx done or Duration passed); default SIGTERM. The recorder waits up
+	// to 2 s for it to exit.
 	Signal syscall.Signal
-	// NoSignal leaves the command alone when ctx ends.
+	// NoSignal leaves such a command running.
 	NoSignal bool
 
 	bench   *benchSource                       // benchmark-only event source (tests)
@@ -504,16 +505,24 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if cfg.onStart != nil {
 		cfg.onStart(r)
 	}
+	ended := false
 	select {
 	case <-done:
+		ended = true
 	case <-timer:
 	case <-ctx.Done():
-		if cmd != nil && !cfg.NoSignal {
-			sig := cfg.Signal
-			if sig == 0 {
-				sig = syscall.SIGTERM
-			}
-			_ = cmd.Process.Signal(sig)
+	}
+	if cmd != nil && !ended && !cfg.NoSignal {
+		// The recording is over before the command: end it too, so its
+		// cgroup can go away, but don't wait long.
+		sig := cfg.Signal
+		if sig == 0 {
+			sig = syscall.SIGTERM
+		}
+		_ = cmd.Process.Signal(sig)
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
 		}
 	}
 	debugTime("ended")
