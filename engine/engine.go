@@ -130,6 +130,7 @@ type config struct {
 	spins       int
 	pauses      int
 	sqThreadCPU int
+	deferTR     bool
 }
 
 // Option configures New.
@@ -159,6 +160,14 @@ func WithSharedPoller(idle time.Duration) Option {
 
 // WithSQThreadCPU pins the SQPOLL thread(s) to cpu.
 func WithSQThreadCPU(cpu int) Option { return func(c *config) { c.sqThreadCPU = cpu } }
+
+// WithDeferTaskrun sets up non-SQPOLL rings the way fio 3.33 does:
+// IORING_SETUP_COOP_TASKRUN, SINGLE_ISSUER and DEFER_TASKRUN, so completion
+// work runs only when the worker waits instead of interrupting it. The rings
+// are created disabled and each is enabled by its worker's first call, so
+// every worker goroutine must call runtime.LockOSThread before using its
+// Worker and keep it locked. Not with SQPOLL. Linux 6.1.
+func WithDeferTaskrun() Option { return func(c *config) { c.deferTR = true } }
 
 // WithHarvest selects how workers wait for completions, default HarvestWait.
 func WithHarvest(h Harvest) Option { return func(c *config) { c.harvest = h } }
@@ -207,6 +216,8 @@ func New(files []*os.File, opts ...Option) (*Engine, error) {
 		return nil, fmt.Errorf("create engine: workers %d out of range 1..1024", cfg.workers)
 	case cfg.qd < 1 || cfg.qd > 4096:
 		return nil, fmt.Errorf("create engine: queue depth %d out of range 1..4096", cfg.qd)
+	case cfg.deferTR && cfg.sqpoll:
+		return nil, errors.New("create engine: DEFER_TASKRUN does not combine with SQPOLL")
 	case cfg.bufSize < 4096 || cfg.bufSize%4096 != 0 || cfg.bufSize > 64<<20:
 		return nil, fmt.Errorf("create engine: buffer size %d is not a multiple of 4096 in 4 KiB..64 MiB", cfg.bufSize)
 	}
@@ -225,6 +236,9 @@ func New(files []*os.File, opts ...Option) (*Engine, error) {
 	}
 	for i := 0; i < cfg.workers; i++ {
 		var ropts []uring.Option
+		if cfg.deferTR {
+			ropts = append(ropts, uring.WithDisabled(), uring.WithCoopTaskrun(), uring.WithDeferTaskrun())
+		}
 		if cfg.sqpoll {
 			ropts = append(ropts, uring.WithSQPoll(cfg.idle))
 			if cfg.sqThreadCPU >= 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -113,6 +114,8 @@ func TestReadKnownBytes(t *testing.T) {
 		{"sqpoll-2workers", []Option{WithSQPoll(time.Second), WithWorkers(2), WithHarvest(HarvestBackoff)}},
 		{"shared-2workers", []Option{WithSharedPoller(time.Second), WithWorkers(2), WithHarvest(HarvestBackoff)}},
 		{"shared-wait", []Option{WithSharedPoller(10 * time.Millisecond), WithWorkers(2)}},
+		{"defer-taskrun", []Option{WithDeferTaskrun(), WithWorkers(2)}},
+		{"defer-taskrun-backoff", []Option{WithDeferTaskrun(), WithHarvest(HarvestBackoff)}},
 	}
 	const perWorker = 300
 	for _, tc := range cases {
@@ -126,6 +129,8 @@ func TestReadKnownBytes(t *testing.T) {
 				wg.Add(1)
 				go func(w *Worker, base uint64) {
 					defer wg.Done()
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
 					for i := uint64(0); i < perWorker; i++ {
 						tok := base + i*97%nBlocks
 						if err := w.Submit(Request{Op: OpRead, Off: int64(tok%nBlocks) * blockSize, Len: blockSize, Token: tok}); err != nil {
@@ -258,6 +263,7 @@ func TestBadInput(t *testing.T) {
 		{WithQueueDepth(0), h},
 		{WithBufferSize(1000), h},
 		{WithWorkers(0), h},
+		{WithDeferTaskrun(), WithSQPoll(time.Second), h},
 		{},
 	} {
 		if _, err := New([]*os.File{f}, opts...); err == nil {

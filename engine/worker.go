@@ -135,8 +135,8 @@ func (w *Worker) Stats() Stats {
 // request reaches the kernel at the next Harvest or Flush, batched with
 // others into one io_uring_enter; with SQPOLL it is published at once.
 func (w *Worker) Submit(req Request) error {
-	if w.closed {
-		return ErrClosed
+	if err := w.ready(); err != nil {
+		return err
 	}
 	if req.File < 0 || req.File >= len(w.fds) {
 		return fmt.Errorf("submit %s: file index %d out of range 0..%d", req.Op, req.File, len(w.fds)-1)
@@ -209,8 +209,8 @@ func (w *Worker) Submit(req Request) error {
 
 // Flush hands queued requests to the kernel without waiting.
 func (w *Worker) Flush() error {
-	if w.closed {
-		return ErrClosed
+	if err := w.ready(); err != nil {
+		return err
 	}
 	_, err := w.ring.Submit()
 	return err
@@ -230,8 +230,8 @@ func (w *Worker) Poll() (int, error) {
 // the configured way (HarvestWait or HarvestBackoff). It returns how many it
 // handled.
 func (w *Worker) Harvest(min int) (int, error) {
-	if w.closed {
-		return 0, ErrClosed
+	if err := w.ready(); err != nil {
+		return 0, err
 	}
 	if min > w.InFlight() {
 		min = w.InFlight()
@@ -253,7 +253,7 @@ func (w *Worker) Harvest(min int) (int, error) {
 		}
 	}
 	for {
-		done += w.reap()
+		done += w.reapReady()
 		if done >= min && (done > 0 || min == 0) {
 			return done, nil
 		}
@@ -277,9 +277,27 @@ func (w *Worker) backoffStep(tries int) {
 	}
 }
 
-// reap handles every ready completion and returns how many.
-func (w *Worker) reap() int {
-	n := w.ring.Reap(w.cqes)
+// ready enables a disabled (single-issuer) ring on the calling thread.
+func (w *Worker) ready() error {
+	if w.closed {
+		return ErrClosed
+	}
+	if w.ring.Disabled() {
+		if err := w.ring.Enable(); err != nil {
+			return fmt.Errorf("engine worker %d: %w", w.id, err)
+		}
+	}
+	return nil
+}
+
+// reap handles every ready completion, flushing kernel-held ones first.
+func (w *Worker) reap() int { return w.handle(w.ring.Reap(w.cqes)) }
+
+// reapReady handles the completions already in the CQ, without a syscall.
+func (w *Worker) reapReady() int { return w.handle(w.ring.ReapNoEnter(w.cqes)) }
+
+// handle passes the first n reaped CQEs to the handler and frees their slots.
+func (w *Worker) handle(n int) int {
 	for i := 0; i < n; i++ {
 		cqe := &w.cqes[i]
 		idx := uint16(cqe.UserData)
@@ -330,7 +348,13 @@ func (w *Worker) close() error {
 	}
 	var errs []error
 	if w.ring != nil {
-		errs = append(errs, w.Drain())
+		if !w.ring.Disabled() {
+			// A single-issuer ring refuses waits from other threads
+			// (EEXIST); closing it cancels what is in flight.
+			if err := w.Drain(); err != nil && !errors.Is(err, unix.EEXIST) {
+				errs = append(errs, err)
+			}
+		}
 		errs = append(errs, w.ring.Close())
 	}
 	w.closed = true

@@ -60,11 +60,12 @@ const (
 
 // io_uring_register opcodes.
 const (
-	registerBuffers   = 0
-	unregisterBuffers = 1
-	registerFiles     = 2
-	unregisterFiles   = 3
-	registerProbe     = 8
+	registerBuffers     = 0
+	unregisterBuffers   = 1
+	registerFiles       = 2
+	unregisterFiles     = 3
+	registerProbe       = 8
+	registerEnableRings = 12
 )
 
 // SQE flags (SQE.Flags).

@@ -104,6 +104,16 @@ func WithDeferTaskrun() Option {
 	}
 }
 
+// WithDisabled creates the ring disabled (IORING_SETUP_R_DISABLED): it
+// accepts registrations but no submissions until Enable. With
+// WithSingleIssuer or WithDeferTaskrun, the task that calls Enable becomes
+// the ring's only issuer, which lets a Go program create and register a ring
+// on one goroutine and hand it to a worker that locked its OS thread.
+// Linux 5.10.
+func WithDisabled() Option {
+	return func(c *config) { c.p.flags |= SetupRDisabled }
+}
+
 // WithCQSize sets the CQ size to n entries (IORING_SETUP_CQSIZE; the kernel
 // rounds up to a power of two and requires n >= SQ entries). Linux 5.5.
 func WithCQSize(n uint32) Option {
@@ -371,11 +381,14 @@ func (r *Ring) Submit() (int, error) {
 		}
 		return int(n), nil
 	}
-	if n == 0 {
+	// Submit everything published but not yet consumed, including SQEs a
+	// failed earlier enter left behind.
+	pending := r.sqeTail - atomic.LoadUint32(r.sqHead)
+	if pending == 0 {
 		return 0, nil
 	}
 	r.stats.submitEnters.Add(1)
-	got, err := r.enter(n, 0, 0)
+	got, err := r.enter(pending, 0, 0)
 	return got, err
 }
 
@@ -392,7 +405,7 @@ func (r *Ring) SubmitAndWait(wait uint32) (int, error) {
 	}
 	n := r.flush()
 	flags := enterGetEvents
-	toSubmit := n
+	toSubmit := r.sqeTail - atomic.LoadUint32(r.sqHead)
 	if r.flags&SetupSQPoll != 0 {
 		toSubmit = 0
 		if atomic.LoadUint32(r.sqFlags)&sqNeedWakeup != 0 {
@@ -401,7 +414,7 @@ func (r *Ring) SubmitAndWait(wait uint32) (int, error) {
 		} else if r.CQReady() >= wait {
 			return int(n), nil
 		}
-	} else if n == 0 && r.CQReady() >= wait && r.flags&SetupDeferTaskrun == 0 {
+	} else if toSubmit == 0 && r.CQReady() >= wait && r.flags&SetupDeferTaskrun == 0 {
 		return 0, nil
 	}
 	r.stats.waitEnters.Add(1)
@@ -417,6 +430,44 @@ func (r *Ring) CQReady() uint32 {
 		return 0
 	}
 	return atomic.LoadUint32(r.cqTail) - atomic.LoadUint32(r.cqHead)
+}
+
+// Enable enables a ring created with WithDisabled
+// (IORING_REGISTER_ENABLE_RINGS); the calling thread becomes the issuer of a
+// single-issuer ring. Linux 5.10.
+func (r *Ring) Enable() error {
+	if err := r.register(registerEnableRings, 0, nil); err != nil {
+		return fmt.Errorf("enable io_uring: %w", err)
+	}
+	r.flags &^= SetupRDisabled
+	return nil
+}
+
+// Disabled reports whether the ring still waits for Enable.
+func (r *Ring) Disabled() bool { return r.flags&SetupRDisabled != 0 }
+
+// ReapNoEnter is Reap without the flush: it only copies CQEs already in the
+// CQ and never makes a syscall. Use it before SubmitAndWait, which runs
+// pending task work and flushes overflow itself.
+func (r *Ring) ReapNoEnter(dst []CQE) int {
+	if r.closed.Load() || len(dst) == 0 {
+		return 0
+	}
+	return r.copyOut(dst, atomic.LoadUint32(r.cqHead), atomic.LoadUint32(r.cqTail))
+}
+
+func (r *Ring) copyOut(dst []CQE, head, tail uint32) int {
+	n := 0
+	for head != tail && n < len(dst) {
+		dst[n] = r.cqes[head&r.cqMask]
+		head++
+		n++
+	}
+	if n > 0 {
+		atomic.StoreUint32(r.cqHead, head)
+		r.stats.reaped.Add(uint64(n))
+	}
+	return n
 }
 
 // Reap copies up to len(dst) ready CQEs into dst, marks them consumed and
@@ -439,15 +490,7 @@ func (r *Ring) Reap(dst []CQE) int {
 		}
 		tail = atomic.LoadUint32(r.cqTail)
 	}
-	n := 0
-	for head != tail && n < len(dst) {
-		dst[n] = r.cqes[head&r.cqMask]
-		head++
-		n++
-	}
-	atomic.StoreUint32(r.cqHead, head)
-	r.stats.reaped.Add(uint64(n))
-	return n
+	return r.copyOut(dst, head, tail)
 }
 
 // FlagString names setup flags, e.g. "sqpoll|attach_wq".

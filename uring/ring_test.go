@@ -2,6 +2,7 @@ package uring
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -571,5 +572,59 @@ func TestSharedPollerOneThread(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitAll(t, r, 1)
+	}
+}
+
+// TestDisabledSingleIssuer creates and registers a DEFER_TASKRUN ring on one
+// goroutine and enables and uses it on another, locked to its thread.
+func TestDisabledSingleIssuer(t *testing.T) {
+	f := knownFile(t)
+	r := newRing(t, 8, WithDisabled(), WithDeferTaskrun(), WithCoopTaskrun())
+	mem := alignedBuf(t, blockSize)
+	if err := r.RegisterBuffers([][]byte{mem}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RegisterFiles([]int32{int32(f.Fd())}); err != nil {
+		t.Fatal(err)
+	}
+	// The NOP stays queued in the SQ and runs once the ring is enabled.
+	r.GetSQE().PrepNop()
+	if _, err := r.Submit(); !errors.Is(err, unix.EBADFD) {
+		t.Fatalf("submit to a disabled ring: %v, want EBADFD", err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := r.Enable(); err != nil {
+			errc <- err
+			return
+		}
+		s := r.GetSQE()
+		s.PrepReadFixed(0, mem, 3*blockSize, 0)
+		s.SetFixedFile()
+		s.UserData = 1
+		if _, err := r.SubmitAndWait(2); err != nil {
+			errc <- err
+			return
+		}
+		var c [2]CQE
+		if n := r.ReapNoEnter(c[:]); n != 2 {
+			errc <- fmt.Errorf("%d completions, want the NOP and the read", n)
+			return
+		}
+		for _, c := range c {
+			if c.UserData == 1 && c.Res != blockSize {
+				errc <- fmt.Errorf("read completion %+v", c)
+				return
+			}
+		}
+		errc <- nil
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if r.Disabled() || mem[0] != pattern(3*blockSize) {
+		t.Fatal("wrong bytes after enable")
 	}
 }
