@@ -310,9 +310,10 @@ type tensorPolicy struct {
 	norm Normalizer
 }
 
+// tensorKey identifies an extent. The name is not part of it: two names
+// for the same bytes would prefetch the same pages.
 type tensorKey struct {
 	file           uint32
-	name           string
 	offset, length uint64
 }
 
@@ -323,7 +324,7 @@ func (p *tensorPolicy) Handle(ev *Event, emit Emit) {
 	if t.Length == 0 {
 		return
 	}
-	k := tensorKey{ev.File, t.Name, t.Offset, t.Length}
+	k := tensorKey{ev.File, t.Offset, t.Length}
 	if _, dup := p.seen[k]; dup {
 		return
 	}
