@@ -307,7 +307,7 @@ func (s *hintServer) handle(buf []byte, n int, flags int32, cred *unix.Ucred, fd
 	}
 	// serve holds r.wmu.
 	if err := s.r.out.AppendHint(h); err != nil {
-		s.r.writeErr.CompareAndSwap(nil, &err)
+		s.r.setWriteErr(err)
 	}
 	return -1
 }

@@ -635,6 +635,12 @@ func (r *recorder) stop(p *pipeline, wg *sync.WaitGroup) {
 	wg.Wait()
 }
 
+// setWriteErr records the first error of the bundle writer.
+func (r *recorder) setWriteErr(err error) {
+	e := err
+	r.writeErr.CompareAndSwap(nil, &e)
+}
+
 // detach closes the tracepoint links concurrently (each waits for an RCU
 // grace period).
 func (r *recorder) detach() {

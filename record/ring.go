@@ -97,15 +97,25 @@ func (p *pipeline) read() {
 	}
 }
 
+// writer is the state of the write goroutine.
+type writer struct {
+	r        *recorder
+	comms    map[[16]byte]string
+	cache    map[fileKey]*fileEntry
+	last     *fileEntry
+	lastComm [16]byte
+	comm     string
+	a        formats.Access
+}
+
+func newWriter(r *recorder) *writer {
+	return &writer{r: r, comms: make(map[[16]byte]string), cache: make(map[fileKey]*fileEntry)}
+}
+
 // write turns batches into accesses rows.
 func (p *pipeline) write() {
 	r := p.r
-	comms := make(map[[16]byte]string)
-	cache := make(map[fileKey]*fileEntry)
-	var last *fileEntry
-	var a formats.Access
-	var lastComm [16]byte
-	var comm string
+	w := newWriter(r)
 	forced := false
 	for b := range p.full {
 		if !forced && r.cfg.Force != nil {
@@ -117,62 +127,67 @@ func (p *pipeline) write() {
 		}
 		if forced || r.writeErr.Load() != nil {
 			r.discarded.Add(uint64(b.n))
-			b.n = 0
-			p.free <- b
-			continue
+		} else {
+			w.writeBatch(b)
 		}
-		var written, filtered uint64
-		r.wmu.Lock()
-		for i := 0; i < b.n; i++ {
-			e := &b.ev[i]
-			key := fileKey{dev: e.Dev, ino: e.Ino}
-			fe := last
-			if fe == nil || fe.key != key {
-				fe = cache[key]
-				if fe == nil {
-					r.wmu.Unlock()
-					fe = r.files.get(key)
-					if fe == nil {
-						r.waitOpens(e.Ts)
-						fe = r.files.add(key, e.Pid, "")
-					}
-					r.wmu.Lock()
-					cache[key] = fe
-				}
-				last = fe
-			}
-			if fe.state.Load() == stateDenied {
-				filtered++
-				continue
-			}
-			c := *(*[16]byte)(unsafe.Pointer(&e.Comm))
-			if c != lastComm || comm == "" {
-				var ok bool
-				if comm, ok = comms[c]; !ok {
-					comm = cstring(c[:])
-					comms[c] = comm
-				}
-				lastComm = c
-			}
-			a = formats.Access{
-				TS: e.Ts, PID: e.Pid, TID: e.Tid, Comm: comm, FileID: fe.id,
-				FirstPage: e.Index, NPages: e.Npages, Kind: formats.AccessKind(e.Kind),
-			}
-			if err := r.out.Append(&a); err != nil {
-				r.writeErr.Store(&err)
-				break
-			}
-			written++
-		}
-		r.wmu.Unlock()
-		r.written.Add(written)
-		r.filtered.Add(filtered)
 		b.n = 0
 		p.free <- b
 	}
 	r.wmu.Lock()
-	if err := r.out.Flush(); err != nil && r.writeErr.Load() == nil {
-		r.writeErr.Store(&err)
+	if err := r.out.Flush(); err != nil {
+		r.setWriteErr(err)
 	}
 	r.wmu.Unlock()
+}
+
+// writeBatch appends the events of b; it allocates nothing per event once
+// the file and comm are known.
+func (w *writer) writeBatch(b *batch) {
+	r := w.r
+	var written, filtered uint64
+	r.wmu.Lock()
+	for i := 0; i < b.n; i++ {
+		e := &b.ev[i]
+		key := fileKey{dev: e.Dev, ino: e.Ino}
+		fe := w.last
+		if fe == nil || fe.key != key {
+			fe = w.cache[key]
+			if fe == nil {
+				r.wmu.Unlock()
+				fe = r.files.get(key)
+				if fe == nil {
+					r.waitOpens(e.Ts)
+					fe = r.files.add(key, e.Pid, "")
+				}
+				r.wmu.Lock()
+				w.cache[key] = fe
+			}
+			w.last = fe
+		}
+		if fe.state.Load() == stateDenied {
+			filtered++
+			continue
+		}
+		c := *(*[16]byte)(unsafe.Pointer(&e.Comm))
+		if c != w.lastComm || w.comm == "" {
+			var ok bool
+			if w.comm, ok = w.comms[c]; !ok {
+				w.comm = cstring(c[:])
+				w.comms[c] = w.comm
+			}
+			w.lastComm = c
+		}
+		w.a = formats.Access{
+			TS: e.Ts, PID: e.Pid, TID: e.Tid, Comm: w.comm, FileID: fe.id,
+			FirstPage: e.Index, NPages: e.Npages, Kind: formats.AccessKind(e.Kind),
+		}
+		if err := r.out.Append(&w.a); err != nil {
+			r.setWriteErr(err)
+			break
+		}
+		written++
+	}
+	r.wmu.Unlock()
+	r.written.Add(written)
+	r.filtered.Add(filtered)
 }
