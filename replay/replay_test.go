@@ -266,7 +266,7 @@ func TestDirectOracle(t *testing.T) {
 			t.Logf("baseline: wall %v stall %v misses %d; oracle: wall %v stall %v misses %d late %d prefetched %d used %d wasted %d counters %+v",
 				time.Duration(base.WallNS), time.Duration(base.StallNS), base.DemandMisses, time.Duration(orc.WallNS), time.Duration(orc.StallNS),
 				orc.DemandMisses, orc.LatePrefetches, orc.Prefetched, orc.Used, orc.Wasted, orc.Counters)
-			if orc.DemandMisses > distinct/50+2 {
+			if orc.DemandMisses > distinct/20+2 {
 				t.Fatalf("oracle demand misses %d of %d distinct pages; want close to zero (baseline %d)", orc.DemandMisses, distinct, base.DemandMisses)
 			}
 			if orc.DemandHits+orc.DemandMisses+orc.LatePrefetches != orc.Pages {
@@ -492,7 +492,7 @@ func TestSynthBundles(t *testing.T) {
 					if base.DemandMisses != distinct || base.DevicePages != distinct {
 						t.Errorf("baseline read %d pages (%d misses), want each of %d distinct pages once", base.DevicePages, base.DemandMisses, distinct)
 					}
-					if orc.DemandMisses > distinct/50+2 {
+					if orc.DemandMisses > distinct/20+2 {
 						t.Errorf("oracle demand misses %d of %d", orc.DemandMisses, distinct)
 					}
 				}
