@@ -2,6 +2,7 @@ package policies
 
 import (
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -97,5 +98,25 @@ func TestBuildAllDefaults(t *testing.T) {
 	}
 	if SpecName("tree:window=4") != "tree" {
 		t.Error("SpecName")
+	}
+}
+
+// TestDocsListParameters keeps docs/policies.md in step with the
+// registry: every parameter has a row with its default.
+func TestDocsListParameters(t *testing.T) {
+	b, err := os.ReadFile("../docs/policies.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, n := range Names() {
+		if !strings.Contains(doc, "| `"+n+"` |") {
+			t.Errorf("docs/policies.md has no row for policy %s", n)
+		}
+		for _, p := range registry[n].params {
+			if !strings.Contains(doc, "| `"+p.key+"` | `"+p.def+"` |") {
+				t.Errorf("docs/policies.md has no row for %s parameter %s with default %s", n, p.key, p.def)
+			}
+		}
 	}
 }
