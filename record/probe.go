@@ -153,3 +153,57 @@ func unescapeMount(s string) string {
 	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
 	return r.Replace(s)
 }
+
+// filesystems describes the block devices of the recorded files, from
+// /proc/self/mountinfo and /sys/dev/block.
+func filesystems(files []formats.File) []formats.Filesystem {
+	devs := make(map[uint64]bool)
+	for _, f := range files {
+		if f.Path != "" {
+			devs[f.Dev] = true
+		}
+	}
+	if len(devs) == 0 {
+		return nil
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []formats.Filesystem
+	for _, line := range strings.Split(string(b), "\n") {
+		// id parent MAJ:MIN root mount_point opts ... - fstype source superopts
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		var maj, min uint64
+		if _, err := fmt.Sscanf(f[2], "%d:%d", &maj, &min); err != nil {
+			continue
+		}
+		dev := maj<<20 | min
+		if !devs[dev] {
+			continue
+		}
+		delete(devs, dev)
+		fs := formats.Filesystem{Dev: dev, MountPoint: unescapeMount(f[4])}
+		for i := 5; i+2 < len(f); i++ {
+			if f[i] == "-" {
+				fs.FSType, fs.Device = f[i+1], f[i+2]
+				break
+			}
+		}
+		q := fmt.Sprintf("/sys/dev/block/%d:%d/", maj, min)
+		if _, err := os.Stat(q + "queue"); err != nil {
+			q += "../" // a partition: the queue is its disk's
+		}
+		if v, err := os.ReadFile(q + "queue/rotational"); err == nil {
+			fs.Rotational = strings.TrimSpace(string(v)) == "1"
+		}
+		if v, err := os.ReadFile(q + "queue/logical_block_size"); err == nil {
+			fmt.Sscanf(strings.TrimSpace(string(v)), "%d", &fs.LogicalBlockSize)
+		}
+		out = append(out, fs)
+	}
+	return out
+}

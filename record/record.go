@@ -245,6 +245,22 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	events := tracefsEvents()
 
+	// A command runs in a cgroup v2 of its own when one can be made;
+	// otherwise it is followed through the pid set.
+	var cgDir string
+	var notes []string
+	if cg2 != "" {
+		cgDir = filepath.Join(cg2, fmt.Sprintf("predictio-record-%d-%d", os.Getpid(), time.Now().UnixNano()))
+		if err := os.Mkdir(cgDir, 0o755); err != nil {
+			notes = append(notes, fmt.Sprintf("record: cannot create cgroup %s (%v); following the command by pid from its start", cgDir, err))
+			cg2, cgDir = "", ""
+		} else {
+			defer removeCgroup(cgDir)
+		}
+	} else if len(cfg.Command) > 0 {
+		notes = append(notes, "record: no cgroup v2 mount; following the command by pid from its start")
+	}
+
 	spec, err := bpf.LoadRecord()
 	if err != nil {
 		return nil, fmt.Errorf("load bpf spec: %w", err)
@@ -329,7 +345,6 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	r.files = newFileTable(filt, coll.Maps[bpf.RecordMapFiles], cwd)
 
 	// Targets.
-	var cgDir string
 	var cgFD = -1
 	var target string
 	switch {
@@ -356,12 +371,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		target = "bench"
 	default:
 		target = "command"
-		if cg2 != "" {
-			cgDir = filepath.Join(cg2, fmt.Sprintf("predictio-record-%d-%d", os.Getpid(), time.Now().UnixNano()))
-			if err := os.Mkdir(cgDir, 0o755); err != nil {
-				return nil, fmt.Errorf("create cgroup for the command: %w", err)
-			}
-			defer removeCgroup(cgDir)
+		if cgDir != "" {
 			cgFD, err = unix.Open(cgDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return nil, fmt.Errorf("open cgroup %s: %w", cgDir, err)
@@ -565,6 +575,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		RejectedHints: sum.HintRejects.Total(), Files: uint64(len(rows)),
 	}
 	man.Complete = true
+	man.Notes = append(man.Notes, notes...)
+	man.Filesystems = filesystems(rows)
 	if sum.Discarded > 0 {
 		man.Notes = append(man.Notes, fmt.Sprintf("record: forced stop discarded %d events read from the ring but not yet written (counted in dropped_events)", sum.Discarded))
 	}
