@@ -185,6 +185,7 @@ timeout --foreground "$vmtimeout" qemu-system-x86_64 \
 	</dev/null 2>&1 | tr -d '\r' | tee "$console" | sed -n '/@@VM/,/@@DMESG-BEGIN/p' | sed 's/^.*@@VM/@@VM/'
 qrc=${PIPESTATUS[0]}
 set -e
+rm -f "$build/disk.img"
 log "VM finished in $(($(date +%s) - start)) s (qemu exit $qrc); console log: $console"
 
 fail=0
