@@ -112,8 +112,8 @@ type ReadaheadConfig struct {
 // the demanded page, which the kernel reads as part of the window).
 // Accesses of kind map (fault-around) only lower mmap_miss.
 //
-// Read accesses are treated as one read call covering [Page,
-// Page+NPages); faults as one page fault at Page. Not modelled: VM_EXEC
+// Read (and imported) accesses are treated as one read call covering
+// [Page, Page+NPages); faults as one page fault at Page. Not modelled: VM_EXEC
 // and VM_HUGEPAGE mappings, madvise/fadvise modes, I/O errors, memory
 // pressure, and several processes sharing one file description (the model
 // keeps one file_ra_state per file).
@@ -158,8 +158,8 @@ func (r *Readahead) Accepts(k EventKind) bool { return k == EventFileAccess }
 func (r *Readahead) Handle(ev *Event, emit Emit) {
 	a := &ev.Access
 	switch a.Kind {
-	case formats.KindRead:
-		r.Read(ev.File, a.Page, uint64(a.NPages), emit)
+	case formats.KindRead, formats.KindImported:
+		r.Read(ev.File, a.Page, uint64(max(a.NPages, 1)), emit)
 	case formats.KindFault:
 		r.Fault(ev.File, a.Page, emit)
 	case formats.KindMap:
