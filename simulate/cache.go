@@ -42,6 +42,9 @@ func ParseCacheModel(s string) (CacheModel, error) {
 // uint64 key: 2^40 pages of 4 KiB is 4 PiB per file.
 const maxPage = 1<<40 - 1
 
+// maxFile bounds file ids for the same packing: 24 + 40 bits.
+const maxFile = 1<<24 - 1
+
 func pageKey(file uint32, page uint64) uint64 { return uint64(file)<<40 | page }
 
 // Entry flags.
@@ -87,8 +90,11 @@ type pageCache struct {
 	inactive list // the only list for LRU
 	active   list
 
-	// onEvict is called for every evicted entry before its slot is reused.
+	// onEvict, when set, is called for every evicted entry before its
+	// slot is reused (tests).
 	onEvict func(e *entry)
+	// wasted counts evicted entries that still had flagPrefetched.
+	wasted uint64
 	// evictions counts evictions; an index looked up earlier is still
 	// valid while it has not changed.
 	evictions uint64
@@ -272,6 +278,9 @@ func (c *pageCache) insert(key uint64, ready int64, flags uint8) int32 {
 		idx = c.victim()
 		v := &c.entries[idx]
 		c.evictions++
+		if v.flags&flagPrefetched != 0 {
+			c.wasted++
+		}
 		if c.onEvict != nil {
 			c.onEvict(v)
 		}

@@ -269,16 +269,11 @@ type lane struct {
 func (s *Simulator) newLane(name, spec string) (*lane, error) {
 	l := &lane{name: name, spec: spec}
 	l.cache = newPageCache(s.cfg.CacheModel, s.cfg.CapacityPages())
-	l.cache.onEvict = func(e *entry) {
-		if e.flags&flagPrefetched != 0 {
-			l.st.Wasted++
-		}
-	}
 	l.dev = newDeviceState(s.cfg.Device, s.cfg.pageSize())
 	env := s.cfg.Env
 	env.PageSize = s.cfg.pageSize()
 	env.Resident = func(file uint32, page uint64) bool {
-		return page <= maxPage && l.cache.lookup(pageKey(file, page)) >= 0
+		return page <= maxPage && file <= maxFile && l.cache.lookup(pageKey(file, page)) >= 0
 	}
 	l.filePages = env.FilePages
 	build := s.cfg.Build
@@ -342,6 +337,9 @@ func (l *lane) demand(ev *policies.Event) error {
 	first := ev.Access.Page
 	if first > maxPage || n > maxPage-first {
 		return fmt.Errorf("simulate access: file %d page %d+%d is beyond the supported 2^40 pages", ev.File, first, n)
+	}
+	if ev.File > maxFile {
+		return fmt.Errorf("simulate access: file id %d exceeds the supported 2^24", ev.File)
 	}
 	file := ev.File
 	l.st.Demand += n
@@ -408,6 +406,9 @@ func (l *lane) demand(ev *policies.Event) error {
 // of file, cached or in flight are skipped; the rest are read in contiguous
 // runs and land in the cache when the device completes them.
 func (l *lane) submit(req *policies.Request) {
+	if req.File > maxFile {
+		return
+	}
 	var eof uint64
 	if l.filePages != nil {
 		eof = l.filePages(req.File)
@@ -447,13 +448,21 @@ func (l *lane) read(file uint32, first, n uint64) {
 	done := l.dev.submit(l.now, n)
 	l.st.PagesRead += n
 	l.st.Requests++
-	for p := first; p < first+n; p++ {
-		var flags uint8 = flagPrefetched
-		if l.inDemand && file == l.curFile && p >= l.curFirst && p < l.curFirst+l.curN {
-			flags = flagReferenced
+	// Pages [dlo, dhi) of the run belong to the demand access.
+	dlo, dhi := first, first
+	if l.inDemand && file == l.curFile {
+		dlo, dhi = max(first, l.curFirst), min(first+n, l.curFirst+l.curN)
+		if dlo < dhi {
 			l.demandWait = done
 		} else {
-			l.st.Prefetched++
+			dlo, dhi = first, first
+		}
+	}
+	l.st.Prefetched += n - (dhi - dlo)
+	for p := first; p < first+n; p++ {
+		var flags uint8 = flagPrefetched
+		if p >= dlo && p < dhi {
+			flags = flagReferenced
 		}
 		l.cache.insert(pageKey(file, p), done, flags)
 	}
@@ -461,6 +470,7 @@ func (l *lane) read(file uint32, first, n uint64) {
 
 func (l *lane) stats() Stats {
 	st := l.st
+	st.Wasted = l.cache.wasted
 	st.Name = l.name
 	st.Spec = l.spec
 	if l.display != "" {

@@ -172,6 +172,10 @@ func TestBadInput(t *testing.T) {
 	if _, err := Run(cfg, &SliceSource{Events: evs}); err == nil || !strings.Contains(err.Error(), "page") {
 		t.Errorf("page 2^41: err %v", err)
 	}
+	evs = reads(1<<24, 1, 5)
+	if _, err := Run(cfg, &SliceSource{Events: evs}); err == nil || !strings.Contains(err.Error(), "file id") {
+		t.Errorf("file 2^24: err %v", err)
+	}
 }
 
 func TestAssertions(t *testing.T) {
