@@ -242,6 +242,10 @@ func Run(cfg Config, src Source) (*Report, error) {
 	return s.Report(), nil
 }
 
+// maxAccessPages bounds one demand access (64 GiB of 4 KiB pages), so that
+// a corrupt npages cannot stall the simulation.
+const maxAccessPages = 1 << 24
+
 // lane is one policy configuration with its own cache, device and clock.
 type lane struct {
 	name, spec string
@@ -337,6 +341,9 @@ func (l *lane) demand(ev *policies.Event) error {
 	first := ev.Access.Page
 	if first > maxPage || n > maxPage-first {
 		return fmt.Errorf("simulate access: file %d page %d+%d is beyond the supported 2^40 pages", ev.File, first, n)
+	}
+	if n > maxAccessPages {
+		return fmt.Errorf("simulate access: file %d page %d: npages %d exceeds %d; the bundle is corrupt", ev.File, first, n, maxAccessPages)
 	}
 	if ev.File > maxFile {
 		return fmt.Errorf("simulate access: file id %d exceeds the supported 2^24", ev.File)

@@ -172,6 +172,11 @@ func TestBadInput(t *testing.T) {
 	if _, err := Run(cfg, &SliceSource{Events: evs}); err == nil || !strings.Contains(err.Error(), "page") {
 		t.Errorf("page 2^41: err %v", err)
 	}
+	evs = reads(1, 1, 5)
+	evs[0].Access.NPages = 1 << 31
+	if _, err := Run(cfg, &SliceSource{Events: evs}); err == nil || !strings.Contains(err.Error(), "npages") {
+		t.Errorf("npages 2^31: err %v", err)
+	}
 	evs = reads(1<<24, 1, 5)
 	if _, err := Run(cfg, &SliceSource{Events: evs}); err == nil || !strings.Contains(err.Error(), "file id") {
 		t.Errorf("file 2^24: err %v", err)
@@ -223,5 +228,31 @@ func TestParseSize(t *testing.T) {
 	}
 	if s := FormatSize(256 << 20); s != "256MiB" {
 		t.Errorf("FormatSize = %q", s)
+	}
+}
+
+// TestStepAllocatesNothing: once the cache and the readahead state have
+// seen the pages, replaying events allocates nothing, so memory grows with
+// distinct pages, not with events.
+func TestStepAllocatesNothing(t *testing.T) {
+	evs := benchEvents("seq", 1<<14)
+	cfg := Config{CacheBytes: 4 << 20, Device: Presets["nvme"]}
+	cfg.Env.FilePages = func(uint32) uint64 { return 1 << 16 }
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range evs {
+		s.Step(&evs[i])
+	}
+	i := 0
+	allocs := testing.AllocsPerRun(20000, func() {
+		ev := &evs[i%len(evs)]
+		ev.TS += uint64(len(evs)) * 2000
+		s.Step(ev)
+		i++
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per event", allocs)
 	}
 }
