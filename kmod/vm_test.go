@@ -298,6 +298,40 @@ func TestVMQueueFull(t *testing.T) {
 	t.Logf("flood: %d queued, %d dropped, queue max %d", c.ItemsQueued, c.DroppedQueueFull, c.QueueMax)
 }
 
+// TestVMRingWrap pushes many more entries than the ring holds through one
+// Submit, so the producer drains the ring mid-request and wraps around.
+func TestVMRingWrap(t *testing.T) {
+	needModule(t)
+	tf := makeFile(t, dataDir(t), 4096)
+	tf.cold(t)
+	b := openBackend(t, WithRingEntries(16), WithQueueCapacity(4096))
+	if err := b.Register(3, tf.f); err != nil {
+		t.Fatal(err)
+	}
+	var rs []policies.Range
+	for i := uint64(0); i < 1000; i++ {
+		rs = append(rs, policies.Range{First: i * 4, N: 2})
+	}
+	for k := 0; k < 3; k++ { // 3000 entries through a 16-entry ring
+		if err := b.Submit(&policies.Request{File: 3, Ranges: rs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := waitIdle(t, b)
+	if c.EntriesReceived != 3000 || c.DroppedQueueFull != 0 || c.PagesSubmitted != 2000 || c.PagesCached != 4000 {
+		t.Errorf("3000 entries through a 16-entry ring: %+v", c)
+	}
+	tf.refresh(t)
+	for _, r := range rs {
+		if tf.count(r.First, uint64(r.N)) != 2 || tf.count(r.First+2, 2) != 0 {
+			t.Fatalf("pages %d+2 not resident or %d+2 resident", r.First, r.First+2)
+		}
+	}
+	if c.Notifies < 3000/16 {
+		t.Errorf("%d notifies for 3000 entries through 16 slots", c.Notifies)
+	}
+}
+
 func mustSlot(tb testing.TB, b *Backend, id uint32) uint32 {
 	s, ok := b.Slot(id)
 	if !ok {
