@@ -114,3 +114,43 @@ func BenchmarkDispatchRequests(b *testing.B) {
 	}
 	runDispatch(b, d, evs)
 }
+
+// BenchmarkReadaheadSequential drives the readahead model alone with
+// sequential 1-page reads of a 4 GiB file (its own residency, i.e. an
+// unbounded cache): mostly cached pages, a window every few hundred reads.
+func BenchmarkReadaheadSequential(b *testing.B) {
+	for _, resident := range []bool{false, true} {
+		name := "own-residency"
+		if resident {
+			name = "resident-callback"
+		}
+		b.Run(name, func(b *testing.B) {
+			cache := make([]bool, 1<<20) // a stand-in for a simulator's cache
+			cfg := ReadaheadConfig{FilePages: func(uint32) uint64 { return 1 << 20 }}
+			emit := func(*Request) {}
+			if resident {
+				cfg.Resident = func(_ uint32, p uint64) bool { return cache[p] }
+				emit = func(r *Request) {
+					for _, rg := range r.Ranges {
+						for i := range uint64(rg.N) {
+							cache[rg.First+i] = true
+						}
+					}
+				}
+			}
+			m := NewReadahead(cfg)
+			ev := Event{Kind: EventFileAccess, File: 1, Access: FileAccess{Kind: formats.KindRead, NPages: 1}}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				ev.Access.Page = uint64(i) % (1 << 20)
+				if ev.Access.Page == 0 {
+					m.Reset()
+					clear(cache)
+				}
+				m.Handle(&ev, emit)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mevents/s")
+		})
+	}
+}

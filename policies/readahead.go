@@ -237,9 +237,9 @@ func (r *Readahead) Read(file uint32, index, n uint64, emit Emit) {
 	}
 	last := index + n
 	pos := index
-	if n == 1 && r.cfg.Resident == nil && (eof == 0 || index < eof) {
+	if n == 1 && (eof == 0 || index < eof) {
 		// Fast path: a one-page read of a cached page without a mark.
-		if b := f.pages.get(index); b&(raPresent|raMark) == raPresent {
+		if b := f.pages.get(index); b&raMark == 0 && r.present(f, index) {
 			f.st.PrevPos = int64(last) * DefaultPageSize
 			return
 		}
