@@ -404,6 +404,8 @@ func TestReadaheadMatchesKernel(t *testing.T) {
 	scenarios := []scenario{
 		{"sequential-4k", true, readLoop(4096, 4096)},
 		{"sequential-128k", true, readLoop(128<<10, 128<<10)},
+		{"sequential-4k-fadvise-sequential", true, readLoop(4096, 4096)},
+		{"sequential-16m", true, readLoop(16<<20, 16<<20)},
 		{"strided-4k-every-16", true, readLoop(4096, 16*4096)},
 		{"strided-4k-every-2", true, readLoop(4096, 2*4096)},
 		{"random-4k", true, readAt(4096, random4k)},
@@ -423,8 +425,16 @@ func TestReadaheadMatchesKernel(t *testing.T) {
 			defer g.Close()
 			evict(t, f)
 			var model []kernelRA
+			ra := raPages
+			if strings.Contains(sc.name, "fadvise-sequential") {
+				// POSIX_FADV_SEQUENTIAL doubles the file's ra_pages.
+				if err := unix.Fadvise(int(g.Fd()), 0, 0, unix.FADV_SEQUENTIAL); err != nil {
+					t.Fatal(err)
+				}
+				ra *= 2
+			}
 			m := NewReadahead(ReadaheadConfig{
-				RAPages:    raPages,
+				RAPages:    ra,
 				IOPages:    ioPages,
 				FilePages:  func(uint32) uint64 { return pages },
 				OnDecision: func(d *RADecision) { model = append(model, modelRA(d)) },
@@ -465,8 +475,8 @@ func TestReadaheadMatchesKernel(t *testing.T) {
 				}
 			}
 			for _, e := range evs {
-				if e.name == "page_cache_sync_ra" && e.u64(t, "ra_pages") != raPages {
-					t.Fatalf("kernel ra_pages %d, sysfs says %d", e.u64(t, "ra_pages"), raPages)
+				if e.name == "page_cache_sync_ra" && e.u64(t, "ra_pages") != ra {
+					t.Fatalf("kernel ra_pages %d, model has %d", e.u64(t, "ra_pages"), ra)
 				}
 			}
 			// Compare the final page-cache contents with the model's.
