@@ -26,6 +26,9 @@ const volatile __u32 self_tgid = 0;
 // stopped is set by user space to end the recording before the (slow)
 // detach of the tracepoints.
 volatile __u32 stopped = 0;
+// deny_active is set by user space once the files map holds a denied file,
+// so the lookup is skipped while there is nothing to deny.
+volatile __u32 deny_active = 0;
 
 struct filekey {
 	__u64 ino;
@@ -105,11 +108,13 @@ static __always_inline int emit(__u8 kind, __u64 dev, __u64 ino, __u64 index, __
 	if (!is_target(pid_tgid))
 		return 0;
 
-	struct filekey k = {.ino = ino, .dev = (__u32)dev};
-	__u8 *v = bpf_map_lookup_elem(&files, &k);
-	if (v && *v == FILE_DENY) {
-		count(CNT_FILTERED);
-		return 0;
+	if (deny_active) {
+		struct filekey k = {.ino = ino, .dev = (__u32)dev};
+		__u8 *v = bpf_map_lookup_elem(&files, &k);
+		if (v && *v == FILE_DENY) {
+			count(CNT_FILTERED);
+			return 0;
+		}
 	}
 
 	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
@@ -131,7 +136,6 @@ static __always_inline int emit(__u8 kind, __u64 dev, __u64 ino, __u64 index, __
 	e->pid = pid_tgid >> 32;
 	e->tid = (__u32)pid_tgid;
 	e->kind = kind;
-	count(CNT_EVENTS);
 	submit(e);
 	return 0;
 }

@@ -16,7 +16,7 @@
 
 // Counter slots of the per-CPU counters map.
 #define CNT_DROPS 0
-#define CNT_EVENTS 1
+#define CNT_EVENTS 1 // unused (kept for the layout)
 #define CNT_OPEN_DROPS 2
 #define CNT_FILTERED 3
 #define CNT_MAX 4

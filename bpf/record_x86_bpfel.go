@@ -69,6 +69,7 @@ const (
 	RecordProgHandleOpenat2  = "handle_openat2"
 	RecordProgHandleSyncRa   = "handle_sync_ra"
 	RecordVarCommFilter      = "comm_filter"
+	RecordVarDenyActive      = "deny_active"
 	RecordVarSelfTgid        = "self_tgid"
 	RecordVarStopped         = "stopped"
 	RecordVarTargetMode      = "target_mode"
@@ -152,6 +153,7 @@ type RecordMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type RecordVariableSpecs struct {
 	CommFilter      *ebpf.VariableSpec `ebpf:"comm_filter"`
+	DenyActive      *ebpf.VariableSpec `ebpf:"deny_active"`
 	SelfTgid        *ebpf.VariableSpec `ebpf:"self_tgid"`
 	Stopped         *ebpf.VariableSpec `ebpf:"stopped"`
 	TargetMode      *ebpf.VariableSpec `ebpf:"target_mode"`
@@ -206,6 +208,7 @@ func (m *RecordMaps) Close() error {
 // It can be passed to LoadRecordObjects or ebpf.CollectionSpec.LoadAndAssign.
 type RecordVariables struct {
 	CommFilter      *ebpf.Variable `ebpf:"comm_filter"`
+	DenyActive      *ebpf.Variable `ebpf:"deny_active"`
 	SelfTgid        *ebpf.Variable `ebpf:"self_tgid"`
 	Stopped         *ebpf.Variable `ebpf:"stopped"`
 	TargetMode      *ebpf.Variable `ebpf:"target_mode"`

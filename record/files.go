@@ -100,7 +100,9 @@ type fileTable struct {
 	list        []*fileEntry
 	cands       map[fileKey]string // paths seen in opens and hints
 	filt        filter
-	deny        *ebpf.Map // bpf "files" map; nil in tests
+	deny        *ebpf.Map      // bpf "files" map; nil in tests
+	denyActive  *ebpf.Variable // bpf deny_active; nil in tests
+	denyOn      atomic.Bool
 	fallbackDir string
 	interps     map[string]string // executable -> ELF interpreter
 	denied      atomic.Uint64
@@ -148,7 +150,9 @@ func (t *fileTable) setState(e *fileEntry, s uint32) {
 	e.state.Store(s)
 	if s == stateDenied && t.deny != nil {
 		k := bpf.RecordFilekey{Ino: e.key.ino, Dev: e.key.dev}
-		_ = t.deny.Put(&k, uint8(2))
+		if t.deny.Put(&k, uint8(2)) == nil && t.denyActive != nil && !t.denyOn.Swap(true) {
+			_ = t.denyActive.Set(uint32(1))
+		}
 	}
 }
 

@@ -87,21 +87,22 @@ type bundleWriter interface {
 
 // Summary reports a finished recording.
 type Summary struct {
-	Bundle       string
-	Events       uint64 // accesses written
-	Dropped      uint64 // events lost because the ring buffer was full
-	Discarded    uint64 // events read but not written after Force
-	Filtered     uint64 // events dropped by filters in the kernel or in user space
-	OpenDropped  uint64 // open events lost (paths may stay unresolved)
-	Hints        uint64
-	HintRejects  HintRejects
-	Files        int
-	Unresolved   int // files without a path
-	Elapsed      time.Duration
-	Sources      []string // attached tracepoints
-	Missing      []string // access tracepoints this kernel lacks
-	CommandError error    // the command's exit error, if any
-	ExitCode     int      // the command's exit status (0 when not a command)
+	Bundle         string
+	Events         uint64 // accesses written
+	Dropped        uint64 // events lost because the ring buffer was full
+	Discarded      uint64 // events read but not written after Force
+	Filtered       uint64 // events dropped by filters in the kernel or in user space
+	KernelFiltered uint64 // the part of Filtered dropped in the kernel
+	OpenDropped    uint64 // open events lost (paths may stay unresolved)
+	Hints          uint64
+	HintRejects    HintRejects
+	Files          int
+	Unresolved     int // files without a path
+	Elapsed        time.Duration
+	Sources        []string // attached tracepoints
+	Missing        []string // access tracepoints this kernel lacks
+	CommandError   error    // the command's exit error, if any
+	ExitCode       int      // the command's exit status (0 when not a command)
 }
 
 // Rejected is the total of rejected hints.
@@ -343,6 +344,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	cwd, _ := os.Getwd()
 	r.files = newFileTable(filt, coll.Maps[bpf.RecordMapFiles], cwd)
+	r.files.denyActive = coll.Variables["deny_active"]
 
 	// Targets.
 	var cgFD = -1
@@ -557,6 +559,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	sum.Dropped = c[cntDrops]
 	sum.OpenDropped = c[cntOpenDrops]
 	sum.Filtered = c[cntFiltered] + r.filtered.Load()
+	sum.KernelFiltered = c[cntFiltered]
 	sum.Events = r.written.Load()
 	sum.Discarded = r.discarded.Load()
 	if r.hints != nil {
