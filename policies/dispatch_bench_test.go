@@ -48,16 +48,23 @@ func runDispatch(b *testing.B, d *Dispatcher, evs []Event) {
 // extents, layer starts) through readahead, stride, markov, tree and
 // tensor: every policy runs, none emits.
 func BenchmarkDispatchNoRequests(b *testing.B) {
-	env := benchEnv()
-	var ps []Policy
-	for _, s := range []string{"readahead", "stride", "markov", "tree:ttl=1000h", "tensor"} {
-		p, err := Build(s, env)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ps = append(ps, p)
+	d, evs := noRequestsSetup(b)
+	runDispatch(b, d, evs)
+	if r := d.Events; r == 0 {
+		b.Fatal("nothing dispatched")
 	}
-	d := NewDispatcher(ps...)
+}
+
+func buildAll(tb testing.TB, specs ...string) *Dispatcher {
+	ps, err := BuildAll(specs, benchEnv())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return NewDispatcher(ps...)
+}
+
+func noRequestsSetup(tb testing.TB) (*Dispatcher, []Event) {
+	d := buildAll(tb, "readahead", "stride", "markov", "tree:ttl=1000h", "tensor")
 	evs := make([]Event, 4096)
 	children := []uint64{11, 12, 13, 14}
 	var next [5]uint64
@@ -79,26 +86,19 @@ func BenchmarkDispatchNoRequests(b *testing.B) {
 			next[e.File]++
 		}
 	}
-	runDispatch(b, d, evs)
-	if r := d.Events; r == 0 {
-		b.Fatal("nothing dispatched")
-	}
+	return d, evs
 }
 
 // BenchmarkDispatchRequests routes tree hints (ttl 0: every hint emits a
 // request of 8 children) and strided page accesses (the stride policy
 // emits the next stride on each access) through tree, stride and tensor.
 func BenchmarkDispatchRequests(b *testing.B) {
-	env := benchEnv()
-	var ps []Policy
-	for _, s := range []string{"tree:ttl=0s,window=8", "stride:confidence=1,lookahead=1", "tensor"} {
-		p, err := Build(s, env)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ps = append(ps, p)
-	}
-	d := NewDispatcher(ps...)
+	d, evs := requestsSetup(b)
+	runDispatch(b, d, evs)
+}
+
+func requestsSetup(tb testing.TB) (*Dispatcher, []Event) {
+	d := buildAll(tb, "tree:ttl=0s,window=8", "stride:confidence=1,lookahead=1", "tensor")
 	evs := make([]Event, 4096)
 	children := []uint64{900, 40, 41, 42, 7, 300, 301, 12, 5000}
 	for i := range evs {
@@ -112,7 +112,32 @@ func BenchmarkDispatchRequests(b *testing.B) {
 			e.Kind, e.Access = EventFileAccess, FileAccess{Kind: formats.KindRead, Page: uint64(i/2) * 16 % (1 << 19), NPages: 1}
 		}
 	}
-	runDispatch(b, d, evs)
+	return d, evs
+}
+
+// TestDispatchNoAllocs enforces what the benchmarks report: steady-state
+// dispatch allocates nothing, with or without requests.
+func TestDispatchNoAllocs(t *testing.T) {
+	for name, setup := range map[string]func(testing.TB) (*Dispatcher, []Event){"no-requests": noRequestsSetup, "requests": requestsSetup} {
+		d, evs := setup(t)
+		reqs := 0
+		emit := func(*Request) { reqs++ }
+		for i := range evs {
+			d.Dispatch(&evs[i], emit)
+		}
+		reqs = 0
+		i := 0
+		allocs := testing.AllocsPerRun(len(evs), func() {
+			d.Dispatch(&evs[i%len(evs)], emit)
+			i++
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %.2f allocations per event", name, allocs)
+		}
+		if (name == "requests") != (reqs > 0) {
+			t.Errorf("%s: %d requests emitted", name, reqs)
+		}
+	}
 }
 
 // BenchmarkReadaheadSequential drives the readahead model alone with

@@ -167,6 +167,10 @@ func (r *Readahead) Handle(ev *Event, emit Emit) {
 	}
 }
 
+// OnDecision sets the function that receives every decision (nil: none),
+// e.g. on a model built by Build("readahead", env).
+func (r *Readahead) OnDecision(fn func(*RADecision)) { r.cfg.OnDecision = fn }
+
 // State returns the readahead state of file.
 func (r *Readahead) State(file uint32) RAState { return r.file(file).st }
 
