@@ -1,0 +1,83 @@
+package bench
+
+import (
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Linux native AIO (the kernel side of libaio) through raw syscalls:
+// io_setup, io_submit, io_getevents, io_destroy. Linux 2.6.
+
+const (
+	iocbCmdPread  = 0
+	iocbCmdPwrite = 1
+)
+
+// iocb is struct iocb (64 bytes, little-endian x86-64 layout).
+type iocb struct {
+	data      uint64
+	key       uint32
+	rwFlags   uint32
+	opcode    uint16
+	reqprio   int16
+	fildes    uint32
+	buf       uint64
+	nbytes    uint64
+	offset    int64
+	reserved2 uint64
+	flags     uint32
+	resfd     uint32
+}
+
+// ioEvent is struct io_event (32 bytes).
+type ioEvent struct {
+	data uint64
+	obj  uint64
+	res  int64
+	res2 int64
+}
+
+func init() {
+	if unsafe.Sizeof(iocb{}) != 64 || unsafe.Sizeof(ioEvent{}) != 32 {
+		panic("bench: iocb/io_event layout does not match the kernel ABI")
+	}
+}
+
+type aioCtx uintptr
+
+func ioSetup(n int) (aioCtx, error) {
+	var ctx aioCtx
+	_, _, e := unix.Syscall(unix.SYS_IO_SETUP, uintptr(n), uintptr(unsafe.Pointer(&ctx)), 0)
+	if e != 0 {
+		return 0, fmt.Errorf("io_setup(%d): %w", n, e)
+	}
+	return ctx, nil
+}
+
+func ioDestroy(ctx aioCtx) {
+	unix.Syscall(unix.SYS_IO_DESTROY, uintptr(ctx), 0, 0)
+}
+
+func ioSubmit(ctx aioCtx, cbs []*iocb) (int, error) {
+	n, _, e := unix.Syscall(unix.SYS_IO_SUBMIT, uintptr(ctx), uintptr(len(cbs)), uintptr(unsafe.Pointer(&cbs[0])))
+	if e == unix.EINTR || e == unix.EAGAIN {
+		return 0, nil
+	}
+	if e != 0 {
+		return 0, fmt.Errorf("io_submit: %w", e)
+	}
+	return int(n), nil
+}
+
+func ioGetevents(ctx aioCtx, min int, evs []ioEvent) (int, error) {
+	n, _, e := unix.Syscall6(unix.SYS_IO_GETEVENTS, uintptr(ctx), uintptr(min), uintptr(len(evs)), uintptr(unsafe.Pointer(&evs[0])), 0, 0)
+	if e == unix.EINTR {
+		return 0, nil
+	}
+	if e != 0 {
+		return 0, fmt.Errorf("io_getevents: %w", e)
+	}
+	return int(n), nil
+}

@@ -1,0 +1,152 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/predictio/predictio/engine"
+	"github.com/predictio/predictio/formats"
+	"golang.org/x/sys/unix"
+)
+
+// DeviceConfig configures MeasureDevice.
+type DeviceConfig struct {
+	Path     string        // scratch file on the device
+	Size     int64         // its size (at least 64 MiB)
+	Duration time.Duration // total; each of the three phases gets a third
+	Name     string        // profile name; default: the block device's name
+	Log      io.Writer
+}
+
+// Sequential phase parameters: 1 MiB requests, 4 in flight (4 MiB of
+// buffers, inside the default 8 MiB RLIMIT_MEMLOCK).
+const (
+	seqBlock = 1 << 20
+	seqQD    = 4
+)
+
+// MeasureDevice measures a device profile with the io_uring engine and
+// O_DIRECT: QD1 4 KiB random-read latency, 4 KiB random-read bandwidth at
+// QD 32, and sequential read bandwidth with 1 MiB requests.
+func MeasureDevice(c DeviceConfig) (*formats.DeviceProfile, error) {
+	if c.Duration < 3*time.Millisecond {
+		return nil, fmt.Errorf("measure device: duration %v is too short", c.Duration)
+	}
+	if c.Size < 64<<20 {
+		return nil, fmt.Errorf("measure device: size %d is below 64 MiB", c.Size)
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+	if err := PrepareScratch(c.Path, c.Size, c.Log); err != nil {
+		return nil, err
+	}
+	phase := c.Duration / 3
+	p := Point{Path: c.Path, Size: c.Size, Backend: Uring, RW: "randread", Threads: 1, Duration: phase,
+		FixedBufs: true, RegisterFiles: true}
+	p.QD = 1
+	lat, err := Run(p)
+	if err != nil {
+		return nil, fmt.Errorf("measure device latency: %w", err)
+	}
+	fmt.Fprintf(c.Log, "QD1 4 KiB random read: p50 %.1f us, p99 %.1f us (%.0f IOPS)\n", lat.P50us, lat.P99us, lat.IOPS)
+	p.QD = 32
+	bw, err := Run(p)
+	if err != nil {
+		return nil, fmt.Errorf("measure device random bandwidth: %w", err)
+	}
+	fmt.Fprintf(c.Log, "QD32 4 KiB random read: %.0f IOPS, %.1f MiB/s\n", bw.IOPS, bw.MiBs)
+	seq, err := seqRead(c.Path, c.Size, phase)
+	if err != nil {
+		return nil, fmt.Errorf("measure device sequential bandwidth: %w", err)
+	}
+	fmt.Fprintf(c.Log, "sequential read, 1 MiB x %d: %.1f MiB/s\n", seqQD, seq/(1<<20))
+	abs, _ := filepath.Abs(c.Path)
+	dev := blockDevice(c.Path)
+	name := c.Name
+	if name == "" {
+		name = strings.TrimPrefix(dev, "/dev/")
+	}
+	if name == "" {
+		name = "device"
+	}
+	return &formats.DeviceProfile{
+		Version: formats.DeviceProfileVersion, Name: name, Device: dev, Path: abs, Kernel: kernel(),
+		MeasuredAt:          time.Now().UTC().Truncate(time.Second),
+		ReadLatencyNS:       uint64(lat.P50us * 1e3),
+		ReadLatencyP99NS:    uint64(lat.P99us * 1e3),
+		RandReadBytesPerSec: bw.IOPS * BlockSize,
+		RandReadIOPS:        bw.IOPS,
+		SeqReadBytesPerSec:  seq,
+		QueueDepth:          32,
+		SeqBlockSize:        seqBlock,
+		SeqQueueDepth:       seqQD,
+		Engine:              "io_uring O_DIRECT (predictio engine, fixed buffers and files)",
+		PhaseSeconds:        phase.Seconds(),
+	}, nil
+}
+
+// seqRead reads the file sequentially (wrapping around) for d and returns
+// bytes per second.
+func seqRead(path string, size int64, d time.Duration) (float64, error) {
+	if _, err := EnsureCold(path, size); err != nil {
+		return 0, err
+	}
+	f, err := engine.OpenDirect(path, os.O_RDONLY)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var bytes atomic.Int64
+	var firstErr error
+	e, err := engine.New([]*os.File{f}, engine.WithQueueDepth(seqQD), engine.WithBufferSize(seqBlock),
+		engine.WithHandler(func(c *engine.Completion) {
+			if c.Err != nil && firstErr == nil {
+				firstErr = c.Err
+			}
+			bytes.Add(int64(c.Res))
+		}))
+	if err != nil {
+		return 0, err
+	}
+	defer e.Close()
+	w := e.Worker(0)
+	chunks := size / seqBlock
+	deadline := time.Now().Add(d)
+	t0 := time.Now()
+	for i := int64(0); time.Now().Before(deadline) && firstErr == nil; i++ {
+		if err := w.Submit(engine.Request{Op: engine.OpRead, Off: (i % chunks) * seqBlock, Len: seqBlock}); err != nil {
+			return 0, err
+		}
+	}
+	if err := w.Drain(); err != nil {
+		return 0, err
+	}
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	return float64(bytes.Load()) / time.Since(t0).Seconds(), nil
+}
+
+// blockDevice names the block device holding path ("/dev/vda"), or "".
+func blockDevice(path string) string {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return ""
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/sys/dev/block/%d:%d/uevent", unix.Major(st.Dev), unix.Minor(st.Dev)))
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "DEVNAME="); ok {
+			return "/dev/" + v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,498 @@
+// Package bench holds the logic of `predictio bench engine` (the ringio
+// study's backend matrix, optionally against fio) and `predictio bench
+// device` (a device profile for simulate).
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/predictio/predictio/engine"
+	"github.com/predictio/predictio/uring"
+	"golang.org/x/sys/unix"
+)
+
+// Backends of `bench engine`, in the ringio paper's order.
+const (
+	Psync        = "psync"               // pread/pwrite, one blocking syscall per op
+	Libaio       = "libaio"              // io_submit + io_getevents
+	Uring        = "uring"               // engine, no SQPOLL
+	UringSQPoll  = "uring-sqpoll"        // engine, one SQPOLL thread per worker
+	UringShared  = "uring-sqpoll-shared" // engine, all workers share one SQPOLL thread
+	harvestWait  = "wait"
+	harvestSpin  = "backoff"
+	clockTicksHz = 100 // USER_HZ of /proc/*/stat on Linux
+)
+
+// AllBackends lists the backends.
+var AllBackends = []string{Psync, Libaio, Uring, UringSQPoll, UringShared}
+
+// Point is one benchmark configuration.
+type Point struct {
+	Path     string        // scratch file, prepared with PrepareScratch
+	Size     int64         // working set: offsets are uniform in [0, Size)
+	Backend  string        // one of AllBackends
+	RW       string        // randread, randwrite or mix (reads and writes alternate)
+	Threads  int           // worker threads, each with its own fd/context/ring
+	QD       int           // requests in flight per thread (psync: 1)
+	Duration time.Duration // measured time
+
+	FixedBufs     bool          // uring backends: registered buffers
+	RegisterFiles bool          // uring backends: registered files
+	Harvest       string        // uring backends: "wait" or "backoff"
+	DeferTaskrun  bool          // uring (no SQPOLL): COOP_TASKRUN|SINGLE_ISSUER|DEFER_TASKRUN like fio 3.33
+	SQThreadIdle  time.Duration // SQPOLL idle window
+}
+
+// Result is one measured point. The JSON keys are stable.
+type Result struct {
+	Tool     string  `json:"tool"` // "predictio" or "fio"
+	Backend  string  `json:"backend"`
+	RW       string  `json:"rw"`
+	Threads  int     `json:"threads"`
+	QD       int     `json:"qd"`
+	Rep      int     `json:"rep"`
+	Ops      uint64  `json:"ops"`
+	Seconds  float64 `json:"seconds"`
+	IOPS     float64 `json:"iops"`
+	MiBs     float64 `json:"mib_s"`
+	P50us    float64 `json:"p50_us"`
+	P99us    float64 `json:"p99_us"`
+	P999us   float64 `json:"p999_us"`
+	Syscalls float64 `json:"syscalls_per_op"` // exact; -1 for fio (not counted)
+	// CPUus is process CPU (user+system, getrusage RUSAGE_SELF; for fio
+	// RUSAGE_CHILDREN) per op. Measured on Linux 6.18, SQPOLL threads
+	// are threads of the process and their time is included; PollerCPUus
+	// reports it separately from /proc/self/task/*/stat.
+	CPUus       float64 `json:"cpu_us_per_op"`
+	PollerCPUus float64 `json:"poller_cpu_us_per_op"`
+	Pollers     int     `json:"pollers"`
+	Yields      float64 `json:"yields_per_op,omitempty"`
+	Wakeups     uint64  `json:"sqpoll_wakeups,omitempty"`
+	CachedPages uint64  `json:"cached_pages_before"` // page-cache pages of the file before the point (dropped if > 0)
+	FixedBufs   bool    `json:"fixedbufs"`
+	RegFiles    bool    `json:"registerfiles"`
+	Harvest     string  `json:"harvest,omitempty"`
+	DeferTR     bool    `json:"defer_taskrun,omitempty"`
+	Mlocked     *bool   `json:"mlocked,omitempty"`
+	Errors      uint64  `json:"errors"`
+}
+
+// threadResult is what one benchmark thread reports.
+type threadResult struct {
+	ops, syscalls, errors uint64
+	hist                  Histogram
+	err                   error
+}
+
+type rng uint64
+
+func (r *rng) next() uint64 {
+	x := uint64(*r)
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	*r = rng(x)
+	return x * 0x2545f4914f6cdd1d
+}
+
+func (p *Point) validate() error {
+	switch p.Backend {
+	case Psync, Libaio, Uring, UringSQPoll, UringShared:
+	default:
+		return fmt.Errorf("unknown backend %q (want one of %v)", p.Backend, AllBackends)
+	}
+	switch p.RW {
+	case "randread", "randwrite", "mix":
+	default:
+		return fmt.Errorf("unknown --rw %q (want randread, randwrite or mix)", p.RW)
+	}
+	if p.Threads < 1 || p.Threads > 256 {
+		return fmt.Errorf("threads %d out of range 1..256", p.Threads)
+	}
+	if p.QD < 1 || p.QD > 4096 {
+		return fmt.Errorf("queue depth %d out of range 1..4096", p.QD)
+	}
+	if p.Size < BlockSize {
+		return fmt.Errorf("size %d smaller than one block", p.Size)
+	}
+	if p.Duration <= 0 {
+		return fmt.Errorf("duration %v is not positive", p.Duration)
+	}
+	if p.Harvest == "" {
+		p.Harvest = harvestWait
+	}
+	if p.Harvest != harvestWait && p.Harvest != harvestSpin {
+		return fmt.Errorf("unknown harvest mode %q (want wait or backoff)", p.Harvest)
+	}
+	if p.Backend == Psync {
+		p.QD = 1
+	}
+	return nil
+}
+
+// isWrite says whether op i of a thread writes.
+func (p *Point) isWrite(i uint64) bool {
+	switch p.RW {
+	case "randwrite":
+		return true
+	case "mix":
+		return i&1 == 1
+	}
+	return false
+}
+
+func cpuNow() time.Duration {
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func pollerTicks() (uint64, int) {
+	ps, _ := uring.PollerThreads(0)
+	var t uint64
+	for _, p := range ps {
+		t += p.CPUTicks
+	}
+	return t, len(ps)
+}
+
+// Run measures one point. The file must be prepared; Run checks with
+// cachestat that none of its pages are cached (dropping them if some are).
+func Run(p Point) (Result, error) {
+	if err := p.validate(); err != nil {
+		return Result{}, fmt.Errorf("bench %s: %w", p.Backend, err)
+	}
+	cached, err := EnsureCold(p.Path, p.Size)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Tool: "predictio", Backend: p.Backend, RW: p.RW, Threads: p.Threads, QD: p.QD, CachedPages: cached}
+	switch p.Backend {
+	case Psync:
+		err = runThreads(&p, &res, nil, func(i int, stop *atomic.Bool, tr *threadResult) { psyncThread(&p, i, stop, tr) })
+	case Libaio:
+		err = runThreads(&p, &res, nil, func(i int, stop *atomic.Bool, tr *threadResult) { aioThread(&p, i, stop, tr) })
+	default:
+		err = runEngine(&p, &res)
+	}
+	if err != nil {
+		return res, fmt.Errorf("bench %s threads %d qd %d: %w", p.Backend, p.Threads, p.QD, err)
+	}
+	return res, nil
+}
+
+// runThreads runs body on p.Threads locked OS threads for p.Duration and
+// fills res. extra, when set, is called after the threads stop and before
+// the CPU snapshot is taken.
+func runThreads(p *Point, res *Result, extra func(), body func(i int, stop *atomic.Bool, tr *threadResult)) error {
+	trs := make([]threadResult, p.Threads)
+	var stop atomic.Bool
+	var ready, done sync.WaitGroup
+	startGate := make(chan struct{})
+	for i := range trs {
+		ready.Add(1)
+		done.Add(1)
+		go func(i int) {
+			defer done.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			ready.Done()
+			<-startGate
+			body(i, &stop, &trs[i])
+		}(i)
+	}
+	ready.Wait()
+	ticks0, pollers := pollerTicks()
+	cpu0 := cpuNow()
+	t0 := time.Now()
+	close(startGate)
+	time.Sleep(p.Duration)
+	stop.Store(true)
+	done.Wait()
+	elapsed := time.Since(t0)
+	cpu := cpuNow() - cpu0
+	ticks1, _ := pollerTicks()
+	if extra != nil {
+		extra()
+	}
+	var h Histogram
+	var errs []error
+	for i := range trs {
+		t := &trs[i]
+		res.Ops += t.ops
+		res.Errors += t.errors
+		h.Merge(&t.hist)
+		res.Syscalls += float64(t.syscalls)
+		if t.err != nil {
+			errs = append(errs, fmt.Errorf("thread %d: %w", i, t.err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if res.Ops == 0 {
+		return errors.New("no operation completed")
+	}
+	ops := float64(res.Ops)
+	res.Seconds = elapsed.Seconds()
+	res.IOPS = ops / res.Seconds
+	res.MiBs = res.IOPS * BlockSize / (1 << 20)
+	res.P50us = float64(h.Quantile(0.50)) / 1e3
+	res.P99us = float64(h.Quantile(0.99)) / 1e3
+	res.P999us = float64(h.Quantile(0.999)) / 1e3
+	res.Syscalls /= ops
+	res.CPUus = float64(cpu.Microseconds()) / ops
+	res.Pollers = pollers
+	res.PollerCPUus = float64(ticks1-ticks0) * (1e6 / clockTicksHz) / ops
+	return nil
+}
+
+// openThreadFile opens the scratch file O_DIRECT for one thread.
+func openThreadFile(p *Point) (*os.File, error) {
+	flag := os.O_RDONLY
+	if p.RW != "randread" {
+		flag = os.O_RDWR
+	}
+	return engine.OpenDirect(p.Path, flag)
+}
+
+func mapBuffers(n int) ([]byte, error) {
+	b, err := unix.Mmap(-1, 0, n*BlockSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE|unix.MAP_POPULATE)
+	if err != nil {
+		return nil, fmt.Errorf("map %d buffers: %w", n, err)
+	}
+	for i := range b {
+		b[i] = byte(i) | 1
+	}
+	return b, nil
+}
+
+func psyncThread(p *Point, id int, stop *atomic.Bool, tr *threadResult) {
+	f, err := openThreadFile(p)
+	if err != nil {
+		tr.err = err
+		return
+	}
+	defer f.Close()
+	buf, err := mapBuffers(1)
+	if err != nil {
+		tr.err = err
+		return
+	}
+	defer unix.Munmap(buf)
+	fd := int(f.Fd())
+	blocks := uint64(p.Size / BlockSize)
+	r := rng(0x9e3779b97f4a7c15 ^ uint64(id+1)*0xbf58476d1ce4e5b9)
+	for i := uint64(0); !stop.Load(); i++ {
+		off := int64(r.next()%blocks) * BlockSize
+		t0 := time.Now()
+		var n int
+		if p.isWrite(i) {
+			n, err = unix.Pwrite(fd, buf, off)
+		} else {
+			n, err = unix.Pread(fd, buf, off)
+		}
+		tr.syscalls++
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || n != BlockSize {
+			tr.errors++
+			tr.err = fmt.Errorf("pread/pwrite %s at %d: %d bytes, %v", p.Path, off, n, err)
+			return
+		}
+		tr.hist.Record(time.Since(t0))
+		tr.ops++
+	}
+}
+
+func aioThread(p *Point, id int, stop *atomic.Bool, tr *threadResult) {
+	f, err := openThreadFile(p)
+	if err != nil {
+		tr.err = err
+		return
+	}
+	defer f.Close()
+	qd := p.QD
+	mem, err := mapBuffers(qd)
+	if err != nil {
+		tr.err = err
+		return
+	}
+	defer unix.Munmap(mem)
+	ctx, err := ioSetup(qd)
+	if err != nil {
+		tr.err = err
+		return
+	}
+	defer ioDestroy(ctx)
+	cbs := make([]iocb, qd)
+	ptrs := make([]*iocb, qd)
+	starts := make([]time.Time, qd)
+	free := make([]int, 0, qd)
+	for i := qd - 1; i >= 0; i-- {
+		free = append(free, i)
+	}
+	pending := ptrs[:0] // prepared, not yet accepted by io_submit
+	evs := make([]ioEvent, qd)
+	blocks := uint64(p.Size / BlockSize)
+	r := rng(0x9e3779b97f4a7c15 ^ uint64(id+1)*0xbf58476d1ce4e5b9)
+	var seq uint64
+	inflight := 0
+	fd := uint32(f.Fd())
+	for {
+		stopping := stop.Load()
+		if !stopping {
+			for len(free) > 0 {
+				s := free[len(free)-1]
+				free = free[:len(free)-1]
+				cb := &cbs[s]
+				*cb = iocb{data: uint64(s), fildes: fd, nbytes: BlockSize, opcode: iocbCmdPread,
+					buf: uint64(uintptr(unsafe.Pointer(&mem[s*BlockSize]))), offset: int64(r.next()%blocks) * BlockSize}
+				if p.isWrite(seq) {
+					cb.opcode = iocbCmdPwrite
+				}
+				seq++
+				pending = append(pending, cb)
+			}
+		}
+		if len(pending) > 0 {
+			now := time.Now()
+			n, err := ioSubmit(ctx, pending)
+			tr.syscalls++
+			if err != nil {
+				tr.err = err
+				return
+			}
+			for _, cb := range pending[:n] {
+				starts[cb.data] = now
+			}
+			inflight += n
+			pending = append(pending[:0], pending[n:]...)
+		}
+		if inflight == 0 {
+			if stopping {
+				return
+			}
+			continue
+		}
+		n, err := ioGetevents(ctx, 1, evs)
+		tr.syscalls++
+		if err != nil {
+			tr.err = err
+			return
+		}
+		for _, ev := range evs[:n] {
+			s := int(ev.data)
+			if ev.res != BlockSize {
+				tr.errors++
+				tr.err = fmt.Errorf("aio on %s at %d: res %d", p.Path, cbs[s].offset, ev.res)
+			}
+			tr.hist.Record(time.Since(starts[s]))
+			tr.ops++
+			free = append(free, s)
+		}
+		inflight -= n
+		if tr.err != nil && inflight == 0 {
+			return
+		}
+	}
+}
+
+func runEngine(p *Point, res *Result) error {
+	// One O_DIRECT file per point; each worker's ring registers it.
+	f, err := openThreadFile(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	hists := make([]Histogram, p.Threads)
+	errCount := make([]uint64, p.Threads)
+	firstErr := make([]error, p.Threads)
+	opts := []engine.Option{
+		engine.WithWorkers(p.Threads), engine.WithQueueDepth(p.QD),
+		engine.WithFixedBuffers(p.FixedBufs), engine.WithFixedFiles(p.RegisterFiles),
+		engine.WithHandler(func(c *engine.Completion) {
+			if c.Err != nil {
+				errCount[c.Worker]++
+				if firstErr[c.Worker] == nil {
+					firstErr[c.Worker] = c.Err
+				}
+				return
+			}
+			hists[c.Worker].Record(c.Latency)
+		}),
+	}
+	idle := p.SQThreadIdle
+	if idle <= 0 {
+		idle = time.Second
+	}
+	switch p.Backend {
+	case UringSQPoll:
+		opts = append(opts, engine.WithSQPoll(idle))
+	case UringShared:
+		opts = append(opts, engine.WithSharedPoller(idle))
+	case Uring:
+		if p.DeferTaskrun {
+			opts = append(opts, engine.WithDeferTaskrun())
+			res.DeferTR = true
+		}
+	}
+	if p.Harvest == harvestSpin {
+		opts = append(opts, engine.WithHarvest(engine.HarvestBackoff))
+	}
+	res.FixedBufs, res.RegFiles, res.Harvest = p.FixedBufs, p.RegisterFiles, p.Harvest
+	e, err := engine.New([]*os.File{f}, opts...)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	ml := e.Mlocked()
+	res.Mlocked = &ml
+	blocks := uint64(p.Size / BlockSize)
+	err = runThreads(p, res, nil, func(i int, stop *atomic.Bool, tr *threadResult) {
+		w := e.Worker(i)
+		r := rng(0x9e3779b97f4a7c15 ^ uint64(i+1)*0xbf58476d1ce4e5b9)
+		req := engine.Request{Op: engine.OpRead, Len: BlockSize}
+		for seq := uint64(0); !stop.Load(); seq++ {
+			req.Op = engine.OpRead
+			if p.isWrite(seq) {
+				req.Op = engine.OpWrite
+			}
+			req.Off = int64(r.next()%blocks) * BlockSize
+			req.Token = seq
+			if err := w.Submit(req); err != nil {
+				tr.err = err
+				break
+			}
+			if errCount[i] > 0 {
+				break
+			}
+		}
+		if err := w.Drain(); err != nil && tr.err == nil {
+			tr.err = err
+		}
+		s := w.Stats()
+		tr.ops = hists[i].Count()
+		tr.hist = hists[i]
+		tr.errors = errCount[i]
+		tr.syscalls = s.Syscalls()
+		if tr.err == nil && firstErr[i] != nil {
+			tr.err = firstErr[i]
+		}
+	})
+	if err != nil {
+		return err
+	}
+	s := e.Stats()
+	res.Yields = float64(s.Yields) / float64(res.Ops)
+	res.Wakeups = s.Ring.Wakeups
+	return nil
+}
