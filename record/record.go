@@ -99,10 +99,12 @@ type Summary struct {
 	Files          int
 	Unresolved     int // files without a path
 	Elapsed        time.Duration
-	Sources        []string // attached tracepoints
-	Missing        []string // access tracepoints this kernel lacks
-	CommandError   error    // the command's exit error, if any
-	ExitCode       int      // the command's exit status (0 when not a command)
+	Sources        []string      // attached tracepoints
+	Missing        []string      // access tracepoints this kernel lacks
+	ReaderCPU      time.Duration // CPU time of the ring reader goroutine's thread
+	WriterCPU      time.Duration // CPU time of the bundle writer goroutine's thread
+	CommandError   error         // the command's exit error, if any
+	ExitCode       int           // the command's exit status (0 when not a command)
 }
 
 // Rejected is the total of rejected hints.
@@ -223,6 +225,8 @@ type recorder struct {
 	filtered  atomic.Uint64 // user-space filtered
 	writeErr  atomic.Pointer[error]
 	stopping  atomic.Bool
+	readCPU   atomic.Uint64 // CPU ns of the ring reader thread
+	writeCPU  atomic.Uint64 // CPU ns of the bundle writer thread
 
 	hints *hintServer
 }
@@ -562,6 +566,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	sum.KernelFiltered = c[cntFiltered]
 	sum.Events = r.written.Load()
 	sum.Discarded = r.discarded.Load()
+	sum.ReaderCPU = time.Duration(r.readCPU.Load())
+	sum.WriterCPU = time.Duration(r.writeCPU.Load())
 	if r.hints != nil {
 		sum.Hints = r.hints.accepted.Load()
 		sum.HintRejects = r.hints.rejects()

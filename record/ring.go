@@ -3,10 +3,12 @@ package record
 import (
 	"errors"
 	"os"
+	"runtime"
 	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
 
 	"github.com/predictio/predictio/bpf"
 	"github.com/predictio/predictio/formats"
@@ -52,6 +54,8 @@ func newPipeline(r *recorder) *pipeline {
 // read drains the events ring with ReadInto into batches; it allocates
 // nothing per event.
 func (p *pipeline) read() {
+	runtime.LockOSThread()
+	defer func() { p.r.readCPU.Store(threadCPU()) }()
 	defer close(p.full)
 	rd := p.r.events
 	var rec ringbuf.Record
@@ -97,6 +101,13 @@ func (p *pipeline) read() {
 	}
 }
 
+// threadCPU returns the CPU time of the calling thread in ns.
+func threadCPU() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
+	return uint64(ts.Nano())
+}
+
 // writer is the state of the write goroutine.
 type writer struct {
 	r        *recorder
@@ -114,6 +125,8 @@ func newWriter(r *recorder) *writer {
 
 // write turns batches into accesses rows.
 func (p *pipeline) write() {
+	runtime.LockOSThread()
+	defer func() { p.r.writeCPU.Store(threadCPU()) }()
 	r := p.r
 	w := newWriter(r)
 	forced := false
