@@ -42,12 +42,15 @@ const (
 
 var arrowMagic = []byte("ARROW1\x00\x00")
 
-// maxBatchRows bounds the row count a reader accepts for one batch, so a
-// corrupt length cannot make it allocate gigabytes.
-const maxBatchRows = 1 << 24
-
-// maxBufferBytes bounds one decompressed buffer.
-const maxBufferBytes = 256 << 20
+// Reader limits, so that corrupt lengths cannot make a reader allocate
+// gigabytes: rows per batch, bytes per decompressed buffer, decompressed
+// bytes per batch, and schema fields (counting nested ones).
+const (
+	maxBatchRows   = 1 << 22
+	maxBufferBytes = 128 << 20
+	maxBatchBytes  = 512 << 20
+	maxFields      = 10000
+)
 
 // ---------------------------------------------------------------------------
 // Encoding
@@ -365,9 +368,11 @@ func parseSchema(t fbTable) (fields []colField, meta map[string]string) {
 	if n > 4096 {
 		fbFail("schema has %d fields", n)
 	}
+	budget := maxFields
 	for j := 0; j < n; j++ {
-		fields = append(fields, parseField(t.tableVecAt(start, j), 0))
+		fields = append(fields, parseField(t.tableVecAt(start, j), 0, &budget))
 	}
+	t.vector(3, 8) // features
 	meta = map[string]string{}
 	ks, kn := t.vector(2, 4)
 	for j := 0; j < kn && j < 1024; j++ {
@@ -377,11 +382,20 @@ func parseSchema(t fbTable) (fields []colField, meta map[string]string) {
 	return fields, meta
 }
 
-func parseField(f fbTable, depth int) colField {
+func parseField(f fbTable, depth int, budget *int) colField {
 	if depth > 32 {
 		fbFail("schema nesting too deep")
 	}
+	if *budget--; *budget < 0 {
+		fbFail("schema has more than %d fields", maxFields)
+	}
 	cf := colField{name: f.str(0)}
+	ms, mn := f.vector(6, 4) // custom_metadata
+	for j := 0; j < mn; j++ {
+		kv := f.tableVecAt(ms, j)
+		kv.str(0)
+		kv.str(1)
+	}
 	cf.typ.id = int(f.u8(2, 0))
 	if tt, ok := f.table(3); ok && cf.typ.id == typeInt {
 		cf.typ.bitWidth = int(tt.i32(0, 0))
@@ -392,7 +406,7 @@ func parseField(f fbTable, depth int) colField {
 		fbFail("field has %d children", cn)
 	}
 	for j := 0; j < cn; j++ {
-		cf.typ.children = append(cf.typ.children, parseField(f.tableVecAt(cs, j), depth+1).typ)
+		cf.typ.children = append(cf.typ.children, parseField(f.tableVecAt(cs, j), depth+1, budget).typ)
 	}
 	if d, ok := f.table(4); ok {
 		v := cf.typ
@@ -477,6 +491,7 @@ func readMessage(data []byte, off int) (m message, err error) {
 	if bodyLen < 0 || bodyLen > int64(len(data)-p) {
 		return m, fmt.Errorf("read message at %d: body length %d past end of file: %w", off, bodyLen, ErrCorrupt)
 	}
+	t.vector(4, 4) // custom_metadata: bounds-checked before arrow-go sizes a slice by it
 	hdr, ok := t.table(2)
 	if !ok && m.hdrType != 0 {
 		return m, fmt.Errorf("read message at %d: no header: %w", off, ErrCorrupt)
@@ -497,6 +512,7 @@ type batchDecoder struct {
 	bufs    []bufMeta
 	body    []byte
 	zstd    bool
+	total   int64 // decompressed bytes of this batch so far
 }
 
 // newBatchDecoder returns a decoder that skips the zstd frame checksums;
@@ -539,7 +555,9 @@ func (d *batchDecoder) load(rb fbTable, body []byte) (err error) {
 		}
 		d.bufs = append(d.bufs, bm)
 	}
+	rb.vector(4, 8) // variadicBufferCounts
 	d.zstd = false
+	d.total = 0
 	if c, ok := rb.table(3); ok {
 		switch c.u8(0, 0) {
 		case codecZstd:
@@ -576,6 +594,9 @@ func (d *batchDecoder) buffer(i int, min, max int64) ([]byte, error) {
 		} else {
 			if ulen < min || ulen > max || ulen > maxBufferBytes {
 				return nil, fmt.Errorf("buffer %d: declared length %d outside [%d, %d]: %w", i, ulen, min, max, ErrCorrupt)
+			}
+			if d.total += ulen; d.total > maxBatchBytes {
+				return nil, fmt.Errorf("buffer %d: batch decompresses to more than %d bytes: %w", i, maxBatchBytes, ErrCorrupt)
 			}
 			s := d.scratch[i]
 			if int64(cap(s)) < ulen {

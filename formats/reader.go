@@ -494,12 +494,26 @@ func (b *Bundle) OpenTable(name string) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := tf.checkArrowSafe(); err != nil {
+		return nil, err
+	}
 	fr, err := newArrowReader(bytes.NewReader(tf.data), int64(len(tf.data)), name)
 	if err != nil {
 		tf.close()
 		return nil, err
 	}
 	return &Table{tf: tf, fr: fr, dec: newBatchDecoder()}, nil
+}
+
+// checkArrowSafe rejects schemas with column types this package cannot
+// check, before arrow-go (which trusts lengths) reads them.
+func (tf *tableFile) checkArrowSafe() error {
+	for _, f := range tf.fields {
+		if _, _, ok := f.typ.layout(); !ok {
+			return tf.errf("column %s has type %s, which raw table access does not support", f.name, f.typ)
+		}
+	}
+	return nil
 }
 
 // newArrowReader opens an arrow-go file reader with allocation and size
