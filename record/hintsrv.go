@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -49,6 +50,7 @@ type hintServer struct {
 	accepted atomic.Uint64
 	rej      [nRej]atomic.Uint64
 	quit     atomic.Bool
+	cpu      atomic.Uint64 // CPU ns of the serving thread, set when serve returns
 
 	// Used by the serve goroutine only.
 	paths  map[uint32]map[string]pathCheck
@@ -150,6 +152,8 @@ const hintBatch = 32
 
 // serve receives datagrams until stop; it never panics on bad input.
 func (s *hintServer) serve() {
+	runtime.LockOSThread()
+	defer func() { s.cpu.Store(threadCPU()) }()
 	const oobLen = 256 // SCM_CREDENTIALS + up to 16 SCM_RIGHTS fds
 	bufs := make([]byte, hintBatch*(hints.MaxDatagram+1))
 	oobs := make([]byte, hintBatch*oobLen)
