@@ -22,6 +22,7 @@ import (
 	"hash/crc32"
 	"math/rand"
 	"os"
+	"runtime"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -32,6 +33,12 @@ import (
 const pageSize = 4096
 
 var magic = [4]byte{'B', 'T', 'R', 'W'}
+
+func init() {
+	// One OS thread for the whole walk, so the recording has one thread
+	// (tid) and replay keeps the walk's order.
+	runtime.LockOSThread()
+}
 
 func main() {
 	if len(os.Args) < 2 {
