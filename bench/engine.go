@@ -45,7 +45,7 @@ type Point struct {
 
 	FixedBufs     bool          // uring backends: registered buffers
 	RegisterFiles bool          // uring backends: registered files
-	Harvest       string        // uring backends: "wait" or "backoff"
+	Harvest       string        // uring backends: "wait", "backoff" or "auto" (""): wait for uring, backoff with SQPOLL, as fio does
 	DeferTaskrun  bool          // uring (no SQPOLL): COOP_TASKRUN|SINGLE_ISSUER|DEFER_TASKRUN like fio 3.33
 	SQThreadIdle  time.Duration // SQPOLL idle window
 }
@@ -125,11 +125,16 @@ func (p *Point) validate() error {
 	if p.Duration <= 0 {
 		return fmt.Errorf("duration %v is not positive", p.Duration)
 	}
-	if p.Harvest == "" {
+	if p.Harvest == "" || p.Harvest == "auto" {
+		// Like fio: io_uring waits in io_uring_enter, sqthread_poll
+		// polls the CQ without a syscall.
 		p.Harvest = harvestWait
+		if p.Backend == UringSQPoll || p.Backend == UringShared {
+			p.Harvest = harvestSpin
+		}
 	}
 	if p.Harvest != harvestWait && p.Harvest != harvestSpin {
-		return fmt.Errorf("unknown harvest mode %q (want wait or backoff)", p.Harvest)
+		return fmt.Errorf("unknown harvest mode %q (want auto, wait or backoff)", p.Harvest)
 	}
 	if p.Backend == Psync {
 		p.QD = 1
@@ -154,13 +159,35 @@ func cpuNow() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func pollerTicks() (uint64, int) {
+func pollerTicks() map[int]uint64 {
 	ps, _ := uring.PollerThreads(0)
-	var t uint64
+	m := make(map[int]uint64, len(ps))
 	for _, p := range ps {
-		t += p.CPUTicks
+		m[p.TID] = p.CPUTicks
 	}
-	return t, len(ps)
+	return m
+}
+
+// quiesce waits (up to 2 s) for SQPOLL threads of closed rings to exit, so
+// that they neither use CPU during the next point nor count in it.
+func quiesce() {
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if ps, _ := uring.PollerThreads(0); len(ps) == 0 {
+			return
+		}
+	}
+}
+
+// pollerDelta sums the CPU ticks each poller thread gained between two
+// snapshots (threads that exited in between are left out).
+func pollerDelta(before, after map[int]uint64) uint64 {
+	var d uint64
+	for tid, t := range after {
+		if t >= before[tid] {
+			d += t - before[tid]
+		}
+	}
+	return d
 }
 
 // Run measures one point. The file must be prepared; Run checks with
@@ -169,6 +196,7 @@ func Run(p Point) (Result, error) {
 	if err := p.validate(); err != nil {
 		return Result{}, fmt.Errorf("bench %s: %w", p.Backend, err)
 	}
+	quiesce()
 	cached, err := EnsureCold(p.Path, p.Size)
 	if err != nil {
 		return Result{}, err
@@ -209,7 +237,7 @@ func runThreads(p *Point, res *Result, extra func(), body func(i int, stop *atom
 		}(i)
 	}
 	ready.Wait()
-	ticks0, pollers := pollerTicks()
+	ticks0 := pollerTicks()
 	cpu0 := cpuNow()
 	t0 := time.Now()
 	close(startGate)
@@ -218,7 +246,7 @@ func runThreads(p *Point, res *Result, extra func(), body func(i int, stop *atom
 	done.Wait()
 	elapsed := time.Since(t0)
 	cpu := cpuNow() - cpu0
-	ticks1, _ := pollerTicks()
+	ticks1 := pollerTicks()
 	if extra != nil {
 		extra()
 	}
@@ -249,8 +277,8 @@ func runThreads(p *Point, res *Result, extra func(), body func(i int, stop *atom
 	res.P999us = float64(h.Quantile(0.999)) / 1e3
 	res.Syscalls /= ops
 	res.CPUus = float64(cpu.Microseconds()) / ops
-	res.Pollers = pollers
-	res.PollerCPUus = float64(ticks1-ticks0) * (1e6 / clockTicksHz) / ops
+	res.Pollers = len(ticks1)
+	res.PollerCPUus = float64(pollerDelta(ticks0, ticks1)) * (1e6 / clockTicksHz) / ops
 	return nil
 }
 

@@ -61,12 +61,16 @@ func FioArgs(p Point) (FioJob, error) {
 			if !p.RegisterFiles {
 				j.Notes = append(j.Notes, "fio forces registerfiles=1 with sqthread_poll")
 			}
-			if p.Harvest == harvestSpin {
-				j.Notes = append(j.Notes, "fio waits for completions in io_uring_enter; ours polls with backoff (--harvest wait matches fio)")
+			if p.Harvest == harvestWait {
+				j.Notes = append(j.Notes, "with sqthread_poll fio polls the CQ without syscalls; ours waits in io_uring_enter (--harvest backoff matches fio)")
+			} else {
+				j.Notes = append(j.Notes, "fio polls the CQ in a flat spin; ours spins, then PAUSEs, then sched_yields")
 			}
 			if p.SQThreadIdle > 0 && p.SQThreadIdle != time.Second {
 				j.Notes = append(j.Notes, "fio uses the kernel's default sq_thread_idle (1 s)")
 			}
+		} else if p.Harvest == harvestSpin {
+			j.Notes = append(j.Notes, "fio waits for completions in io_uring_enter; ours polls the CQ (--harvest wait matches fio)")
 		} else if !p.DeferTaskrun {
 			j.Notes = append(j.Notes, "fio 3.33 sets COOP_TASKRUN|SINGLE_ISSUER|DEFER_TASKRUN; ours does not (--defer-taskrun matches fio)")
 		}
@@ -154,6 +158,7 @@ func RunFio(fio string, p Point) (Result, FioJob, error) {
 	if err != nil {
 		return Result{}, job, err
 	}
+	quiesce()
 	cached, err := EnsureCold(p.Path, p.Size)
 	if err != nil {
 		return Result{}, job, err

@@ -255,6 +255,12 @@ func (w *Worker) Harvest(min int) (int, error) {
 	for {
 		done += w.reapReady()
 		if done >= min && (done > 0 || min == 0) {
+			// Never leave queued requests behind in the SQ.
+			if w.ring.SQReady() > 0 {
+				if _, err := w.ring.Submit(); err != nil {
+					return done, err
+				}
+			}
 			return done, nil
 		}
 		if _, err := w.ring.SubmitAndWait(uint32(min - done)); err != nil {

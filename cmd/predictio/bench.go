@@ -87,7 +87,7 @@ func benchEngine(c *command, args []string) int {
 	file := fs.String("file", "/var/tmp/predictio-bench.dat", "scratch file on the filesystem under test (created and filled if missing; must honour O_DIRECT)")
 	fixed := fs.Bool("fixedbufs", true, "uring backends: registered (fixed) buffers")
 	regFiles := fs.Bool("registerfiles", true, "uring backends: registered (fixed) files")
-	harvest := fs.String("harvest", "wait", "uring backends: wait (block in io_uring_enter, like fio) or backoff (poll the CQ: spin, PAUSE, sched_yield)")
+	harvest := fs.String("harvest", "auto", "uring backends: wait (block in io_uring_enter), backoff (poll the CQ: spin, PAUSE, sched_yield) or auto (wait for uring, backoff for the SQPOLL backends, as fio does)")
 	deferTR := fs.Bool("defer-taskrun", true, "uring backend: COOP_TASKRUN|SINGLE_ISSUER|DEFER_TASKRUN, as fio 3.33 sets them")
 	idle := fs.Duration("sq-thread-idle", time.Second, "SQPOLL idle window (sq_thread_idle)")
 	vsFio := fs.Bool("vs-fio", false, "also run fio with the same job on the same file, interleaved, and print our/fio ratios")
