@@ -47,6 +47,7 @@ type directBackend struct {
 	eng     *engine.Engine
 	emap    []int // file index -> engine file index
 	workers int   // engine workers for demand; the last one prefetches
+	wmu     []sync.Mutex
 
 	queue   chan kreq
 	qd      int
@@ -101,7 +102,8 @@ func newDirectBackend(files []*openFile, ps int, o directOptions) (*directBacken
 			efiles = append(efiles, f.dfile)
 		}
 	}
-	d.workers = max(o.threads, 1)
+	d.workers = min(max(o.threads, 1), maxDemandWorkers)
+	d.wmu = make([]sync.Mutex, d.workers)
 	opts := []engine.Option{engine.WithWorkers(d.workers + 1), engine.WithQueueDepth(o.qd), engine.WithHandler(d.onComplete)}
 	d.engineInfo = "engine: io_uring READ_FIXED, fixed files"
 	if o.sqpoll {
@@ -168,11 +170,18 @@ func (d *directBackend) alloc(key uint64) int32 {
 	return -1
 }
 
-// reader returns the engine worker of replay worker w. Workers beyond the
-// engine's share by id modulo; the engine was created with one per thread,
-// so that does not happen.
-func (d *directBackend) reader(w *worker) *engine.Worker {
-	return d.eng.Worker(w.id % d.workers)
+// maxDemandWorkers caps the engine workers for demand reads; replay
+// workers beyond it share them.
+const maxDemandWorkers = 64
+
+// reader locks and returns the engine worker of replay worker w. Replay
+// workers share engine workers by id modulo when there are more than
+// maxDemandWorkers threads; each holds its engine worker for a whole access
+// (submit and drain), so their reads do not interleave.
+func (d *directBackend) reader(w *worker) (*engine.Worker, func()) {
+	i := w.id % d.workers
+	d.wmu[i].Lock()
+	return d.eng.Worker(i), d.wmu[i].Unlock
 }
 
 // read submits a read of one page into slot s.
@@ -184,7 +193,8 @@ func (d *directBackend) read(ew *engine.Worker, file uint32, page uint64, s int3
 // from the device and waiting for prefetches still in flight. Every demanded
 // page counts as exactly one of hit, late (found in flight) or miss.
 func (d *directBackend) demand(w *worker, o *op) error {
-	pr := d.reader(w)
+	pr, unlock := d.reader(w)
+	defer unlock()
 	f := d.files[o.file]
 	ps := uint64(d.ps)
 	dst := w.buffer(int(o.n) * d.ps)

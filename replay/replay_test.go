@@ -558,3 +558,30 @@ func TestMissingAndShortFilesViaBundle(t *testing.T) {
 		t.Fatalf("recorded paths: got %v", err)
 	}
 }
+
+// TestManyThreadsDirect: more recorded threads than engine workers share
+// them, and every page is still read exactly once.
+func TestManyThreadsDirect(t *testing.T) {
+	tr := memTrace(4096, nil, 0)
+	tr.threads = nil
+	for i := 0; i < maxDemandWorkers+6; i++ {
+		th := &thread{tid: uint32(1000 + i), pid: 1000}
+		for j := 0; j < 20; j++ {
+			p := uint64((i*20 + j) % 4096)
+			th.ops = append(th.ops, op{ts: 1_000_000 + uint64(j), page: p, n: 2, kind: formats.KindRead})
+			tr.ops++
+			tr.pages += 2
+		}
+		tr.threads = append(tr.threads, th)
+	}
+	tr.files[0].maxPage = 4096
+	root := materialized(t, tr)
+	rep := replayMem(t, tr, Options{Root: root, Backend: BackendDirect, Timing: TimingASAP, Runs: []string{Baseline}})
+	r := rep.Runs[0]
+	if want := distinctPages(tr); r.DemandMisses != want || r.DevicePages != want {
+		t.Fatalf("misses %d + in flight %d, device pages %d; want %d distinct pages read once", r.DemandMisses, r.LatePrefetches, r.DevicePages, want)
+	}
+	if r.DemandHits+r.DemandMisses+r.LatePrefetches != r.Pages {
+		t.Fatalf("hits %d + misses %d + late %d != %d", r.DemandHits, r.DemandMisses, r.LatePrefetches, r.Pages)
+	}
+}
