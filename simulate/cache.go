@@ -53,8 +53,12 @@ const (
 	flagRAMark                 // PG_readahead: demand here triggers async readahead
 	flagReferenced             // 2q: referenced once on the inactive list
 	flagActive                 // 2q: on the active list
+	flagUsed                   // the slot holds a page
 )
 
+// entry is one slot of the cache's open-addressing table. Pages live in the
+// table itself, so a lookup touches one cache line; the list links are slot
+// indexes and are fixed up when deletion shifts a slot.
 type entry struct {
 	key   uint64
 	ready int64 // simulated time the page's read completes
@@ -70,21 +74,15 @@ type list struct {
 	n          int
 }
 
-// slot is one position of the open-addressing index. Keeping the key next
-// to the entry index makes a hit one memory access.
-type slot struct {
-	key uint64
-	idx int32 // entry index + 1; 0 is empty
-}
-
-// pageCache is a fixed-capacity page cache of (file, page) keys with an
-// open-addressing index. It allocates as distinct pages arrive, never more
-// than capacity entries, and nothing per lookup.
+// pageCache is a fixed-capacity page cache of (file, page) keys: a linear
+// probing table (load at most 1/2) whose slots are the pages. It grows as
+// distinct pages arrive, up to twice the capacity in slots, and allocates
+// nothing per lookup, insert or eviction once grown.
 type pageCache struct {
 	model    CacheModel
 	capacity int
-	entries  []entry
-	table    []slot
+	entries  []entry // the table; flagUsed marks occupied slots
+	n        int
 	mask     uint64
 	shift    uint8
 	inactive list // the only list for LRU
@@ -95,8 +93,7 @@ type pageCache struct {
 	onEvict func(e *entry)
 	// wasted counts evicted entries that still had flagPrefetched.
 	wasted uint64
-	// evictions counts evictions; an index looked up earlier is still
-	// valid while it has not changed.
+	// evictions counts evictions.
 	evictions uint64
 }
 
@@ -111,18 +108,34 @@ func newPageCache(model CacheModel, capacity int) *pageCache {
 	return c
 }
 
-func (c *pageCache) len() int { return len(c.entries) }
+func (c *pageCache) len() int { return c.n }
 
+// resize rebuilds the table with size slots, keeping both lists in order.
 func (c *pageCache) resize(size int) {
-	c.table = make([]slot, size)
+	old := c.entries
+	oldInactive, oldActive := c.inactive, c.active
+	c.entries = make([]entry, size)
 	c.mask = uint64(size - 1)
 	bits := 0
 	for 1<<bits < size {
 		bits++
 	}
 	c.shift = uint8(64 - bits)
-	for i := range c.entries {
-		c.place(int32(i))
+	c.n = 0
+	c.inactive = list{head: -1, tail: -1}
+	c.active = list{head: -1, tail: -1}
+	// Re-insert from the tail so that pushFront restores the order.
+	for _, l := range []struct {
+		from list
+		to   *list
+	}{{oldInactive, &c.inactive}, {oldActive, &c.active}} {
+		for i := l.from.tail; i >= 0; i = old[i].prev {
+			e := old[i]
+			j := c.place(e.key)
+			c.entries[j] = entry{key: e.key, ready: e.ready, flags: e.flags, prev: -1, next: -1}
+			c.pushFront(l.to, j)
+			c.n++
+		}
 	}
 }
 
@@ -131,61 +144,69 @@ func (c *pageCache) hash(key uint64) uint64 {
 	return key * 0x9E3779B97F4A7C15 >> c.shift
 }
 
-func (c *pageCache) place(idx int32) {
-	key := c.entries[idx].key
+// place returns the free slot where key goes.
+func (c *pageCache) place(key uint64) int32 {
 	h := c.hash(key)
-	for c.table[h].idx != 0 {
+	for c.entries[h].flags&flagUsed != 0 {
 		h = (h + 1) & c.mask
 	}
-	c.table[h] = slot{key: key, idx: idx + 1}
+	return int32(h)
 }
 
-// lookup returns the entry index of key, or -1.
+// lookup returns the slot of key, or -1.
 func (c *pageCache) lookup(key uint64) int32 {
 	h := c.hash(key)
 	for {
-		s := &c.table[h]
-		if s.idx == 0 {
+		e := &c.entries[h]
+		if e.flags&flagUsed == 0 {
 			return -1
 		}
-		if s.key == key {
-			return s.idx - 1
+		if e.key == key {
+			return int32(h)
 		}
 		h = (h + 1) & c.mask
 	}
 }
 
-// unindex removes key's slot from the table by backward-shift deletion.
-func (c *pageCache) unindex(key uint64) {
-	h := c.hash(key)
+// remove unlinks slot i and deletes it from the table by backward-shift
+// deletion, moving later slots of its cluster back and fixing their links.
+func (c *pageCache) remove(i int32) {
+	c.unlink(c.listOf(&c.entries[i]), i)
+	c.n--
 	for {
-		s := c.table[h]
-		if s.idx == 0 {
-			return
-		}
-		if s.key == key {
-			break
-		}
-		h = (h + 1) & c.mask
-	}
-	i := h
-	for {
-		c.table[i] = slot{}
+		c.entries[i] = entry{}
 		j := i
 		for {
-			j = (j + 1) & c.mask
-			s := c.table[j]
-			if s.idx == 0 {
+			j = int32((uint64(j) + 1) & c.mask)
+			e := &c.entries[j]
+			if e.flags&flagUsed == 0 {
 				return
 			}
-			home := c.hash(s.key)
-			// Move s back to i unless its home lies cyclically in (i, j].
+			home := int32(c.hash(e.key))
+			// e stays unless its home lies cyclically outside (i, j].
 			if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
-				c.table[i] = s
+				c.move(j, i)
 				i = j
 				break
 			}
 		}
+	}
+}
+
+// move copies slot from into the free slot to and repoints its neighbours.
+func (c *pageCache) move(from, to int32) {
+	e := c.entries[from]
+	c.entries[to] = e
+	l := c.listOf(&e)
+	if e.prev >= 0 {
+		c.entries[e.prev].next = to
+	} else {
+		l.head = to
+	}
+	if e.next >= 0 {
+		c.entries[e.next].prev = to
+	} else {
+		l.tail = to
 	}
 }
 
@@ -263,34 +284,27 @@ func (c *pageCache) balance() {
 }
 
 // insert adds key, which must not be present, evicting if full, and returns
-// its index.
+// its slot. Slot indexes obtained before an insert are invalid after it.
 func (c *pageCache) insert(key uint64, ready int64, flags uint8) int32 {
-	var idx int32
-	if len(c.entries) < c.capacity {
-		idx = int32(len(c.entries))
-		c.entries = append(c.entries, entry{key: key, ready: ready, flags: flags, prev: -1, next: -1})
-		if len(c.entries)*4 > len(c.table) {
-			c.resize(len(c.table) * 2) // load <= 1/4; places every entry, idx included
-		} else {
-			c.place(idx)
-		}
-	} else {
-		idx = c.victim()
-		v := &c.entries[idx]
+	if c.n == c.capacity {
+		v := c.victim()
+		e := &c.entries[v]
 		c.evictions++
-		if v.flags&flagPrefetched != 0 {
+		if e.flags&flagPrefetched != 0 {
 			c.wasted++
 		}
 		if c.onEvict != nil {
-			c.onEvict(v)
+			c.onEvict(e)
 		}
-		c.unindex(v.key)
-		c.unlink(c.listOf(v), idx)
-		*v = entry{key: key, ready: ready, flags: flags, prev: -1, next: -1}
-		c.place(idx)
+		c.remove(v)
+	} else if (c.n+1)*2 > len(c.entries) {
+		c.resize(len(c.entries) * 2)
 	}
-	c.pushFront(&c.inactive, idx)
-	return idx
+	i := c.place(key)
+	c.entries[i] = entry{key: key, ready: ready, flags: flags | flagUsed, prev: -1, next: -1}
+	c.pushFront(&c.inactive, i)
+	c.n++
+	return i
 }
 
 // victim returns the entry to evict: the inactive tail, or the active tail
@@ -305,6 +319,8 @@ func (c *pageCache) victim() int32 {
 // forEach calls fn for every cached entry.
 func (c *pageCache) forEach(fn func(e *entry)) {
 	for i := range c.entries {
-		fn(&c.entries[i])
+		if c.entries[i].flags&flagUsed != 0 {
+			fn(&c.entries[i])
+		}
 	}
 }
