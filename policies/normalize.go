@@ -18,9 +18,10 @@ type Normalizer struct {
 	// Clipped counts pages dropped because they were at or beyond EOF.
 	Clipped uint64
 
-	buf []Range
-	out []Range
-	req Request
+	buf          []Range
+	out          []Range
+	req          Request
+	inReq, total uint64
 }
 
 // Add queues one page for the next Flush.
@@ -100,57 +101,62 @@ func (n *Normalizer) Flush(file uint32, eof uint64, emit Emit) uint64 {
 	if maxPages == 0 {
 		maxPages = DefaultMaxPages
 	}
-	out := n.out[:0]
-	var inReq, total uint64
-	flush := func() {
-		if len(out) > 0 {
-			n.req.File = file
-			n.req.Ranges = out
-			emit(&n.req)
-			out = out[:0]
-			inReq = 0
-		}
-	}
+	n.out = n.out[:0]
+	n.inReq, n.total = 0, 0
 	// Coalesce into [cur, end) and cut it into chunks.
 	cur, end := buf[0].First, buf[0].First
-	put := func(first, last uint64) { // pages [first, last)
-		if eof > 0 {
-			if first >= eof {
-				n.Clipped += last - first
-				return
-			}
-			if last > eof {
-				n.Clipped += last - eof
-				last = eof
-			}
-		}
-		for first < last {
-			if inReq == maxPages || (n.MaxRanges > 0 && len(out) == n.MaxRanges) {
-				flush()
-			}
-			c := min(last-first, maxPages-inReq)
-			out = append(out, Range{First: first, N: uint32(c)})
-			inReq += c
-			total += c
-			first += c
-		}
-	}
 	for _, r := range buf {
 		last := r.First + uint64(r.N)
 		if last < r.First { // wrapped
 			last = ^uint64(0)
 		}
 		if r.First <= end {
-			end = max(end, last)
+			if last > end {
+				end = last
+			}
 			continue
 		}
-		put(cur, end)
+		n.put(file, cur, end, eof, maxPages, emit)
 		cur, end = r.First, last
 	}
-	put(cur, end)
-	flush()
-	n.out = out
-	return total
+	n.put(file, cur, end, eof, maxPages, emit)
+	n.emitOut(file, emit)
+	return n.total
+}
+
+// put appends pages [first, last) to the current request, clipped at eof
+// and cut at maxPages.
+func (n *Normalizer) put(file uint32, first, last, eof, maxPages uint64, emit Emit) {
+	if eof > 0 {
+		if first >= eof {
+			n.Clipped += last - first
+			return
+		}
+		if last > eof {
+			n.Clipped += last - eof
+			last = eof
+		}
+	}
+	for first < last {
+		if n.inReq == maxPages || (n.MaxRanges > 0 && len(n.out) == n.MaxRanges) {
+			n.emitOut(file, emit)
+		}
+		c := min(last-first, maxPages-n.inReq)
+		n.out = append(n.out, Range{First: first, N: uint32(c)})
+		n.inReq += c
+		n.total += c
+		first += c
+	}
+}
+
+func (n *Normalizer) emitOut(file uint32, emit Emit) {
+	if len(n.out) > 0 {
+		n.req.File = file
+		n.req.Ranges = n.out
+		emit(&n.req)
+		n.out = n.out[:0]
+		n.inReq = 0
+	}
 }
 
 // Valid reports whether req is normalized with the given bound: ranges
