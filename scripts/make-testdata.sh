@@ -47,25 +47,27 @@ rm -f $data
 	>testdata/fio/randread.iolog
 
 # MSR Cambridge layout: Timestamp (filetime),Hostname,DiskNumber,Type,Offset,Size,ResponseTime.
+# awk numbers are doubles and mawk's %d stops at 2^31: print with %.0f, keep
+# values below 2^53, and build the 18-digit filetime from a fixed prefix.
 awk 'BEGIN {
-	ts = 128166372000000000; seed = 7
+	t = 0; seed = 7
 	for (i = 0; i < 500; i++) {
-		seed = (seed * 1103515245 + 12345) % 2147483648
+		seed = (seed * 16807) % 2147483647
 		disk = seed % 2; op = (seed % 5 == 0) ? "Write" : "Read"
 		off = (i % 3 == 0) ? (seed % 262144) * 4096 : 1073741824 + i * 65536
 		size = (i % 3 == 0) ? 4096 : 65536
-		ts += 1000 + seed % 20000
-		printf "%d,usr,%d,%s,%d,%d,%d\n", ts, disk, op, off, size, 100 + seed % 3000
+		t += 1000 + seed % 20000
+		printf "12816637%010.0f,usr,%d,%s,%.0f,%d,%d\n", t, disk, op, off, size, 100 + seed % 3000
 	}
 }' >testdata/csv/msr-sample.csv
 
 # Alibaba layout: device_id,opcode,offset,length,timestamp (microseconds since the epoch).
 awk 'BEGIN {
-	ts = 1577808000000000; seed = 11
+	seed = 11
 	for (i = 0; i < 500; i++) {
-		seed = (seed * 1103515245 + 12345) % 2147483648
+		seed = (seed * 16807) % 2147483647
 		dev = 100 + seed % 3; op = (seed % 4 == 0) ? "W" : "R"
-		printf "%d,%s,%d,%d,%d\n", dev, op, (seed % 1048576) * 4096, 4096 * (1 + seed % 8), ts + i * 250
+		printf "%d,%s,%.0f,%d,15778%011.0f\n", dev, op, (seed % 1048576) * 4096, 4096 * (1 + seed % 8), 8000000000 + i * 250
 	}
 }' >testdata/csv/alibaba-sample.csv
 

@@ -307,9 +307,12 @@ func parseScaled(s string, scale uint64) (uint64, error) {
 				continue
 			}
 			div *= 10
-			// v += digit * scale / div, computed without overflow for the
-			// scales used here (<= 1e9 * 100).
-			v += uint64(c-'0') * scale / div
+			// scale <= 1e9 here, so digit*scale does not overflow.
+			add := uint64(c-'0') * scale / div
+			if v+add < v {
+				return 0, strconv.ErrRange
+			}
+			v += add
 		}
 	}
 	return v, nil

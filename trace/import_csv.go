@@ -231,8 +231,6 @@ func scanCSV(name string, cm *csvMapping, fn func(lr *lineReader, rec []string) 
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
-		line, _ := r.FieldPos(0)
-		lr.n = uint64(line)
 		if err != nil {
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
@@ -243,6 +241,8 @@ func scanCSV(name string, cm *csvMapping, fn func(lr *lineReader, rec []string) 
 			}
 			return fmt.Errorf("read %s: %w", name, err)
 		}
+		line, _ := r.FieldPos(0)
+		lr.n = uint64(line)
 		if first && cm.header {
 			first = false
 			if err := cm.resolve(name, rec); err != nil {
