@@ -73,7 +73,7 @@ func init() {
 			{"chunk", "0", "maximum pages per request; 0 means the command's --max-pages (default 256)"},
 		},
 		build: func(a *args, env Env) (Policy, error) {
-			p := &tensorPolicy{env: env, seen: map[tensorKey]struct{}{}}
+			p := &tensorPolicy{env: env}
 			p.norm.MaxPages = uint32(a.uint("chunk", 0, math.MaxUint32))
 			if p.norm.MaxPages == 0 {
 				p.norm.MaxPages = env.maxPages()
@@ -306,7 +306,7 @@ func (t *ttlTable) seen(file uint32, page, now, ttl uint64) bool {
 // tensorPolicy prefetches tensor extents.
 type tensorPolicy struct {
 	env  Env
-	seen map[tensorKey]struct{}
+	seen extentSet
 	norm Normalizer
 }
 
@@ -324,11 +324,9 @@ func (p *tensorPolicy) Handle(ev *Event, emit Emit) {
 	if t.Length == 0 {
 		return
 	}
-	k := tensorKey{ev.File, t.Offset, t.Length}
-	if _, dup := p.seen[k]; dup {
+	if !p.seen.add(tensorKey{ev.File, t.Offset, t.Length}) {
 		return
 	}
-	p.seen[k] = struct{}{}
 	ps := p.env.pageSize()
 	first := t.Offset / ps
 	end := t.Offset + t.Length - 1
@@ -349,6 +347,49 @@ func (p *tensorPolicy) Handle(ev *Event, emit Emit) {
 		}
 	}
 	p.norm.Flush(ev.File, eof, emit)
+}
+
+// extentSet is an exact open-addressing hash set of extents: a cheap
+// multiplicative hash instead of the generic map hash of a padded struct.
+type extentSet struct {
+	slots []extentSlot
+	n     int
+}
+
+type extentSlot struct {
+	k    tensorKey
+	used bool
+}
+
+func (k tensorKey) hash() uint64 {
+	h := (k.offset*0x9e3779b97f4a7c15 ^ k.length) * 0xbf58476d1ce4e5b9
+	return (h ^ uint64(k.file)*0x94d049bb133111eb) * 0x9e3779b97f4a7c15
+}
+
+// add inserts k and reports whether it was new.
+func (s *extentSet) add(k tensorKey) bool {
+	if 2*(s.n+1) > len(s.slots) {
+		old := s.slots
+		s.slots = make([]extentSlot, max(64, 2*len(old)))
+		s.n = 0
+		for _, e := range old {
+			if e.used {
+				s.add(e.k)
+			}
+		}
+	}
+	mask := uint64(len(s.slots) - 1)
+	for i := k.hash() >> 32 & mask; ; i = (i + 1) & mask {
+		e := &s.slots[i]
+		if !e.used {
+			*e = extentSlot{k, true}
+			s.n++
+			return true
+		}
+		if e.k == k {
+			return false
+		}
+	}
 }
 
 // stridePolicy detects constant strides.

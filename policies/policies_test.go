@@ -445,3 +445,20 @@ func TestEventsFromRows(t *testing.T) {
 		t.Fatal("KeyOf")
 	}
 }
+
+func TestExtentSet(t *testing.T) {
+	var s extentSet
+	for i := range uint64(10000) {
+		if !s.add(tensorKey{uint32(i % 7), i * 4096, i%13 + 1}) {
+			t.Fatalf("extent %d reported as seen", i)
+		}
+	}
+	for i := range uint64(10000) {
+		if s.add(tensorKey{uint32(i % 7), i * 4096, i%13 + 1}) {
+			t.Fatalf("extent %d not remembered", i)
+		}
+	}
+	if s.add(tensorKey{0, 0, 2}) != true || s.n != 10001 {
+		t.Fatalf("n = %d", s.n)
+	}
+}
