@@ -46,7 +46,8 @@ type Summary struct {
 	Notes         []string          `json:"notes,omitempty"`
 }
 
-// maxDenseFileID bounds the per-file counter slice; larger ids use a map.
+// maxDenseFileID bounds the per-file counter slice; larger ids (and ids
+// far beyond the files table, as in a corrupt bundle) use a map.
 const maxDenseFileID = 1 << 22
 
 // Info reads the bundle in dir once, streaming, and summarizes it. top is
@@ -75,6 +76,7 @@ func Info(dir string, top int) (*Summary, error) {
 		return nil, fmt.Errorf("read %s: %w", filepath.Join(dir, formats.FilesFile), err)
 	}
 	s.Files = uint64(len(files))
+	denseLimit := uint32(min(max(2*len(files), 1024), maxDenseFileID))
 
 	var (
 		kinds         [256]uint64
@@ -96,7 +98,7 @@ func Info(dir string, top int) (*Summary, error) {
 			last = a.TS
 		}
 		haveTS = true
-		if a.FileID < maxDenseFileID {
+		if a.FileID < denseLimit {
 			if int(a.FileID) >= len(dense) {
 				n := max(int(a.FileID)+1, 2*len(dense), 1024)
 				dense = append(dense, make([]uint64, n-len(dense))...)
