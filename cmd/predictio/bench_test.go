@@ -1,0 +1,117 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/predictio/predictio/formats"
+	"golang.org/x/sys/unix"
+)
+
+// benchCLI runs 'predictio bench ARGS' and returns its stdout and exit code.
+func benchCLI(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stdout
+	os.Stdout = w
+	done := make(chan []byte)
+	go func() { b, _ := io.ReadAll(r); done <- b }()
+	code := commands["bench"].run(args)
+	w.Close()
+	os.Stdout = old
+	return string(<-done), code
+}
+
+func benchScratch(t *testing.T) string {
+	t.Helper()
+	var st unix.Statfs_t
+	if unix.Statfs("/var/tmp", &st) != nil || st.Type == unix.TMPFS_MAGIC {
+		t.Skip("/var/tmp is missing or tmpfs: no filesystem with O_DIRECT for the test")
+	}
+	dir, err := os.MkdirTemp("/var/tmp", "bench-cli-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func TestBenchCLIBadInput(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"nope"},
+		{"engine", "--backend", "spdk"},
+		{"engine", "--qd", "0"},
+		{"engine", "--threads", "x"},
+		{"engine", "--size", "1.5G"},
+		{"engine", "--rw", "seqread"},
+		{"engine", "--harvest", "sometimes"},
+		{"device", "--size", "1M"},
+		{"device", "--duration", "1ms"},
+	} {
+		if _, code := benchCLI(t, args...); code != 2 {
+			t.Errorf("bench %v: exit %d, want 2", args, code)
+		}
+	}
+	var st unix.Statfs_t
+	if unix.Statfs("/dev/shm", &st) == nil && st.Type == unix.TMPFS_MAGIC {
+		f := filepath.Join("/dev/shm", "predictio-bench-cli")
+		defer os.Remove(f)
+		if _, code := benchCLI(t, "engine", "--file", f, "--size", "16M", "--backend", "psync", "--duration", "100ms"); code != 1 {
+			t.Errorf("bench engine on tmpfs: exit %d, want 1", code)
+		}
+	}
+}
+
+func TestBenchEngineCLI(t *testing.T) {
+	f := filepath.Join(benchScratch(t), "scratch")
+	out, code := benchCLI(t, "engine", "--file", f, "--size", "16M", "--backend", "libaio,uring,uring-sqpoll-shared",
+		"--qd", "4", "--threads", "1,2", "--duration", "150ms", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	var rep struct {
+		Points []map[string]any `json:"points"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("bad JSON: %v\n%s", err, out)
+	}
+	if len(rep.Points) != 6 {
+		t.Fatalf("%d points, want 6", len(rep.Points))
+	}
+	for _, p := range rep.Points {
+		for _, k := range []string{"backend", "threads", "qd", "iops", "p50_us", "p99_us", "syscalls_per_op", "mib_s", "p999_us", "cpu_us_per_op"} {
+			if _, ok := p[k]; !ok {
+				t.Fatalf("point lacks %q: %v", k, p)
+			}
+		}
+		if p["iops"].(float64) <= 0 {
+			t.Fatalf("point without IOPS: %v", p)
+		}
+	}
+}
+
+func TestBenchDeviceCLI(t *testing.T) {
+	dir := benchScratch(t)
+	out := filepath.Join(dir, "dev.json")
+	if _, code := benchCLI(t, "device", "--file", filepath.Join(dir, "dev.dat"), "--size", "64M", "--duration", "450ms", "-o", out); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p formats.DeviceProfile
+	if err := json.Unmarshal(b, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Version != formats.DeviceProfileVersion || p.ReadLatencyNS == 0 || p.SeqReadBytesPerSec <= 0 || p.QueueDepth != 32 {
+		t.Fatalf("profile %+v", p)
+	}
+}
