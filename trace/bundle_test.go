@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
@@ -256,6 +258,9 @@ func TestExportParquet(t *testing.T) {
 		}
 		if cc.Compression() != compress.Codecs.Zstd {
 			t.Errorf("%s: compression %v, want ZSTD", r.Path, cc.Compression())
+		}
+		if r.Table == "accesses.arrow" && !slices.Contains(cc.Encodings(), parquet.Encodings.DeltaBinaryPacked) {
+			t.Errorf("%s: ts_ns encodings %v, want DELTA_BINARY_PACKED", r.Path, cc.Encodings())
 		}
 		fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
@@ -74,11 +75,7 @@ func exportTable(b *formats.Bundle, name, dst string) (rows int64, err error) {
 			os.Remove(tmp)
 		}
 	}()
-	props := parquet.NewWriterProperties(
-		parquet.WithCompression(compress.Codecs.Zstd),
-		parquet.WithDictionaryDefault(true),
-		parquet.WithCreatedBy("predictio"),
-	)
+	props := parquet.NewWriterProperties(parquetProps(t.Schema())...)
 	fw, err := pqarrow.NewFileWriter(t.Schema(), f, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
 		return 0, err
@@ -107,4 +104,24 @@ func exportTable(b *formats.Bundle, name, dst string) (rows int64, err error) {
 		return rows, err
 	}
 	return rows, nil
+}
+
+// parquetProps chooses zstd and, per column, the encoding that suits it:
+// dictionary for strings and small enums, delta for the integer columns
+// (timestamps and pages grow steadily, so deltas compress well).
+func parquetProps(sc *arrow.Schema) []parquet.WriterProperty {
+	props := []parquet.WriterProperty{
+		parquet.WithCompression(compress.Codecs.Zstd),
+		parquet.WithDictionaryDefault(false),
+		parquet.WithCreatedBy("predictio"),
+	}
+	for _, f := range sc.Fields() {
+		switch f.Type.ID() {
+		case arrow.UINT64, arrow.INT64, arrow.UINT32, arrow.INT32:
+			props = append(props, parquet.WithEncodingFor(f.Name, parquet.Encodings.DeltaBinaryPacked))
+		case arrow.STRING, arrow.DICTIONARY, arrow.UINT8, arrow.INT8:
+			props = append(props, parquet.WithDictionaryFor(f.Name, true))
+		}
+	}
+	return props
 }
