@@ -221,7 +221,8 @@ type AccessCursor struct {
 
 	ts, page            []uint64
 	pid, tid, file, npg []uint32
-	comm                []byte
+	comm                []int32
+	commBuf             []int32 // comm indices converted from other widths
 	commW               int
 	kind                []byte
 	dict                []string
@@ -233,33 +234,43 @@ type AccessCursor struct {
 // Next advances to the next row. It returns false at the end or on error;
 // check Err.
 func (c *AccessCursor) Next() bool {
-	for c.i >= c.n {
-		if c.err != nil || c.tf == nil || c.batch >= len(c.tf.batches) {
-			return false
-		}
-		if err := c.load(c.batch); err != nil {
-			c.err = err
-			return false
-		}
-		c.batch++
-	}
 	i := c.i
-	c.i++
-	ci := dictIndex(c.comm, c.commW, i)
-	if ci < 0 || ci >= len(c.dict) {
-		c.err = fmt.Errorf("read %s: batch %d row %d: comm index %d outside dictionary of %d: %w", c.tf.name, c.batch-1, i, ci, len(c.dict), ErrCorrupt)
-		return false
+	if i >= c.n {
+		if !c.advance() {
+			return false
+		}
+		i = 0
 	}
+	c.i = i + 1
 	a := &c.cur
 	a.TS = c.ts[i]
 	a.PID = c.pid[i]
 	a.TID = c.tid[i]
-	a.Comm = c.dict[ci]
+	a.Comm = c.dict[c.comm[i]] // indices checked by load
 	a.FileID = c.file[i]
 	a.FirstPage = c.page[i]
 	a.NPages = c.npg[i]
 	a.Kind = AccessKind(c.kind[i])
 	return true
+}
+
+// advance loads the next non-empty batch.
+func (c *AccessCursor) advance() bool {
+	for {
+		if c.err != nil || c.tf == nil || c.batch >= len(c.tf.batches) {
+			c.i, c.n = 0, 0
+			return false
+		}
+		if err := c.load(c.batch); err != nil {
+			c.err = err
+			c.i, c.n = 0, 0
+			return false
+		}
+		c.batch++
+		if c.n > 0 {
+			return true
+		}
+	}
 }
 
 func (c *AccessCursor) load(bi int) error {
@@ -279,8 +290,24 @@ func (c *AccessCursor) load(bi int) error {
 	if err := errors.Join(e1, e2, e3, e4, e5, e6, e7, e8); err != nil {
 		return fmt.Errorf("read %s: batch %d: %w", c.tf.name, bi, err)
 	}
-	c.ts, c.pid, c.tid, c.comm, c.file, c.page, c.npg, c.kind = asU64(ts), asU32(pid), asU32(tid), comm, asU32(file), asU64(page), asU32(npg), kind
-	c.i, c.n = 0, d.rows
+	n := d.rows
+	if c.commW == 4 {
+		c.comm = asInt32(comm)
+	} else {
+		c.commBuf = c.commBuf[:0]
+		for i := 0; i < n; i++ {
+			c.commBuf = append(c.commBuf, int32(dictIndex(comm, c.commW, i)))
+		}
+		c.comm = c.commBuf
+	}
+	nd := int32(len(c.dict))
+	for i, ci := range c.comm[:n] {
+		if ci < 0 || ci >= nd {
+			return fmt.Errorf("read %s: batch %d row %d: comm index %d outside dictionary of %d: %w", c.tf.name, bi, i, ci, nd, ErrCorrupt)
+		}
+	}
+	c.ts, c.pid, c.tid, c.file, c.page, c.npg, c.kind = asU64(ts), asU32(pid), asU32(tid), asU32(file), asU64(page), asU32(npg), kind
+	c.i, c.n = 0, n
 	return nil
 }
 
