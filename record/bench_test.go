@@ -128,8 +128,9 @@ func benchHints(b *testing.B, senders int) {
 }
 
 // runHelper runs this test binary as helper mode on file and returns the
-// nanoseconds the helper's loop reported; with rec it runs under Run.
-func runHelper(b *testing.B, mode, file string, n int, rec bool) float64 {
+// wall and CPU nanoseconds the helper's loop reported; with rec it runs
+// under Run.
+func runHelper(b *testing.B, mode, file string, n int, rec bool) (wall, cpu float64) {
 	exe, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
@@ -138,10 +139,14 @@ func runHelper(b *testing.B, mode, file string, n int, rec bool) float64 {
 	var out strings.Builder
 	if rec {
 		args := append(append([]string{"env"}, env...), exe)
-		if _, err := Run(context.Background(), Config{
+		sum, err := Run(context.Background(), Config{
 			Output: filepath.Join(diskDir(b), "bundle"), Command: args, Stdout: &out, Stderr: os.Stderr,
-		}); err != nil {
+		})
+		if err != nil {
 			b.Fatal(err)
+		}
+		if sum.Dropped > 0 {
+			b.Logf("%s: %d events dropped", mode, sum.Dropped)
 		}
 	} else {
 		cmd := exec.Command(exe)
@@ -151,46 +156,50 @@ func runHelper(b *testing.B, mode, file string, n int, rec bool) float64 {
 			b.Fatal(err)
 		}
 	}
-	ns, err := strconv.ParseFloat(strings.TrimSpace(out.String()), 64)
-	if err != nil {
+	if _, err := fmt.Sscan(out.String(), &wall, &cpu); err != nil {
 		b.Fatalf("helper printed %q", out.String())
 	}
-	return ns
+	return wall, cpu
 }
 
-// overhead alternates runs without and with recording and reports the
-// medians and the median of per-pair ratios (recorded / plain).
+func median(v []float64) float64 {
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+// overhead alternates runs without and with recording and reports medians
+// of wall and CPU time and of the per-pair ratios (recorded / plain).
 func overhead(b *testing.B, mode, file string, n, rounds int, before func()) {
-	var plain, recd, ratio []float64
+	var pw, rw, pc, rc, wr, cr []float64
 	for i := 0; i < rounds; i++ {
 		order := []bool{false, true}
 		if i%2 == 1 {
 			order = []bool{true, false}
 		}
-		var p, r float64
+		var w, c [2]float64
 		for _, rec := range order {
 			before()
-			v := runHelper(b, mode, file, n, rec)
+			k := 0
 			if rec {
-				r = v
-			} else {
-				p = v
+				k = 1
 			}
+			w[k], c[k] = runHelper(b, mode, file, n, rec)
 		}
-		plain, recd, ratio = append(plain, p), append(recd, r), append(ratio, r/p)
+		pw, rw, pc, rc = append(pw, w[0]), append(rw, w[1]), append(pc, c[0]), append(rc, c[1])
+		wr, cr = append(wr, w[1]/w[0]), append(cr, c[1]/c[0])
 	}
-	slices.Sort(plain)
-	slices.Sort(recd)
-	slices.Sort(ratio)
-	b.ReportMetric(plain[len(plain)/2]/1e6, "plain-ms")
-	b.ReportMetric(recd[len(recd)/2]/1e6, "recorded-ms")
-	b.ReportMetric(ratio[len(ratio)/2], "ratio")
-	b.ReportMetric(ratio[0], "ratio-min")
-	b.ReportMetric(ratio[len(ratio)-1], "ratio-max")
+	b.ReportMetric(median(pw)/1e6, "plain-wall-ms")
+	b.ReportMetric(median(rw)/1e6, "recorded-wall-ms")
+	b.ReportMetric(median(wr), "wall-ratio")
+	b.ReportMetric(wr[0], "wall-ratio-min")
+	b.ReportMetric(wr[len(wr)-1], "wall-ratio-max")
+	b.ReportMetric(median(pc)/1e6, "plain-cpu-ms")
+	b.ReportMetric(median(rc)/1e6, "recorded-cpu-ms")
+	b.ReportMetric(median(cr), "cpu-ratio")
 }
 
 // BenchmarkOverheadHotPread: 1 M preads of 4 KiB from a cached 64 MiB file
-// (one get_pages event each), 7 alternating pairs. Run with -benchtime=1x.
+// (one get_pages event each), 9 alternating pairs. Run with -benchtime=1x.
 func BenchmarkOverheadHotPread(b *testing.B) {
 	requireRecorder(b, "filemap:mm_filemap_get_pages")
 	dir := diskDir(b)
@@ -198,18 +207,18 @@ func BenchmarkOverheadHotPread(b *testing.B) {
 	warm, _ := os.ReadFile(p)
 	_ = warm
 	for range b.N {
-		overhead(b, "pread", p, 1_000_000, 7, func() {})
+		overhead(b, "pread", p, 1_000_000, 9, func() {})
 	}
 }
 
 // BenchmarkOverheadColdScan: sequential 128 KiB reads of a 512 MiB file
-// evicted (and verified cold with cachestat) before each run, 5
+// evicted (and verified cold with cachestat) before each run, 9
 // alternating pairs. Run with -benchtime=1x.
 func BenchmarkOverheadColdScan(b *testing.B) {
 	requireRecorder(b, "filemap:mm_filemap_get_pages")
 	dir := diskDir(b)
 	p := coldFile(b, dir, 512<<20)
 	for range b.N {
-		overhead(b, "scan", p, 0, 5, func() { evict(b, p) })
+		overhead(b, "scan", p, 0, 9, func() { evict(b, p) })
 	}
 }
