@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/predictio/predictio/formats"
 )
@@ -131,6 +133,50 @@ func TestTraceCLI(t *testing.T) {
 		}
 		if m["events"].(float64) != 2000 {
 			t.Errorf("events = %v, want 2000", m["events"])
+		}
+	})
+
+	t.Run("repair after SIGKILL", func(t *testing.T) {
+		b := filepath.Join(tmp, "sigkilled")
+		cmd := exec.Command(bin, "trace", "synth", "-o", b, "--pattern", "seq", "--events", "50000000")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Kill the writer once a few batches are on disk.
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			st, err := os.Stat(filepath.Join(b, formats.AccessesFile))
+			if err == nil && st.Size() > 1<<20 {
+				break
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatal("synth wrote under 1 MiB in 2 minutes")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		cmd.Process.Signal(syscall.SIGKILL)
+		if err := cmd.Wait(); err == nil {
+			t.Fatal("synth of 50 M events finished before SIGKILL; nothing to repair")
+		}
+		if _, _, code := runBin(t, bin, "trace", "verify", b); code != 1 {
+			t.Errorf("verify of a killed bundle: exit %d, want 1", code)
+		}
+		out, e, code := runBin(t, bin, "trace", "repair", b)
+		if code != 0 || !strings.Contains(out, "accesses.arrow: recovered") {
+			t.Fatalf("repair: exit %d\n%s%s", code, out, e)
+		}
+		if o, e, code := runBin(t, bin, "trace", "verify", b); code != 0 {
+			t.Fatalf("verify after repair: exit %d\n%s%s", code, o, e)
+		}
+		js, _, code := runBin(t, bin, "trace", "info", "--json", b)
+		var m struct {
+			Events   uint64 `json:"events"`
+			Complete bool   `json:"complete"`
+		}
+		if code != 0 || json.Unmarshal([]byte(js), &m) != nil || m.Events == 0 || m.Events >= 50000000 || m.Complete {
+			t.Errorf("info after repair: exit %d, %+v", code, m)
 		}
 	})
 
