@@ -47,7 +47,8 @@ func (m multiPolicy) Handle(ev *policies.Event, emit policies.Emit) {
 // policies and fills Predicted in the summary: the page cache is the direct
 // backend's --cache (without kernel readahead) or, for the page-cache
 // backends, large enough for every file (with the readahead baseline). Its
-// think times are the recorded ones, so it matches --timing recorded.
+// timeline is the replay's: recorded gaps divided by --speed, or no gaps
+// with --timing asap.
 func (r *Replayer) Predict(rep *Report, dev simulate.Device) error {
 	var specs []string
 	for _, s := range r.opt.Runs {
@@ -111,6 +112,19 @@ func (r *Replayer) Predict(rep *Report, dev simulate.Device) error {
 			return m[0], nil
 		}
 		return m, nil
+	}
+	// Give simulate the replay's timeline: recorded gaps divided by
+	// --speed, or none at all (1 ns apart) with --timing asap.
+	if len(evs) > 0 {
+		t0 := evs[0].TS
+		for i := range evs {
+			switch {
+			case r.opt.Timing == TimingASAP:
+				evs[i].TS = t0 + uint64(i)
+			case r.opt.Speed != 1:
+				evs[i].TS = t0 + uint64(float64(evs[i].TS-t0)/r.opt.Speed)
+			}
+		}
 	}
 	sim, err := simulate.Run(cfg, &simulate.SliceSource{Events: evs})
 	if err != nil {
