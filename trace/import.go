@@ -118,6 +118,7 @@ func Import(src, out string, o ImportOptions) (*ImportReport, error) {
 	for _, fr := range im.fileRows {
 		if err := w.AddFile(fr); err != nil {
 			w.Abort()
+			os.RemoveAll(out)
 			return nil, fmt.Errorf("import: write %s: %w", formats.FilesFile, err)
 		}
 	}

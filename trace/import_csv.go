@@ -131,9 +131,13 @@ func parseCSV(im *importer, name string, cm *csvMapping) error {
 	var base uint64
 	var haveBase bool
 	err := scanCSV(name, cm, func(lr *lineReader, rec []string) error {
-		ts, err := parseScaled(rec[cm.col["ts"]], unit.scale)
+		ts, err := parseScaled(strings.TrimSpace(rec[cm.col["ts"]]), unit.scale)
 		if err != nil {
-			return lr.fieldErr("ts", rec[cm.col["ts"]], err)
+			err = lr.fieldErr("ts", rec[cm.col["ts"]], err)
+			if lr.n == 1 && !cm.header {
+				err = fmt.Errorf("%w; if the first line holds column names, add --header", err)
+			}
+			return err
 		}
 		if !haveBase || ts < base {
 			base, haveBase = ts, true
