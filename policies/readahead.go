@@ -197,7 +197,11 @@ func (r *Readahead) eof(id uint32) uint64 {
 
 func (r *Readahead) present(f *raFile, p uint64) bool {
 	if r.cfg.Resident != nil {
-		return r.cfg.Resident(f.id, p)
+		ok := r.cfg.Resident(f.id, p)
+		if !ok && f.pages.get(p) != 0 {
+			f.pages.set(p, 0) // evicted: forget its folio and mark
+		}
+		return ok
 	}
 	return f.pages.get(p)&raPresent != 0
 }
@@ -257,10 +261,12 @@ func (r *Readahead) Read(file uint32, index, n uint64, emit Emit) {
 		}
 		// filemap_get_read_batch: consecutive present folios, ending at
 		// a gap, at the end of the read or at a PG_readahead folio.
+		// The page at pos is in the cache now (a Resident callback may not
+		// know yet): always consume its folio, so the loop progresses.
 		p := pos
 		var head, np uint64
 		var marked bool
-		for p < last && r.present(f, p) {
+		for p < last && (p == pos || r.present(f, p)) {
 			head, np, marked = r.folio(f, p)
 			p = head + np
 			if marked {

@@ -143,3 +143,16 @@ func TestReadaheadResidentCallback(t *testing.T) {
 		t.Fatalf("after eviction: %+v", last)
 	}
 }
+
+// TestReadaheadTerminatesWhenNothingIsResident guards the read loop: a
+// Resident callback that never reports a page (a simulator that dropped
+// the requests) must not stall it.
+func TestReadaheadTerminatesWhenNothingIsResident(t *testing.T) {
+	m, ws := raRecorder(ReadaheadConfig{RAPages: 32, Resident: func(uint32, uint64) bool { return false }, FilePages: func(uint32) uint64 { return 100 }})
+	m.Read(1, 0, 64, func(*Request) {})
+	m.Read(1, 90, 64, func(*Request) {})
+	m.Fault(1, 5, func(*Request) {})
+	if len(*ws) == 0 {
+		t.Fatal("no decisions")
+	}
+}
