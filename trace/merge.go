@@ -282,7 +282,9 @@ func Slice(in, out string, from, to Bound) (*SliceReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("slice: %w", err)
 	}
-	lo, hi := uint64(0), uint64(1<<64-1)
+	// start is at or before the first access and hint, so an unset --from
+	// loses nothing.
+	lo, hi := start, uint64(1<<64-1)
 	if from.Set {
 		lo = from.NS
 		if !from.Absolute {
