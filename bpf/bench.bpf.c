@@ -13,7 +13,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 #define MAX_PER_TRIGGER 256
 
-const volatile __u32 bench_tgid = 0;
+volatile __u32 bench_tgid = 0; // set by user space once the load process runs
 const volatile __u64 bench_ino = 1;
 const volatile __u32 bench_dev = 1;
 volatile __u32 per_trigger = 64;

@@ -3,24 +3,27 @@ package record
 import (
 	"context"
 	"fmt"
-	"os"
+	"io"
+	"os/exec"
+	"strconv"
+	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 
 	"github.com/predictio/predictio/bpf"
 )
 
-// benchSource drives the recorder with bench.bpf.c: every getppid(2) of
-// this process emits perTrigger synthetic records into the events ring.
+// benchSource drives the recorder with bench.bpf.c: every getppid(2) of a
+// separate load process emits perTrigger synthetic records into the events
+// ring. The load process (cmd) waits for a line on stdin, then calls
+// getppid at its paced rate and prints how many calls it made.
 type benchSource struct {
 	perTrigger uint32
-	rate       float64       // offered events/s; 0: as fast as possible
-	duration   time.Duration // how long to offer load
+	cmd        *exec.Cmd // load process, not started
 	triggers   atomic.Uint64
+	err        error
 
 	coll *ebpf.Collection
 	l    link.Link
@@ -31,13 +34,10 @@ func (b *benchSource) attach(r *recorder) error {
 	if err != nil {
 		return fmt.Errorf("load bench spec: %w", err)
 	}
-	for name, v := range map[string]any{"bench_tgid": uint32(os.Getpid()), "bench_ino": uint64(1), "bench_dev": uint32(1)} {
+	for name, v := range map[string]any{"bench_ino": uint64(1), "bench_dev": uint32(1), "per_trigger": b.perTrigger} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("set %s: %w", name, err)
 		}
-	}
-	if err := spec.Variables["per_trigger"].Set(b.perTrigger); err != nil {
-		return err
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
 		MapReplacements: map[string]*ebpf.Map{
@@ -54,12 +54,15 @@ func (b *benchSource) attach(r *recorder) error {
 		return fmt.Errorf("attach bench program: %w", err)
 	}
 	b.coll, b.l = coll, l
-	// The synthetic file: give it a name so it resolves.
+	// The synthetic file, so that it resolves.
 	r.files.add(fileKey{dev: 1, ino: 1}, 0, "/bench/synthetic")
 	return nil
 }
 
 func (b *benchSource) detach() {
+	if b.coll != nil {
+		_ = b.coll.Variables["bench_tgid"].Set(uint32(0))
+	}
 	if b.l != nil {
 		b.l.Close()
 		b.l = nil
@@ -70,26 +73,35 @@ func (b *benchSource) detach() {
 	}
 }
 
-// run offers load for b.duration, paced to b.rate.
+// run starts the load process, points the program at it and waits.
 func (b *benchSource) run(ctx context.Context) {
-	start := time.Now()
-	end := start.Add(b.duration)
-	var n uint64
-	for {
-		now := time.Now()
-		if now.After(end) || ctx.Err() != nil {
-			break
-		}
-		if b.rate > 0 {
-			due := uint64(now.Sub(start).Seconds() * b.rate / float64(b.perTrigger))
-			if n >= due {
-				continue
-			}
-		}
-		for i := 0; i < 16; i++ {
-			unix.Getppid()
-		}
-		n += 16
+	in, err := b.cmd.StdinPipe()
+	if err != nil {
+		b.err = err
+		return
+	}
+	var out strings.Builder
+	b.cmd.Stdout = &out
+	if err := b.cmd.Start(); err != nil {
+		b.err = err
+		return
+	}
+	if err := b.coll.Variables["bench_tgid"].Set(uint32(b.cmd.Process.Pid)); err != nil {
+		b.err = err
+		b.cmd.Process.Kill()
+		b.cmd.Wait()
+		return
+	}
+	io.WriteString(in, "go\n")
+	in.Close()
+	if err := b.cmd.Wait(); err != nil {
+		b.err = fmt.Errorf("bench load process: %w", err)
+		return
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(out.String()), 10, 64)
+	if err != nil {
+		b.err = fmt.Errorf("bench load process printed %q", out.String())
+		return
 	}
 	b.triggers.Store(n)
 }

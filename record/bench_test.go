@@ -16,7 +16,7 @@ import (
 )
 
 // BenchmarkTransport offers synthetic events (bench.bpf.c: 64 records per
-// getppid(2)) at fixed rates for 3 s each and reports what reached the
+// getppid(2) of a separate load process) at fixed rates for 3 s each and reports what reached the
 // compressed bundle and what the ring dropped. Run with -benchtime=1x.
 func BenchmarkTransport(b *testing.B) {
 	requireRecorder(b, "syscalls:sys_enter_getppid")
@@ -27,16 +27,29 @@ func BenchmarkTransport(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			for range b.N {
-				src := &benchSource{perTrigger: 64, rate: rate, duration: 3 * time.Second}
+				const per = 64
+				dur := 3 * time.Second
+				exe, err := os.Executable()
+				if err != nil {
+					b.Fatal(err)
+				}
+				load := exec.Command(exe)
+				load.Env = append(os.Environ(), "PREDICTIO_RECORD_HELPER=getppid",
+					fmt.Sprintf("PREDICTIO_RECORD_RATE=%g", rate/per), "PREDICTIO_RECORD_DURATION="+dur.String())
+				load.Stderr = os.Stderr
+				src := &benchSource{perTrigger: per, cmd: load}
 				dir := diskDir(b)
 				sum, err := Run(context.Background(), Config{Output: filepath.Join(dir, "bundle"), bench: src})
 				if err != nil {
 					b.Fatal(err)
 				}
-				offered := float64(src.triggers.Load()) * float64(src.perTrigger)
+				if src.err != nil {
+					b.Fatal(src.err)
+				}
+				offered := float64(src.triggers.Load()) * per
 				total := float64(sum.Events + sum.Dropped)
-				b.ReportMetric(offered/src.duration.Seconds(), "offered/s")
-				b.ReportMetric(float64(sum.Events)/src.duration.Seconds(), "events/s")
+				b.ReportMetric(offered/dur.Seconds(), "offered/s")
+				b.ReportMetric(float64(sum.Events)/dur.Seconds(), "events/s")
 				b.ReportMetric(100*float64(sum.Dropped)/max(total, 1), "drop%")
 				// Consumer CPU per delivered event (ring reader + bundle
 				// writer threads): robust to other load on the machine.

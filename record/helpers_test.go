@@ -72,3 +72,31 @@ func helperScan() int {
 	report(start)
 	return 0
 }
+
+// helperGetppid waits for a line on stdin, then calls getppid(2) at
+// PREDICTIO_RECORD_RATE calls/s (0: flat out) for PREDICTIO_RECORD_DURATION
+// and prints the number of calls.
+func helperGetppid() int {
+	var line string
+	fmt.Scanln(&line)
+	rate, _ := strconv.ParseFloat(os.Getenv("PREDICTIO_RECORD_RATE"), 64)
+	dur, _ := time.ParseDuration(os.Getenv("PREDICTIO_RECORD_DURATION"))
+	start := time.Now()
+	end := start.Add(dur)
+	var n uint64
+	for {
+		now := time.Now()
+		if now.After(end) {
+			break
+		}
+		if rate > 0 && float64(n) >= now.Sub(start).Seconds()*rate {
+			continue
+		}
+		for i := 0; i < 16; i++ {
+			unix.Getppid()
+		}
+		n += 16
+	}
+	fmt.Println(n)
+	return 0
+}

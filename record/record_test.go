@@ -30,6 +30,8 @@ func TestMain(m *testing.M) {
 		os.Exit(helperPread())
 	case "scan":
 		os.Exit(helperScan())
+	case "getppid":
+		os.Exit(helperGetppid())
 	}
 	os.Exit(3)
 }

@@ -55,6 +55,7 @@ func newPipeline(r *recorder) *pipeline {
 // nothing per event.
 func (p *pipeline) read() {
 	runtime.LockOSThread()
+	boostThread()
 	defer func() { p.r.readCPU.Store(threadCPU()) }()
 	defer close(p.full)
 	rd := p.r.events
@@ -101,6 +102,16 @@ func (p *pipeline) read() {
 	}
 }
 
+// readerNice is the nice value of the reader and writer threads: on a busy
+// machine they must keep up with the ring buffer or the kernel drops events.
+const readerNice = -10
+
+// boostThread lowers the calling (locked) thread's nice value when allowed
+// (CAP_SYS_NICE); failure is harmless.
+func boostThread() {
+	_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), readerNice)
+}
+
 // threadCPU returns the CPU time of the calling thread in ns.
 func threadCPU() uint64 {
 	var ts unix.Timespec
@@ -126,6 +137,7 @@ func newWriter(r *recorder) *writer {
 // write turns batches into accesses rows.
 func (p *pipeline) write() {
 	runtime.LockOSThread()
+	boostThread()
 	defer func() { p.r.writeCPU.Store(threadCPU()) }()
 	r := p.r
 	w := newWriter(r)
