@@ -310,6 +310,10 @@ type tensorPolicy struct {
 	norm Normalizer
 }
 
+// maxUnboundedTensor caps the pages of one tensor when the end of its file
+// is unknown: 1<<22 pages, 16 GiB with 4 KiB pages.
+const maxUnboundedTensor = 1 << 22
+
 // tensorKey identifies an extent. The name is not part of it: two names
 // for the same bytes would prefetch the same pages.
 type tensorKey struct {
@@ -337,6 +341,9 @@ func (p *tensorPolicy) Handle(ev *Event, emit Emit) {
 	eof := p.env.eof(ev.File)
 	if eof > 0 && last >= eof {
 		last = eof - 1
+	}
+	if eof == 0 && last-first >= maxUnboundedTensor {
+		last = first + maxUnboundedTensor - 1 // bound a bogus length
 	}
 	for first <= last {
 		n := min(last-first+1, math.MaxUint32)
@@ -423,6 +430,8 @@ func (p *stridePolicy) Handle(ev *Event, emit Emit) {
 	}
 	n := max(int64(a.NPages), 1)
 	d := int64(a.Page - f.last)
+	// Predict at most a request's worth of pages per stride.
+	pn := min(n, int64(p.norm.MaxPages))
 	if !f.valid {
 		f.valid, f.last = true, a.Page
 		return
@@ -446,7 +455,7 @@ func (p *stridePolicy) Handle(ev *Event, emit Emit) {
 		if f.hits > p.confidence && ((d > 0 && uint64(q) <= f.ahead) || (d < 0 && uint64(q) >= f.ahead)) {
 			continue // predicted by an earlier access
 		}
-		p.norm.AddRange(uint64(q), uint32(n))
+		p.norm.AddRange(uint64(q), uint32(pn))
 		f.ahead = uint64(q)
 	}
 	if p.norm.Pending() > 0 {

@@ -462,3 +462,23 @@ func TestExtentSet(t *testing.T) {
 		t.Fatalf("n = %d", s.n)
 	}
 }
+
+// TestHugeInputsStayBounded: absurd hint lengths and access sizes with an
+// unknown end of file must not turn into unbounded work.
+func TestHugeInputsStayBounded(t *testing.T) {
+	var pages uint64
+	emit := func(r *Request) { pages += r.Pages() }
+	p := mustBuild(t, "tensor", Env{})
+	p.Handle(&Event{Kind: EventTensorLayout, Tensor: TensorLayout{Name: "x", Offset: 0, Length: 1 << 62}}, emit)
+	if pages != maxUnboundedTensor {
+		t.Fatalf("tensor of 2^62 bytes, unknown EOF: %d pages", pages)
+	}
+	pages = 0
+	s := mustBuild(t, "stride:confidence=1,lookahead=4", Env{})
+	for i := range uint64(4) {
+		s.Handle(access(1, i*(1<<40), math.MaxUint32), emit)
+	}
+	if pages != 5*DefaultMaxPages { // 4 strides ahead, then 1 more
+		t.Fatalf("stride with 2^32-page accesses: %d pages", pages)
+	}
+}
