@@ -507,12 +507,16 @@ func readMessage(data []byte, off int) (m message, err error) {
 type batchDecoder struct {
 	zdec    *zstd.Decoder
 	scratch [][]byte // per buffer index
-	rows    int
-	nodes   []nodeMeta
-	bufs    []bufMeta
-	body    []byte
-	zstd    bool
-	total   int64 // decompressed bytes of this batch so far
+	// last holds, per buffer index, the compressed bytes (when short) that
+	// scratch was decoded from: constant columns compress to the same few
+	// bytes in every batch, and are then not decoded again.
+	last  [][]byte
+	rows  int
+	nodes []nodeMeta
+	bufs  []bufMeta
+	body  []byte
+	zstd  bool
+	total int64 // decompressed bytes of this batch so far
 }
 
 // newBatchDecoder returns a decoder that skips the zstd frame checksums;
@@ -569,6 +573,7 @@ func (d *batchDecoder) load(rb fbTable, body []byte) (err error) {
 	d.body = body
 	for len(d.scratch) < len(d.bufs) {
 		d.scratch = append(d.scratch, nil)
+		d.last = append(d.last, nil)
 	}
 	return nil
 }
@@ -599,18 +604,26 @@ func (d *batchDecoder) buffer(i int, min, max int64) ([]byte, error) {
 				return nil, fmt.Errorf("buffer %d: batch decompresses to more than %d bytes: %w", i, maxBatchBytes, ErrCorrupt)
 			}
 			s := d.scratch[i]
-			if int64(cap(s)) < ulen {
-				s = make([]byte, 0, ulen)
+			if int64(len(s)) == ulen && len(raw) <= 256 && string(d.last[i]) == string(raw) {
+				out = s // same frame as the last batch: same content
+			} else {
+				if int64(cap(s)) < ulen {
+					s = make([]byte, 0, ulen)
+				}
+				d.last[i] = d.last[i][:0]
+				s, err := d.zdec.DecodeAll(raw[8:], s[:0])
+				if err != nil {
+					return nil, fmt.Errorf("buffer %d: zstd: %v: %w", i, err, ErrCorrupt)
+				}
+				if int64(len(s)) != ulen {
+					return nil, fmt.Errorf("buffer %d: decompressed %d bytes, declared %d: %w", i, len(s), ulen, ErrCorrupt)
+				}
+				d.scratch[i] = s
+				if len(raw) <= 256 {
+					d.last[i] = append(d.last[i], raw...)
+				}
+				out = s
 			}
-			s, err := d.zdec.DecodeAll(raw[8:], s[:0])
-			if err != nil {
-				return nil, fmt.Errorf("buffer %d: zstd: %v: %w", i, err, ErrCorrupt)
-			}
-			if int64(len(s)) != ulen {
-				return nil, fmt.Errorf("buffer %d: decompressed %d bytes, declared %d: %w", i, len(s), ulen, ErrCorrupt)
-			}
-			d.scratch[i] = s
-			out = s
 		}
 	}
 	if int64(len(out)) < min {
