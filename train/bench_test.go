@@ -3,7 +3,9 @@ package train
 import (
 	"fmt"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/predictio/predictio/formats"
 )
@@ -23,10 +25,15 @@ func BenchmarkMarkov10Runs(b *testing.B) {
 		dirs = append(dirs, d)
 	}
 	b.ResetTimer()
+	var ru0, ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	for i := 0; i < b.N; i++ {
 		if _, err := Markov(dirs); err != nil {
 			b.Fatal(err)
 		}
 	}
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
 	b.ReportMetric(float64(runs*events)*float64(b.N)/b.Elapsed().Seconds()/1e6, "Mevents/s")
+	b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
 }
