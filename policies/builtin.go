@@ -160,7 +160,7 @@ func (p *markovPolicy) Handle(ev *Event, emit Emit) {
 	if f.model == nil {
 		return
 	}
-	n := max(uint64(a.NPages), 1)
+	n := min(max(uint64(a.NPages), 1), maxAccessPages)
 	for i := range n {
 		f.seen.add(a.Page + i)
 	}

@@ -35,13 +35,19 @@ type Future struct {
 	byFile map[uint32][]int
 }
 
+// maxAccessPages bounds the pages one access contributes to per-page
+// state (the oracle's future, markov's seen set), so that a corrupt row
+// cannot cause a huge allocation.
+const maxAccessPages = 1 << 16
+
 // NewFuture returns a Future of accesses, which must be in timestamp
-// order. Accesses with NPages 0 count as one page.
+// order. Accesses with NPages 0 count as one page; at most 65536 pages of
+// one access are kept.
 func NewFuture(accesses []FutureAccess) *Future {
 	f := &Future{acc: slices.Clone(accesses), first: make([]int, len(accesses)+1), byFile: map[uint32][]int{}}
 	for i, a := range f.acc {
 		f.first[i] = len(f.pages)
-		n := max(uint64(a.NPages), 1)
+		n := min(max(uint64(a.NPages), 1), maxAccessPages)
 		for p := range n {
 			f.byFile[a.File] = append(f.byFile[a.File], len(f.pages))
 			f.pages = append(f.pages, filePage{a.File, a.Page + p})

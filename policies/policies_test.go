@@ -482,3 +482,24 @@ func TestHugeInputsStayBounded(t *testing.T) {
 		t.Fatalf("stride with 2^32-page accesses: %d pages", pages)
 	}
 }
+
+func TestHugeAccessesStayBounded(t *testing.T) {
+	big := access(1, 1<<50, math.MaxUint32)
+	fut := NewFuture([]FutureAccess{{1, 1 << 50, math.MaxUint32}})
+	if len(fut.pages) != maxAccessPages {
+		t.Fatalf("future kept %d pages of one access", len(fut.pages))
+	}
+	for _, spec := range []string{"readahead", "markov", "stride", "oracle"} {
+		b := NewMarkovBuilder(0)
+		b.AddRun(0, FileKey{Path: "/f"}, []uint64{1, 2})
+		p := mustBuild(t, spec, Env{Future: fut, Markov: b.Build(), FileKey: func(uint32) (FileKey, bool) { return FileKey{Path: "/f"}, true }})
+		var pages uint64
+		p.Handle(big, func(r *Request) { pages += r.Pages() })
+		big.Access.Kind = formats.KindMap
+		p.Handle(big, func(r *Request) { pages += r.Pages() })
+		big.Access.Kind = formats.KindRead
+		if pages > maxUnboundedRead+DefaultMaxPages {
+			t.Errorf("%s: %d pages for one huge access", spec, pages)
+		}
+	}
+}

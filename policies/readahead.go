@@ -19,6 +19,10 @@ const (
 	maxPagecacheOrder = 9
 )
 
+// maxUnboundedRead bounds a read of a file whose end is unknown: 1<<20
+// pages, 4 GiB with 4 KiB pages.
+const maxUnboundedRead = 1 << 20
+
 // RAKind says which kernel path made a readahead decision.
 type RAKind uint8
 
@@ -243,7 +247,13 @@ func (r *Readahead) Read(file uint32, index, n uint64, emit Emit) {
 	if n == 0 {
 		return
 	}
+	if eof == 0 && n > maxUnboundedRead {
+		n = maxUnboundedRead // bound a bogus length when EOF is unknown
+	}
 	last := index + n
+	if last < index {
+		last = ^uint64(0)
+	}
 	pos := index
 	if n == 1 && (eof == 0 || index < eof) {
 		// Fast path: a one-page read of a cached page without a mark.
@@ -329,7 +339,8 @@ func (r *Readahead) Fault(file uint32, page uint64, emit Emit) {
 func (r *Readahead) MapPages(file uint32, first, n uint64) {
 	f := r.file(file)
 	var hits uint32
-	for p := first; p < first+n; p++ {
+	n = min(n, maxAccessPages) // fault-around covers fault_around_bytes
+	for p := first; p < first+n && p >= first; p++ {
 		if r.present(f, p) {
 			if _, _, marked := r.folio(f, p); !marked {
 				hits++
