@@ -211,6 +211,23 @@ func TestTrainCLI(t *testing.T) {
 	if !strings.Contains(out, "from 3 runs") || !strings.Contains(out, "holdout") || !strings.Contains(out, "markov") {
 		t.Errorf("train output:\n%s", out)
 	}
+	out, errOut, code = trainCLI(t, append([]string{"markov", "-o", model, "--holdout", "1", "--json"}, runs...)...)
+	var js struct {
+		Runs    []map[string]any `json:"runs"`
+		States  int              `json:"states"`
+		Reports []struct {
+			Policies []struct {
+				Name     string  `json:"name"`
+				Coverage float64 `json:"coverage"`
+			} `json:"policies"`
+		} `json:"holdout_reports"`
+	}
+	if err := json.Unmarshal([]byte(out), &js); code != 0 || err != nil || len(js.Runs) != 3 || js.States == 0 || len(js.Reports) != 1 {
+		t.Fatalf("train --json: code %d err %v\n%s%s", code, err, out, errOut)
+	}
+	if p := js.Reports[0].Policies; len(p) != 3 || p[1].Name != "markov" || p[1].Coverage <= 0 {
+		t.Errorf("holdout report %+v", p)
+	}
 	// The model drives simulate, and markov beats the baseline.
 	out, errOut, code = simCLI(t, "--json", "--model", model, "--policy", "markov", "--assert", "markov.coverage>=0.3", runs[3])
 	if code != 0 {
