@@ -57,6 +57,7 @@ type bundleSource struct {
 	// advance says which cursor the current event came from; it moves on
 	// at the next call, since the event aliases the hint's children.
 	advanceAcc, advanceHint bool
+	hinted                  bool // s.ev holds hint payloads
 	ev                      policies.Event
 	err                     error
 }
@@ -104,13 +105,19 @@ func (s *bundleSource) Next() bool {
 	case s.hintOK && (!s.accOK || s.hints.At().TS <= s.acc.At().TS):
 		s.hintEvent(s.hints.At())
 		s.advanceHint = true
+		s.hinted = true
 		return true
 	case s.accOK:
 		a := s.acc.At()
-		s.ev = policies.Event{
-			Kind: policies.EventFileAccess, TS: a.TS, PID: a.PID, TID: a.TID, File: a.FileID,
-			Access: policies.FileAccess{Kind: a.Kind, Page: a.FirstPage, NPages: a.NPages},
+		ev := &s.ev
+		if s.hinted {
+			// Clear the hint payloads once; access events set only
+			// scalar fields, which needs no write barriers.
+			*ev = policies.Event{}
+			s.hinted = false
 		}
+		ev.Kind, ev.TS, ev.PID, ev.TID, ev.File = policies.EventFileAccess, a.TS, a.PID, a.TID, a.FileID
+		ev.Access = policies.FileAccess{Kind: a.Kind, Page: a.FirstPage, NPages: a.NPages}
 		s.advanceAcc = true
 		return true
 	}
