@@ -357,7 +357,17 @@ func TestReadaheadMatchesKernel(t *testing.T) {
 	if raPages == 0 {
 		t.Skip("cannot read the device's read_ahead_kb from /sys/class/bdi")
 	}
-	t.Logf("file %s ino %d: %d pages; bdi ra_pages %d io_pages %d", path, st.Ino, pages, raPages, ioPages)
+	// ext4 and XFS use large folios in the page cache since Linux 6.16
+	// (XFS earlier); other filesystems get the order-0 model.
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &sfs); err != nil {
+		t.Fatal(err)
+	}
+	small := sfs.Type != unix.EXT4_SUPER_MAGIC && sfs.Type != unix.XFS_SUPER_MAGIC
+	if os.Getenv("PREDICTIO_RA_SMALL_FOLIOS") != "" {
+		small = true // diagnostic: how much the large-folio model matters
+	}
+	t.Logf("file %s ino %d: %d pages; bdi ra_pages %d io_pages %d; fs magic %#x, small folios %v", path, st.Ino, pages, raPages, ioPages, sfs.Type, small)
 
 	type scenario struct {
 		name  string
@@ -434,10 +444,11 @@ func TestReadaheadMatchesKernel(t *testing.T) {
 				ra *= 2
 			}
 			m := NewReadahead(ReadaheadConfig{
-				RAPages:    ra,
-				IOPages:    ioPages,
-				FilePages:  func(uint32) uint64 { return pages },
-				OnDecision: func(d *RADecision) { model = append(model, modelRA(d)) },
+				RAPages:     ra,
+				IOPages:     ioPages,
+				SmallFolios: small,
+				FilePages:   func(uint32) uint64 { return pages },
+				OnDecision:  func(d *RADecision) { model = append(model, modelRA(d)) },
 			})
 			var evs []traceEvent
 			if sc.run != nil {
