@@ -89,6 +89,7 @@ type Counters struct {
 	LatencyNsMax     uint64 `c:"latency_ns_max"`
 	NotifyNsTotal    uint64 `c:"notify_ns_total"`
 	WorkNsTotal      uint64 `c:"work_ns_total"`
+	ReadaheadNsTotal uint64 `c:"readahead_ns_total"`
 }
 
 // Rejected is the number of entries rejected for any reason.

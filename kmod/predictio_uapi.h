@@ -108,6 +108,7 @@ struct predictio_stats {
 	__u64 latency_ns_max;     /* longest item enqueue-to-submitted time */
 	__u64 notify_ns_total;    /* time spent in NOTIFY (validate, split, enqueue) */
 	__u64 work_ns_total;      /* time workers spent in cache checks and submission */
+	__u64 readahead_ns_total; /* part of work_ns_total spent inside the kernel's readahead call */
 };
 
 #define PREDICTIO_IOC_MAGIC 0xB7

@@ -75,7 +75,7 @@ struct pio_worker {
 	X(pages_cached) X(pages_dropped) X(dropped_queue_full) X(throttles)    \
 	X(failures) X(notifies) X(items_queued) X(items_done) X(queue_max)     \
 	X(inflight_max) X(latency_ns_total) X(latency_ns_max)                  \
-	X(notify_ns_total) X(work_ns_total)
+	X(notify_ns_total) X(work_ns_total) X(readahead_ns_total)
 
 struct pio_counters {
 #define X(name) atomic64_t name;
@@ -343,8 +343,13 @@ static void pio_process(struct pio_ctx *ctx, struct pio_item *it)
 				ctx->inflight -= cut;
 				mutex_unlock(&ctx->if_mutex);
 			}
-			if (got)
+			if (got) {
+				u64 t1 = ktime_get_ns();
+
 				pio_submit_run(it->file, run, got);
+				atomic64_add(ktime_get_ns() - t1,
+					     &ctx->c.readahead_ns_total);
+			}
 			smp_store_release(&r->armed, true);
 			submitted += got;
 			run += got;

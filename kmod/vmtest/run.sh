@@ -19,6 +19,7 @@
 #   PREDICTIO_VM_ACCEL  qemu accelerator (default tcg; kvm where it works)
 #   PREDICTIO_VM_TIMEOUT seconds before the VM is killed (default 900)
 #   PREDICTIO_VM_RECORD  0 to leave out the record tests (default 1)
+#   PREDICTIO_VM_SMP     virtual CPUs (default 2)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
@@ -144,7 +145,7 @@ mount --bind /mnt/var-tmp /var/tmp
 export PREDICTIO_VM=1 PREDICTIO_KO=/predictio.ko PREDICTIO_DATA=/mnt TMPDIR=/mnt/tmp HOME=/ GOTRACEBACK=all
 echo "@@VM kernel \$(uname -r)"
 if [ "$mode" = bench ]; then
-	/kmod.test -test.run '^\$' -test.bench VMResident -test.benchtime 10x -test.v
+	/kmod.test -test.run '^\$' -test.bench VMResident -test.benchtime 20x -test.v
 	echo "@@RESULT kmod rc=\$?"
 else
 	/kmod.test -test.v -test.count=1 -test.timeout 10m
@@ -177,7 +178,7 @@ log "booting $kver ($accel)"
 console=$cache/console-$mode.log
 set +e
 timeout --foreground "$vmtimeout" qemu-system-x86_64 \
-	-accel "$accel" -cpu max -smp 2 -m 2G \
+	-accel "$accel" -cpu max -smp "${PREDICTIO_VM_SMP:-2}" -m 2G \
 	-nographic -no-reboot -net none \
 	-kernel "$vmlinuz" -initrd "$build/initramfs.gz" \
 	-append "console=ttyS0 loglevel=4 panic=-1 oops=panic" \
