@@ -50,9 +50,17 @@ func seqRows(n int) []Access {
 }
 
 // BenchmarkWriteAccesses measures Writer.Append plus the share of Close, one
-// row per op.
+// row per op, for sequential-scan rows and for "mixed" rows (see mixedRows).
 func BenchmarkWriteAccesses(b *testing.B) {
-	rows := seqRows(1 << 20)
+	for _, tc := range []struct {
+		name string
+		rows []Access
+	}{{"seq", seqRows(1 << 20)}, {"mixed", mixedRows(1 << 20)}} {
+		b.Run(tc.name, func(b *testing.B) { benchWrite(b, tc.rows) })
+	}
+}
+
+func benchWrite(b *testing.B, rows []Access) {
 	dir := filepath.Join(benchDir(b), "w")
 	w, err := Create(dir)
 	if err != nil {
@@ -80,12 +88,29 @@ func BenchmarkWriteAccesses(b *testing.B) {
 
 var (
 	readBundleOnce sync.Once
-	readBundleDir  string
+	readBundleDirs map[string]string
 	readBundleErr  error
 )
 
-// BenchmarkReadAccesses measures the AccessCursor over a 4 Mi-row
-// sequential bundle, one row per op.
+// mixedRows returns n rows of 8 threads of 2 processes with 3 comm values
+// reading 16 files at random: no column is constant within a batch.
+func mixedRows(n int) []Access {
+	r := rand.New(rand.NewSource(2))
+	out := make([]Access, n)
+	ts := uint64(synthStartNS)
+	comms := []string{"postgres", "pg_worker", "backup"}
+	for i := range out {
+		ts += 2000 + uint64(r.Int63n(500))
+		tid := uint32(r.Intn(8))
+		out[i] = Access{TS: ts, PID: 100 + tid/4, TID: 1000 + tid, Comm: comms[tid%3], FileID: uint32(r.Intn(16)) + 1,
+			FirstPage: uint64(r.Int63n(1 << 18)), NPages: uint32(1 + r.Intn(32)), Kind: AccessKind(1 + r.Intn(6))}
+	}
+	return out
+}
+
+// BenchmarkReadAccesses measures the AccessCursor, one row per op, over a
+// 4 Mi-row Synth "seq" bundle (one thread: pid, tid, comm, file, npages and
+// kind are constant) and a 4 Mi-row "mixed" one where no column is.
 func BenchmarkReadAccesses(b *testing.B) {
 	readBundleOnce.Do(func() {
 		d, err := os.MkdirTemp("/var/tmp", "predictio-formats-read-")
@@ -93,14 +118,31 @@ func BenchmarkReadAccesses(b *testing.B) {
 			readBundleErr = err
 			return
 		}
-		readBundleDir = filepath.Join(d, "b")
-		readBundleErr = Synth(readBundleDir, SynthSpec{Pattern: "seq", Events: 4 << 20})
+		readBundleDirs = map[string]string{"seq": filepath.Join(d, "seq"), "mixed": filepath.Join(d, "mixed")}
+		if readBundleErr = Synth(readBundleDirs["seq"], SynthSpec{Pattern: "seq", Events: 4 << 20}); readBundleErr != nil {
+			return
+		}
+		w, err := Create(readBundleDirs["mixed"])
+		if err != nil {
+			readBundleErr = err
+			return
+		}
+		rows := mixedRows(4 << 20)
+		for i := range rows {
+			w.Append(&rows[i])
+		}
+		readBundleErr = w.Close()
 	})
 	if readBundleErr != nil {
 		b.Fatal(readBundleErr)
 	}
-	b.Cleanup(func() {})
-	bun, err := Open(readBundleDir)
+	for _, name := range []string{"seq", "mixed"} {
+		b.Run(name, func(b *testing.B) { benchRead(b, readBundleDirs[name]) })
+	}
+}
+
+func benchRead(b *testing.B, dir string) {
+	bun, err := Open(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
