@@ -106,7 +106,7 @@ func parseTrace(data []byte) []traceEvent {
 		if strings.HasPrefix(line, "#") {
 			continue
 		}
-		for _, name := range []string{"page_cache_sync_ra", "page_cache_async_ra", "page_cache_ra_order", "mm_filemap_fault", "mm_filemap_map_pages"} {
+		for _, name := range []string{"page_cache_sync_ra", "page_cache_async_ra", "page_cache_ra_order", "mm_filemap_fault", "mm_filemap_map_pages", "mm_filemap_delete_from_page_cache"} {
 			i := strings.Index(line, " "+name+": ")
 			if i < 0 {
 				continue
@@ -196,6 +196,7 @@ type traceInstance struct {
 }
 
 var raEvents = []string{
+	"filemap/mm_filemap_delete_from_page_cache",
 	"readahead/page_cache_sync_ra",
 	"readahead/page_cache_async_ra",
 	"readahead/page_cache_ra_order",
@@ -428,63 +429,94 @@ func TestReadaheadMatchesKernel(t *testing.T) {
 	total, matchedAll := 0, 0
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
-			g, err := os.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer g.Close()
-			evict(t, f)
-			var model []kernelRA
-			ra := raPages
-			if strings.Contains(sc.name, "fadvise-sequential") {
-				// POSIX_FADV_SEQUENTIAL doubles the file's ra_pages.
-				if err := unix.Fadvise(int(g.Fd()), 0, 0, unix.FADV_SEQUENTIAL); err != nil {
+			var (
+				g         *os.File
+				evs       []traceEvent
+				model     []kernelRA
+				m         *Readahead
+				ra        uint64
+				disturbed bool
+			)
+			// Another process dropping caches (or memory pressure) during
+			// a run would evict pages behind the model's back: detect it
+			// and retry.
+			for attempt := 1; ; attempt++ {
+				if g != nil {
+					g.Close()
+				}
+				var err error
+				g, err = os.Open(path)
+				if err != nil {
 					t.Fatal(err)
 				}
-				ra *= 2
-			}
-			m := NewReadahead(ReadaheadConfig{
-				RAPages:     ra,
-				IOPages:     ioPages,
-				SmallFolios: small,
-				FilePages:   func(uint32) uint64 { return pages },
-				OnDecision:  func(d *RADecision) { model = append(model, modelRA(d)) },
-			})
-			var evs []traceEvent
-			if sc.run != nil {
-				evs = ti.capture(st.Ino, func() { sc.run(t, g, m) })
-			} else {
-				evs = ti.capture(st.Ino, func() {
-					mem, err := unix.Mmap(int(g.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
-					if err != nil {
+				evict(t, f)
+				model = nil
+				ra = raPages
+				if strings.Contains(sc.name, "fadvise-sequential") {
+					// POSIX_FADV_SEQUENTIAL doubles the file's ra_pages.
+					if err := unix.Fadvise(int(g.Fd()), 0, 0, unix.FADV_SEQUENTIAL); err != nil {
 						t.Fatal(err)
 					}
-					var sum byte
-					if sc.name == "mmap-scan" {
-						for off := 0; off < size; off += 4096 {
-							sum += mem[off]
-						}
-					} else {
-						for _, off := range random4k {
-							sum += mem[off]
-						}
-					}
-					unix.Munmap(mem)
-					mmapSink = sum
+					ra *= 2
+				}
+				m = NewReadahead(ReadaheadConfig{
+					RAPages:     ra,
+					IOPages:     ioPages,
+					SmallFolios: small,
+					FilePages:   func(uint32) uint64 { return pages },
+					OnDecision:  func(d *RADecision) { model = append(model, modelRA(d)) },
 				})
-				// Feed the model the faults and fault-around mappings the
-				// kernel observed, in order.
-				for _, e := range evs {
-					switch e.name {
-					case "mm_filemap_fault":
-						first, _ := e.ofs(t)
-						m.Fault(1, first, func(*Request) {})
-					case "mm_filemap_map_pages":
-						first, last := e.ofs(t)
-						m.MapPages(1, first, last-first+1)
+				if sc.run != nil {
+					evs = ti.capture(st.Ino, func() { sc.run(t, g, m) })
+				} else {
+					evs = ti.capture(st.Ino, func() {
+						mem, err := unix.Mmap(int(g.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+						if err != nil {
+							t.Fatal(err)
+						}
+						var sum byte
+						if sc.name == "mmap-scan" {
+							for off := 0; off < size; off += 4096 {
+								sum += mem[off]
+							}
+						} else {
+							for _, off := range random4k {
+								sum += mem[off]
+							}
+						}
+						unix.Munmap(mem)
+						mmapSink = sum
+					})
+					// Feed the model the faults and fault-around mappings the
+					// kernel observed, in order.
+					for _, e := range evs {
+						switch e.name {
+						case "mm_filemap_fault":
+							first, _ := e.ofs(t)
+							m.Fault(1, first, func(*Request) {})
+						case "mm_filemap_map_pages":
+							first, last := e.ofs(t)
+							m.MapPages(1, first, last-first+1)
+						}
 					}
 				}
+				evicted := 0
+				for _, e := range evs {
+					if e.name == "mm_filemap_delete_from_page_cache" {
+						evicted++
+					}
+				}
+				if evicted == 0 {
+					break
+				}
+				if attempt == 3 {
+					disturbed = true
+					t.Logf("pages were evicted by someone else in all %d attempts; not asserting", attempt)
+					break
+				}
+				t.Logf("attempt %d: %d pages of the file were evicted by someone else during the run; retrying", attempt, evicted)
 			}
+			defer g.Close()
 			for _, e := range evs {
 				if e.name == "page_cache_sync_ra" && e.u64(t, "ra_pages") != ra {
 					t.Fatalf("kernel ra_pages %d, model has %d", e.u64(t, "ra_pages"), ra)
@@ -555,7 +587,7 @@ func TestReadaheadMatchesKernel(t *testing.T) {
 			if len(kern) == 0 {
 				t.Fatalf("no readahead events captured")
 			}
-			if sc.exact && rate < 0.95 {
+			if sc.exact && !disturbed && rate < 0.95 {
 				t.Errorf("match rate %.3f below 0.95 where the model is meant to be exact", rate)
 			}
 		})
