@@ -8,7 +8,8 @@ import (
 
 func init() {
 	register("readahead", &factory{
-		doc: "model of Linux 6.18 on-demand readahead (sync/async windows, PG_readahead marks, mmap read-around); the baseline of every comparison",
+		example: "readahead:kb=512",
+		doc:     "model of Linux 6.18 on-demand readahead (sync/async windows, PG_readahead marks, mmap read-around); the baseline of every comparison",
 		params: []param{
 			{"kb", "128", "read_ahead_kb: the readahead maximum in KiB"},
 			{"io_kb", "0", "bdi io_pages in KiB: reads larger than kb may use windows up to it; 0 means kb"},
@@ -30,7 +31,8 @@ func init() {
 		},
 	})
 	register("markov", &factory{
-		doc: "history policy: per-file first-order Markov model trained from recorded runs (predictio train markov); on each access a bounded walk emits pages not seen yet",
+		example: "markov:depth=32,mode=random,seed=7",
+		doc:     "history policy: per-file first-order Markov model trained from recorded runs (predictio train markov); on each access a bounded walk emits pages not seen yet",
 		params: []param{
 			{"depth", "16", "maximum walk length in transitions"},
 			{"threshold", "0.1", "stop when the walked path's probability drops below this"},
@@ -54,7 +56,8 @@ func init() {
 		},
 	})
 	register("tree", &factory{
-		doc: "B-tree hints: on TreeChildEnter, prefetch at most window upcoming children; pages requested within ttl (event time) are suppressed",
+		example: "tree:window=8,ttl=500ms",
+		doc:     "B-tree hints: on TreeChildEnter, prefetch at most window upcoming children; pages requested within ttl (event time) are suppressed",
 		params: []param{
 			{"window", "16", "maximum children prefetched per hint"},
 			{"ttl", "1s", "suppress pages requested this recently (event time)"},
@@ -68,7 +71,8 @@ func init() {
 		},
 	})
 	register("tensor", &factory{
-		doc: "LLM tensor layout hints: on TensorLayout, prefetch the tensor's byte extent as page ranges in bounded chunks; repeated extents are ignored",
+		example: "tensor:chunk=512",
+		doc:     "LLM tensor layout hints: on TensorLayout, prefetch the tensor's byte extent as page ranges in bounded chunks; repeated extents are ignored",
 		params: []param{
 			{"chunk", "0", "maximum pages per request; 0 means the command's --max-pages (default 256)"},
 		},
@@ -82,7 +86,8 @@ func init() {
 		},
 	})
 	register("stride", &factory{
-		doc: "constant-stride detector: after confidence repeats of the same page stride in a file, prefetch lookahead strides ahead (strides no larger than the access are left to readahead)",
+		example: "stride:confidence=3,lookahead=8",
+		doc:     "constant-stride detector: after confidence repeats of the same page stride in a file, prefetch lookahead strides ahead (strides no larger than the access are left to readahead)",
 		params: []param{
 			{"confidence", "2", "repeats of a stride before predicting"},
 			{"lookahead", "4", "strides prefetched ahead of the current access"},
@@ -94,7 +99,8 @@ func init() {
 		},
 	})
 	register("oracle", &factory{
-		doc: "upper bound: knows the bundle's future demand accesses and prefetches the next n distinct pages ahead of the current one",
+		example: "oracle:n=256,scope=file",
+		doc:     "upper bound: knows the bundle's future demand accesses and prefetches the next n distinct pages ahead of the current one",
 		params: []param{
 			{"n", "64", "distinct pages kept prefetched ahead"},
 			{"scope", "global", "global: next n pages of the whole trace; file: next n pages of the accessed file"},

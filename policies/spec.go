@@ -81,9 +81,10 @@ type param struct {
 }
 
 type factory struct {
-	doc    string
-	params []param
-	build  func(a *args, env Env) (Policy, error)
+	doc     string
+	example string
+	params  []param
+	build   func(a *args, env Env) (Policy, error)
 }
 
 var registry = map[string]*factory{}
@@ -112,6 +113,9 @@ func Describe(name string) string {
 	fmt.Fprintf(&b, "%s: %s\n", name, f.doc)
 	for _, p := range f.params {
 		fmt.Fprintf(&b, "  %-10s default %-8s %s\n", p.key, p.def, p.doc)
+	}
+	if f.example != "" {
+		fmt.Fprintf(&b, "  example: %s\n", f.example)
 	}
 	return b.String()
 }

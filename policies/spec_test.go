@@ -120,3 +120,16 @@ func TestDocsListParameters(t *testing.T) {
 		}
 	}
 }
+
+func TestDescribeExamplesBuild(t *testing.T) {
+	env := Env{Future: NewFuture(nil), Markov: NewMarkovBuilder(0).Build()}
+	for _, n := range Names() {
+		ex := registry[n].example
+		if ex == "" || !strings.Contains(Describe(n), "example: "+ex) {
+			t.Errorf("%s: no example in Describe", n)
+		}
+		if _, err := Build(ex, env); err != nil {
+			t.Errorf("example %q does not build: %v", ex, err)
+		}
+	}
+}
