@@ -165,24 +165,30 @@ func hugeLength(b []byte) []byte {
 	return nil
 }
 
-// TestWriteFuzzSeeds regenerates the checked-in seed corpus when
-// PREDICTIO_WRITE_FUZZ_SEEDS=1.
-func TestWriteFuzzSeeds(t *testing.T) {
-	if os.Getenv("PREDICTIO_WRITE_FUZZ_SEEDS") != "1" {
-		t.Skip("set PREDICTIO_WRITE_FUZZ_SEEDS=1 to regenerate testdata/fuzz")
-	}
-	write := func(target string, i int, b []byte) {
+// TestFuzzSeedCorpus checks that the checked-in seed corpus is what
+// fuzzSeeds generates now; PREDICTIO_WRITE_FUZZ_SEEDS=1 rewrites it.
+func TestFuzzSeedCorpus(t *testing.T) {
+	regen := os.Getenv("PREDICTIO_WRITE_FUZZ_SEEDS") == "1"
+	check := func(target string, i int, b []byte) {
 		dir := filepath.Join("testdata", "fuzz", target)
-		os.MkdirAll(dir, 0o755)
+		path := filepath.Join(dir, fmt.Sprintf("seed%02d", i))
 		body := fmt.Sprintf("go test fuzz v1\n[]byte(%s)\n", strconv.Quote(string(b)))
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed%02d", i)), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
+		if regen {
+			os.MkdirAll(dir, 0o755)
+			if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		got, err := os.ReadFile(path)
+		if err != nil || string(got) != body {
+			t.Errorf("%s is missing or stale (%v); regenerate with PREDICTIO_WRITE_FUZZ_SEEDS=1 go test -run TestFuzzSeedCorpus ./formats", path, err)
 		}
 	}
 	for i, s := range fuzzSeeds(t) {
-		write("FuzzReadTable", i, s)
+		check("FuzzReadTable", i, s)
 	}
-	write("FuzzManifest", 0, fuzzTables(t)[ManifestFile])
+	check("FuzzManifest", 0, fuzzTables(t)[ManifestFile])
 }
 
 // TestFuzzSeedsDoNotPanic runs the seeds and a sweep of truncations and
