@@ -3,6 +3,7 @@ package record
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,8 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/predictio/predictio/hints"
 )
 
 // BenchmarkTransport offers synthetic events (bench.bpf.c: 64 records per
@@ -64,8 +63,8 @@ func BenchmarkTransport(b *testing.B) {
 }
 
 // BenchmarkHintSocket sends b.N tree_child_enter hints (path form, 4
-// children) from 1 or 2 client goroutines and reports hints/s accepted by
-// the recorder.
+// children) from 1 or 2 sender processes (Go client) and reports hints/s
+// accepted by the recorder.
 func BenchmarkHintSocket(b *testing.B) {
 	for _, senders := range []int{1, 2} {
 		b.Run(fmt.Sprintf("senders=%d", senders), func(b *testing.B) { benchHints(b, senders) })
@@ -97,30 +96,41 @@ func benchHints(b *testing.B, senders int) {
 	case err := <-done:
 		b.Fatal(err)
 	}
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ins []io.WriteCloser
+	var cmds []*exec.Cmd
+	for s := range senders {
+		n := b.N / senders
+		if s == 0 {
+			n += b.N % senders
+		}
+		cmd := exec.Command(exe)
+		cmd.Env = append(os.Environ(), "PREDICTIO_RECORD_HELPER=hints", "PREDICTIO_RECORD_SOCK="+sock,
+			"PREDICTIO_RECORD_FILE="+data, "PREDICTIO_RECORD_N="+strconv.Itoa(n))
+		in, _ := cmd.StdinPipe()
+		out, _ := cmd.StdoutPipe()
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		ready := make([]byte, 6)
+		if _, err := io.ReadFull(out, ready); err != nil {
+			b.Fatalf("hint sender: %v", err)
+		}
+		ins, cmds = append(ins, in), append(cmds, cmd)
+	}
 	b.ResetTimer()
 	start := time.Now()
-	errs := make(chan error, senders)
-	for s := range senders {
-		go func() {
-			c, err := hints.Dial(sock)
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer c.Close()
-			children := []uint64{10, 11, 12, 13}
-			for i := s; i < b.N; i += senders {
-				if err := c.TreeChildEnter(hints.Path(data), uint64(i), 1, children); err != nil {
-					errs <- err
-					return
-				}
-			}
-			errs <- nil
-		}()
+	for _, in := range ins {
+		io.WriteString(in, "go\n")
+		in.Close()
 	}
-	for range senders {
-		if err := <-errs; err != nil {
-			b.Fatal(err)
+	for _, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			b.Fatalf("hint sender: %v", err)
 		}
 	}
 	for r.hints.accepted.Load() < uint64(b.N) {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+
+	"github.com/predictio/predictio/hints"
 	"strconv"
 	"time"
 
@@ -98,5 +100,30 @@ func helperGetppid() int {
 		n += 16
 	}
 	fmt.Println(n)
+	return 0
+}
+
+// helperHints dials PREDICTIO_RECORD_SOCK, prints "ready", waits for a line
+// on stdin, then sends PREDICTIO_RECORD_N tree_child_enter hints naming
+// PREDICTIO_RECORD_FILE.
+func helperHints() int {
+	c, err := hints.Dial(os.Getenv("PREDICTIO_RECORD_SOCK"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer c.Close()
+	n, _ := strconv.Atoi(os.Getenv("PREDICTIO_RECORD_N"))
+	f := hints.Path(os.Getenv("PREDICTIO_RECORD_FILE"))
+	fmt.Println("ready")
+	var line string
+	fmt.Scanln(&line)
+	children := []uint64{10, 11, 12, 13}
+	for i := 0; i < n; i++ {
+		if err := c.TreeChildEnter(f, uint64(i), 1, children); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	return 0
 }

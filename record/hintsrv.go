@@ -91,6 +91,9 @@ func newHintServer(path string, r *recorder, uids []uint32) (*hintServer, error)
 	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20) != nil {
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
 	}
+	// Kernel arrival timestamps (CLOCK_REALTIME, converted to CLOCK_MONOTONIC
+	// per batch), so batching receives does not blur when hints arrived.
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
 	tv := unix.NsecToTimeval(int64(50 * time.Millisecond))
 	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 	s := &hintServer{
@@ -136,6 +139,8 @@ func newMonoClock() monoClock {
 
 func (c monoClock) now() uint64 { return c.mono0 + uint64(time.Since(c.base)) }
 
+func (c monoClock) at(t time.Time) uint64 { return c.mono0 + uint64(t.Sub(c.base)) }
+
 const cmsgAlign = 8 // sizeof(long) on 64-bit Linux
 
 func align(n int) int { return (n + cmsgAlign - 1) &^ (cmsgAlign - 1) }
@@ -153,8 +158,9 @@ const hintBatch = 32
 // serve receives datagrams until stop; it never panics on bad input.
 func (s *hintServer) serve() {
 	runtime.LockOSThread()
+	boostThread()
 	defer func() { s.cpu.Store(threadCPU()) }()
-	const oobLen = 256 // SCM_CREDENTIALS + up to 16 SCM_RIGHTS fds
+	const oobLen = 256 // SCM_CREDENTIALS, SCM_TIMESTAMPNS, up to 16 SCM_RIGHTS fds
 	bufs := make([]byte, hintBatch*(hints.MaxDatagram+1))
 	oobs := make([]byte, hintBatch*oobLen)
 	var iovs [hintBatch]unix.Iovec
@@ -186,13 +192,19 @@ func (s *hintServer) serve() {
 			}
 			return // socket closed
 		}
-		ts := s.clock.now()
+		now := time.Now()
+		mono := s.clock.at(now)
+		offset := now.UnixNano() - int64(mono) // CLOCK_REALTIME - CLOCK_MONOTONIC
 		s.r.wmu.Lock()
 		for i := 0; i < int(n); i++ {
 			mh := &hdrs[i].hdr
 			oob := oobs[i*oobLen : i*oobLen+int(mh.Controllen)]
 			buf := bufs[i*(hints.MaxDatagram+1) : (i+1)*(hints.MaxDatagram+1)]
-			cred, nfds := parseControl(oob, &fds)
+			cred, nfds, rt := parseControl(oob, &fds)
+			ts := mono
+			if rt > offset && uint64(rt-offset) <= mono {
+				ts = uint64(rt - offset)
+			}
 			rej := s.handle(buf, int(hdrs[i].n), mh.Flags, cred, fds[:nfds], ts, &msg, &h)
 			for _, fd := range fds[:nfds] {
 				unix.Close(int(fd))
@@ -209,7 +221,7 @@ func (s *hintServer) serve() {
 
 // parseControl extracts the sender's credentials and passed descriptors
 // (up to len(fds); extra ones are closed) from control messages.
-func parseControl(oob []byte, fds *[16]int32) (cred *unix.Ucred, nfds int) {
+func parseControl(oob []byte, fds *[16]int32) (cred *unix.Ucred, nfds int, realtimeNS int64) {
 	for off := 0; off+unix.SizeofCmsghdr <= len(oob); {
 		ch := (*unix.Cmsghdr)(unsafe.Pointer(&oob[off]))
 		l := int(ch.Len)
@@ -222,6 +234,10 @@ func parseControl(oob []byte, fds *[16]int32) (cred *unix.Ucred, nfds int) {
 			case unix.SCM_CREDENTIALS:
 				if len(data) >= unix.SizeofUcred {
 					cred = (*unix.Ucred)(unsafe.Pointer(&data[0]))
+				}
+			case unix.SCM_TIMESTAMPNS:
+				if len(data) >= int(unsafe.Sizeof(unix.Timespec{})) {
+					realtimeNS = (*unix.Timespec)(unsafe.Pointer(&data[0])).Nano()
 				}
 			case unix.SCM_RIGHTS:
 				for i := 0; i+4 <= len(data); i += 4 {
@@ -237,7 +253,7 @@ func parseControl(oob []byte, fds *[16]int32) (cred *unix.Ucred, nfds int) {
 		}
 		off += align(l)
 	}
-	return cred, nfds
+	return cred, nfds, realtimeNS
 }
 
 // handle checks and writes one datagram; it returns a rej* reason or -1.

@@ -412,12 +412,6 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if r.opens, err = ringbuf.NewReader(coll.Maps[bpf.RecordMapOpens]); err != nil {
 		return nil, fmt.Errorf("open opens ring: %w", err)
 	}
-	if cfg.HintSocket != "" {
-		if r.hints, err = newHintServer(cfg.HintSocket, r, cfg.HintUIDs); err != nil {
-			return nil, err
-		}
-		defer r.hints.close()
-	}
 
 	debugTime("attach")
 	// Attach.
@@ -451,6 +445,14 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	man.Start = formats.Timestamp{Wall: time.Now(), MonotonicNS: monoNow()}
 	start := time.Now()
+	// The hint socket opens once recording has started, so every hint
+	// arrives within [start, end].
+	if cfg.HintSocket != "" {
+		if r.hints, err = newHintServer(cfg.HintSocket, r, cfg.HintUIDs); err != nil {
+			return nil, err
+		}
+		defer r.hints.close()
+	}
 
 	// Pipeline.
 	pipe := newPipeline(r)

@@ -32,6 +32,8 @@ func TestMain(m *testing.M) {
 		os.Exit(helperScan())
 	case "getppid":
 		os.Exit(helperGetppid())
+	case "hints":
+		os.Exit(helperHints())
 	}
 	os.Exit(3)
 }
