@@ -577,7 +577,8 @@ func (w *Writer) writePartialManifest() error {
 	if err := writeJSONAtomic(w.dir, PartialManifestFile, &m); err != nil {
 		return fmt.Errorf("write provisional manifest: %w", err)
 	}
-	return nil
+	// Make the table files' and the manifest's directory entries durable.
+	return syncDir(w.dir)
 }
 
 // writeJSONAtomic writes v as indented JSON to dir/name through a temporary
