@@ -106,7 +106,7 @@ func parseTrace(data []byte) []traceEvent {
 		if strings.HasPrefix(line, "#") {
 			continue
 		}
-		for _, name := range []string{"page_cache_sync_ra", "page_cache_async_ra", "page_cache_ra_order", "mm_filemap_fault", "mm_filemap_map_pages", "mm_filemap_delete_from_page_cache"} {
+		for _, name := range []string{"page_cache_sync_ra", "page_cache_async_ra", "page_cache_ra_order", "mm_filemap_fault", "mm_filemap_map_pages", "mm_filemap_delete_from_page_cache", "mm_filemap_get_pages"} {
 			i := strings.Index(line, " "+name+": ")
 			if i < 0 {
 				continue
@@ -202,6 +202,7 @@ var raEvents = []string{
 	"readahead/page_cache_ra_order",
 	"filemap/mm_filemap_fault",
 	"filemap/mm_filemap_map_pages",
+	"filemap/mm_filemap_get_pages",
 }
 
 func newTraceInstance(t *testing.T) *traceInstance {
@@ -427,6 +428,7 @@ func TestReadaheadMatchesKernel(t *testing.T) {
 		{"mmap-random", false, nil},
 	}
 	total, matchedAll := 0, 0
+	lookupTotal, lookupMatched := 0, 0
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			var (
@@ -556,6 +558,31 @@ func TestReadaheadMatchesKernel(t *testing.T) {
 			}
 			t.Logf("events: %v", counts)
 			kern := kernelDecisions(t, evs)
+			if sc.run != nil {
+				// The recorder sees reads as mm_filemap_get_pages lookups,
+				// several per large read call: a model fed those must
+				// decide as the kernel did too.
+				var viaLookups []kernelRA
+				m2 := NewReadahead(ReadaheadConfig{RAPages: ra, IOPages: ioPages, SmallFolios: small,
+					FilePages:  func(uint32) uint64 { return pages },
+					OnDecision: func(d *RADecision) { viaLookups = append(viaLookups, modelRA(d)) }})
+				lookups := 0
+				for _, e := range evs {
+					if e.name == "mm_filemap_get_pages" {
+						first, last := e.ofs(t)
+						m2.Read(1, first, last-first+1, func(*Request) {})
+						lookups++
+					}
+				}
+				matched2, _ := matchDecisions(kern, viaLookups)
+				rate2 := float64(matched2) / float64(max(len(kern), len(viaLookups), 1))
+				lookupTotal += max(len(kern), len(viaLookups))
+				lookupMatched += matched2
+				t.Logf("%s fed the %d recorded read lookups instead of the read calls: %d decisions, matched %d: match rate %.3f", sc.name, lookups, len(viaLookups), matched2, rate2)
+				if sc.exact && !disturbed && rate2 < 0.95 {
+					t.Errorf("match rate %.3f from read lookups below 0.95", rate2)
+				}
+			}
 			matched, diffs := matchDecisions(kern, model)
 			den := max(len(kern), len(model))
 			rate := 1.0
@@ -593,4 +620,5 @@ func TestReadaheadMatchesKernel(t *testing.T) {
 		})
 	}
 	t.Logf("overall: %d of %d decisions matched (%.3f)", matchedAll, total, float64(matchedAll)/float64(max(total, 1)))
+	t.Logf("read scenarios fed recorded lookups: %d of %d decisions matched (%.3f)", lookupMatched, lookupTotal, float64(lookupMatched)/float64(max(lookupTotal, 1)))
 }
