@@ -320,6 +320,54 @@ func TestVMQueueFull(t *testing.T) {
 	t.Logf("flood: %d queued, %d dropped, queue max %d", c.ItemsQueued, c.DroppedQueueFull, c.QueueMax)
 }
 
+// TestVMConfig checks the CONFIG ioctl: defaults, zero keeps a field,
+// invalid values are refused, and the ring size is fixed once mapped.
+func TestVMConfig(t *testing.T) {
+	needModule(t)
+	b := openBackend(t)
+	want := Config{QueueCapacity: DefaultQueueCapacity, InFlightLimit: DefaultInFlightLimit, Workers: DefaultWorkers, ItemPages: DefaultItemPages, RingEntries: DefaultRingEntries}
+	if got := b.Config(); got != want {
+		t.Errorf("defaults: %+v, want %+v", got, want)
+	}
+	got, err := b.SetConfig(Config{Workers: 3})
+	want.Workers = 3
+	if err != nil || got != want {
+		t.Errorf("SetConfig(workers 3) = %+v, %v; want %+v", got, err, want)
+	}
+	for _, bad := range []Config{
+		{Workers: MaxWorkers + 1},
+		{RingEntries: 100},       // not a power of two
+		{RingEntries: 1 << 21},   // too large
+		{QueueCapacity: 1 << 21}, // too large
+		{Flags: 1},
+	} {
+		if _, err := b.SetConfig(bad); !errors.Is(err, unix.EINVAL) {
+			t.Errorf("SetConfig(%+v) = %v, want EINVAL", bad, err)
+		}
+	}
+	if _, err := b.SetConfig(Config{RingEntries: 1024}); !errors.Is(err, unix.EBUSY) {
+		t.Errorf("resizing a mapped ring: %v, want EBUSY", err)
+	}
+	if got, err := b.SetConfig(Config{QueueCapacity: 8}); err != nil || got.QueueCapacity != 8 {
+		t.Errorf("queue capacity 8: %+v, %v", got, err)
+	}
+	// A bad fd and a non-regular file cannot be registered.
+	if err := b.Register(1, os.NewFile(uintptr(1<<20), "bogus")); !errors.Is(err, unix.EBADF) {
+		t.Errorf("register a closed fd: %v, want EBADF", err)
+	}
+	dir, err := os.Open(dataDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	if err := b.Register(2, dir); !errors.Is(err, unix.EINVAL) {
+		t.Errorf("register a directory: %v, want EINVAL", err)
+	}
+	if err := b.Unregister(9); !errors.Is(err, ErrUnknownFile) {
+		t.Errorf("unregister unknown id: %v", err)
+	}
+}
+
 // TestVMRingWrap pushes many more entries than the ring holds through one
 // Submit, so the producer drains the ring mid-request and wraps around.
 func TestVMRingWrap(t *testing.T) {
