@@ -400,6 +400,11 @@ func TestVMRingWrap(t *testing.T) {
 	if c.Notifies < 3000/16 {
 		t.Errorf("%d notifies for 3000 entries through 16 slots", c.Notifies)
 	}
+	// The hot path allocates nothing.
+	req := &policies.Request{File: 3, Ranges: rs[:8]}
+	if a := testing.AllocsPerRun(200, func() { b.Submit(req) }); a != 0 {
+		t.Errorf("Submit allocates %.1f times per call", a)
+	}
 }
 
 func mustSlot(tb testing.TB, b *Backend, id uint32) uint32 {
