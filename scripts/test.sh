@@ -32,4 +32,5 @@ if [ -x kmod/vmtest/run.sh ]; then
 	echo "== kernel module and 6.1 tests under qemu"
 	kmod/vmtest/run.sh
 fi
+echo "== interop (DuckDB, polars)"; scripts/interop-check.sh
 echo "== all tests passed"
