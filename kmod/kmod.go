@@ -96,6 +96,9 @@ func Open(opts ...Option) (*Backend, error) {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("open %s: %w", o.dev, ErrNotLoaded)
 		}
+		if errors.Is(err, os.ErrPermission) {
+			return nil, fmt.Errorf("open %s: %w: the device is root-only (mode 0600); run as root or grant read-write access to it", o.dev, err)
+		}
 		return nil, fmt.Errorf("open %s: %w", o.dev, err)
 	}
 	b := &Backend{dev: dev, fd: int(dev.Fd()), slots: make(map[uint32]uint32)}
