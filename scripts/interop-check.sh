@@ -16,10 +16,10 @@ cd "$(dirname "$0")/.."
 
 die() { echo "interop-check: $*" >&2; exit 1; }
 
-command -v node >/dev/null 2>&1 || die "node not found: install Node.js >= 20 (apt-get install nodejs npm, or https://nodejs.org)"
-command -v npm >/dev/null 2>&1 || die "npm not found: install npm (apt-get install npm)"
+command -v node >/dev/null 2>&1 || die "node not found: install Node.js >= 20 with npm (Debian 12's own nodejs is 18; use the NodeSource nodejs package)"
+command -v npm >/dev/null 2>&1 || die "npm not found: install npm (it ships with the NodeSource nodejs package)"
 node_major=$(node -p 'process.versions.node.split(".")[0]')
-[ "$node_major" -ge 20 ] || die "node $(node --version) is too old: need >= 20"
+[ "$node_major" -ge 20 ] || die "node $(node --version) is too old: need >= 20 (NodeSource nodejs package)"
 command -v go >/dev/null 2>&1 || die "go not found: run scripts/setup.sh"
 
 # Install the readers (DuckDB, polars) from the lockfile unless up to date.
