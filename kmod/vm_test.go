@@ -387,8 +387,12 @@ func TestVMRingWrap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The three rounds name the same pages: a round-2 item can be checked
+	// by one worker before a round-1 read of the same pages by another
+	// worker inserted them, so a few pages may be handed to readahead twice
+	// (readahead then skips them); the pages balance either way.
 	c := waitIdle(t, b)
-	if c.EntriesReceived != 3000 || c.DroppedQueueFull != 0 || c.PagesSubmitted != 2000 || c.PagesCached != 4000 {
+	if c.EntriesReceived != 3000 || c.DroppedQueueFull != 0 || c.PagesSubmitted < 2000 || c.PagesSubmitted+c.PagesCached != 6000 {
 		t.Errorf("3000 entries through a 16-entry ring: %+v", c)
 	}
 	tf.refresh(t)
