@@ -169,16 +169,26 @@ int handle_cache_add(struct trace_event_raw_mm_filemap_op_page_cache *ctx)
 	return emit(KIND_CACHE_ADD, ctx->s_dev, ctx->i_ino, ctx->index, n);
 }
 
+// ra_pages is the size of the request that triggered readahead (req_count);
+// the window the kernel then reads shows up as cache_add events.
+static __always_inline __u64 ra_pages(struct trace_event_raw_page_cache_ra_op *ctx)
+{
+	__u64 n = 0;
+	if (bpf_core_field_exists(ctx->req_count))
+		n = BPF_CORE_READ(ctx, req_count);
+	return n ? n : 1;
+}
+
 SEC("tracepoint/readahead/page_cache_sync_ra")
 int handle_sync_ra(struct trace_event_raw_page_cache_ra_op *ctx)
 {
-	return emit(KIND_RA_SYNC, ctx->s_dev, ctx->i_ino, ctx->index, ctx->size);
+	return emit(KIND_RA_SYNC, ctx->s_dev, ctx->i_ino, ctx->index, ra_pages(ctx));
 }
 
 SEC("tracepoint/readahead/page_cache_async_ra")
 int handle_async_ra(struct trace_event_raw_page_cache_ra_op *ctx)
 {
-	return emit(KIND_RA_ASYNC, ctx->s_dev, ctx->i_ino, ctx->index, ctx->size);
+	return emit(KIND_RA_ASYNC, ctx->s_dev, ctx->i_ino, ctx->index, ra_pages(ctx));
 }
 
 SEC("tracepoint/sched/sched_process_fork")

@@ -36,6 +36,16 @@ type fileEntry struct {
 	key   fileKey
 	state atomic.Uint32
 	path  string // guarded by fileTable.mu
+	// pages is the file's size in pages when last stat'ed (0: unknown),
+	// statAt when (monotonic ns); used by the writer only.
+	pages  uint64
+	statAt uint64
+}
+
+// setSize records st's size in pages.
+func (e *fileEntry) setSize(st *unix.Stat_t, now uint64) {
+	e.pages = (uint64(st.Size) + 4095) / 4096
+	e.statAt = now
 }
 
 // filter holds the path and size filters.
@@ -180,10 +190,12 @@ func (t *fileTable) add(key fileKey, pid uint32, path string) *fileEntry {
 		path = scanProc(pid, key)
 	}
 	state := t.filt.unknownState()
+	size := int64(-1)
 	if path != "" {
 		var st unix.Stat_t
 		if err := unix.Stat(path, &st); err == nil && statKey(&st) == key {
 			state = t.filt.decide(path, &st)
+			size = st.Size
 		} else {
 			state = t.filt.decide(path, nil)
 		}
@@ -194,6 +206,9 @@ func (t *fileTable) add(key fileKey, pid uint32, path string) *fileEntry {
 		return e
 	}
 	e := &fileEntry{id: uint32(len(t.list)), key: key, path: path}
+	if size >= 0 {
+		e.pages, e.statAt = (uint64(size)+4095)/4096, monoNow()
+	}
 	t.byKey[key] = e
 	t.list = append(t.list, e)
 	t.mu.Unlock()
@@ -348,4 +363,43 @@ func (t *fileTable) files() (rows []formats.File, unresolved int) {
 		rows = append(rows, f)
 	}
 	return rows, unresolved
+}
+
+// pathOf returns e's path.
+func (t *fileTable) pathOf(e *fileEntry) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e.path == "" {
+		return t.cands[e.key]
+	}
+	return e.path
+}
+
+// restatAfter is how long a file's size is trusted before an event beyond
+// it makes the writer stat the file again (it may have grown).
+const restatAfter = 100 * 1000 * 1000
+
+// clamp trims [first, first+n) to the file's pages. It returns 0 when the
+// range lies wholly beyond the end of the file (a read at EOF, a
+// fault-around window or large folio past it).
+func (t *fileTable) clamp(e *fileEntry, first uint64, n uint32) uint32 {
+	end := first + uint64(n)
+	if e.pages == 0 && e.statAt == 0 || end <= e.pages {
+		return n
+	}
+	if now := monoNow(); now-e.statAt > restatAfter {
+		var st unix.Stat_t
+		if p := t.pathOf(e); p != "" && unix.Stat(p, &st) == nil && statKey(&st) == e.key {
+			e.setSize(&st, now)
+		} else {
+			e.statAt = now
+		}
+		if end <= e.pages {
+			return n
+		}
+	}
+	if first >= e.pages {
+		return 0
+	}
+	return uint32(e.pages - first)
 }

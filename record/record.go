@@ -56,6 +56,8 @@ type Config struct {
 
 	RingBytes int // events ring buffer size; 0 for 16 MiB
 
+	ToolVersion string // written to the manifest's tool_version
+
 	// Stdin, Stdout, Stderr of the command; nil means the recorder's own.
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
@@ -438,6 +440,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 
 	man := w.Manifest()
 	man.Host = formats.HostInfo()
+	man.ToolVersion = cfg.ToolVersion
 	man.Recording = formats.Recording{
 		Source: "record", CommandLine: cfg.Command, Target: target,
 		Include: cfg.Include, Exclude: filt.exclude, Comm: cfg.Comm, MinSizeBytes: cfg.MinSize,

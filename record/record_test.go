@@ -184,6 +184,9 @@ func recordE(t testing.TB, ctx context.Context, cfg Config) (*recorded, error) {
 		return nil, fmt.Errorf("record: %w", err)
 	}
 	t.Logf("%s", sum)
+	if errs := formats.Verify(cfg.Output); len(errs) > 0 {
+		return nil, fmt.Errorf("recorded bundle fails verification: %v", errs)
+	}
 	out := &recorded{sum: sum}
 	b, err := formats.Open(cfg.Output)
 	if err != nil {

@@ -193,6 +193,13 @@ func (w *writer) writeBatch(b *batch) {
 			filtered++
 			continue
 		}
+		npages := e.Npages
+		if fe.statAt != 0 {
+			if npages = r.files.clamp(fe, e.Index, npages); npages == 0 {
+				filtered++
+				continue
+			}
+		}
 		c := *(*[16]byte)(unsafe.Pointer(&e.Comm))
 		if c != w.lastComm || w.comm == "" {
 			var ok bool
@@ -204,7 +211,7 @@ func (w *writer) writeBatch(b *batch) {
 		}
 		w.a = formats.Access{
 			TS: e.Ts, PID: e.Pid, TID: e.Tid, Comm: w.comm, FileID: fe.id,
-			FirstPage: e.Index, NPages: e.Npages, Kind: formats.AccessKind(e.Kind),
+			FirstPage: e.Index, NPages: npages, Kind: formats.AccessKind(e.Kind),
 		}
 		if err := r.out.Append(&w.a); err != nil {
 			r.setWriteErr(err)

@@ -80,6 +80,7 @@ func init() {
 		cfg := record.Config{
 			Output: *out, Command: fs.Args(), Cgroup: *cg, All: *all, Duration: *dur,
 			Include: include, Exclude: exclude, Comm: comm, MinSize: uint64(minSize), RingBytes: int(ring),
+			ToolVersion: version,
 		}
 		for _, p := range pids {
 			n, err := strconv.Atoi(p)
