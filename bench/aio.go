@@ -71,8 +71,14 @@ func ioSubmit(ctx aioCtx, cbs []*iocb) (int, error) {
 	return int(n), nil
 }
 
-func ioGetevents(ctx aioCtx, min int, evs []ioEvent) (int, error) {
-	n, _, e := unix.Syscall6(unix.SYS_IO_GETEVENTS, uintptr(ctx), uintptr(min), uintptr(len(evs)), uintptr(unsafe.Pointer(&evs[0])), 0, 0)
+func ioGetevents(ctx aioCtx, min int, evs []ioEvent, raw bool) (int, error) {
+	var n uintptr
+	var e unix.Errno
+	if raw {
+		n, _, e = unix.RawSyscall6(unix.SYS_IO_GETEVENTS, uintptr(ctx), uintptr(min), uintptr(len(evs)), uintptr(unsafe.Pointer(&evs[0])), 0, 0)
+	} else {
+		n, _, e = unix.Syscall6(unix.SYS_IO_GETEVENTS, uintptr(ctx), uintptr(min), uintptr(len(evs)), uintptr(unsafe.Pointer(&evs[0])), 0, 0)
+	}
 	if e == unix.EINTR {
 		return 0, nil
 	}

@@ -48,6 +48,10 @@ type Point struct {
 	Harvest       string        // uring backends: "wait", "backoff" or "auto" (""): wait for uring, backoff with SQPOLL, as fio does
 	DeferTaskrun  bool          // uring (no SQPOLL): COOP_TASKRUN|SINGLE_ISSUER|DEFER_TASKRUN like fio 3.33
 	SQThreadIdle  time.Duration // SQPOLL idle window
+	// RawSyscalls issues the blocking syscalls (pread/pwrite, io_getevents,
+	// io_uring_enter) without telling the Go scheduler, and raises
+	// GOMAXPROCS to Threads+1 for the point so each thread keeps its P.
+	RawSyscalls bool
 }
 
 // Result is one measured point. The JSON keys are stable.
@@ -80,6 +84,7 @@ type Result struct {
 	RegFiles    bool    `json:"registerfiles"`
 	Harvest     string  `json:"harvest,omitempty"`
 	DeferTR     bool    `json:"defer_taskrun,omitempty"`
+	Raw         bool    `json:"raw_syscalls"`
 	Mlocked     *bool   `json:"mlocked,omitempty"`
 	Errors      uint64  `json:"errors"`
 }
@@ -201,7 +206,10 @@ func Run(p Point) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Tool: "predictio", Backend: p.Backend, RW: p.RW, Threads: p.Threads, QD: p.QD, CachedPages: cached}
+	res := Result{Tool: "predictio", Backend: p.Backend, RW: p.RW, Threads: p.Threads, QD: p.QD, CachedPages: cached, Raw: p.RawSyscalls}
+	if p.RawSyscalls {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(runtime.NumCPU(), p.Threads+1)))
+	}
 	switch p.Backend {
 	case Psync:
 		err = runThreads(&p, &res, nil, func(i int, stop *atomic.Bool, tr *threadResult) { psyncThread(&p, i, stop, tr) })
@@ -282,6 +290,21 @@ func runThreads(p *Point, res *Result, extra func(), body func(i int, stop *atom
 	return nil
 }
 
+// rw64 is pread64/pwrite64, raw or through the Go scheduler.
+func rw64(raw bool, nr uintptr, fd int, buf []byte, off int64) (int, error) {
+	var r uintptr
+	var e unix.Errno
+	if raw {
+		r, _, e = unix.RawSyscall6(nr, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(off), 0, 0)
+	} else {
+		r, _, e = unix.Syscall6(nr, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(off), 0, 0)
+	}
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
+
 // openThreadFile opens the scratch file O_DIRECT for one thread.
 func openThreadFile(p *Point) (*os.File, error) {
 	flag := os.O_RDONLY
@@ -322,11 +345,11 @@ func psyncThread(p *Point, id int, stop *atomic.Bool, tr *threadResult) {
 		off := int64(r.next()%blocks) * BlockSize
 		t0 := time.Now()
 		var n int
+		nr := uintptr(unix.SYS_PREAD64)
 		if p.isWrite(i) {
-			n, err = unix.Pwrite(fd, buf, off)
-		} else {
-			n, err = unix.Pread(fd, buf, off)
+			nr = unix.SYS_PWRITE64
 		}
+		n, err = rw64(p.RawSyscalls, nr, fd, buf, off)
 		tr.syscalls++
 		if errors.Is(err, unix.EINTR) {
 			continue
@@ -411,7 +434,7 @@ func aioThread(p *Point, id int, stop *atomic.Bool, tr *threadResult) {
 			}
 			continue
 		}
-		n, err := ioGetevents(ctx, 1, evs)
+		n, err := ioGetevents(ctx, 1, evs, p.RawSyscalls)
 		tr.syscalls++
 		if err != nil {
 			tr.err = err
@@ -475,6 +498,9 @@ func runEngine(p *Point, res *Result) error {
 	}
 	if p.Harvest == harvestSpin {
 		opts = append(opts, engine.WithHarvest(engine.HarvestBackoff))
+	}
+	if p.RawSyscalls {
+		opts = append(opts, engine.WithRawSyscalls())
 	}
 	res.FixedBufs, res.RegFiles, res.Harvest = p.FixedBufs, p.RegisterFiles, p.Harvest
 	e, err := engine.New([]*os.File{f}, opts...)

@@ -131,6 +131,7 @@ type config struct {
 	pauses      int
 	sqThreadCPU int
 	deferTR     bool
+	raw         bool
 }
 
 // Option configures New.
@@ -168,6 +169,11 @@ func WithSQThreadCPU(cpu int) Option { return func(c *config) { c.sqThreadCPU = 
 // every worker goroutine must call runtime.LockOSThread before using its
 // Worker and keep it locked. Not with SQPOLL. Linux 6.1.
 func WithDeferTaskrun() Option { return func(c *config) { c.deferTR = true } }
+
+// WithRawSyscalls makes the rings' io_uring_enter calls raw syscalls
+// (uring.WithRawSyscalls): cheaper waits, but each waiting worker holds a
+// Go P. For dedicated worker goroutines, at most GOMAXPROCS-1 of them.
+func WithRawSyscalls() Option { return func(c *config) { c.raw = true } }
 
 // WithHarvest selects how workers wait for completions, default HarvestWait.
 func WithHarvest(h Harvest) Option { return func(c *config) { c.harvest = h } }
@@ -236,6 +242,9 @@ func New(files []*os.File, opts ...Option) (*Engine, error) {
 	}
 	for i := 0; i < cfg.workers; i++ {
 		var ropts []uring.Option
+		if cfg.raw {
+			ropts = append(ropts, uring.WithRawSyscalls())
+		}
 		if cfg.deferTR {
 			ropts = append(ropts, uring.WithDisabled(), uring.WithCoopTaskrun(), uring.WithDeferTaskrun())
 		}
