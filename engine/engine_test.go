@@ -116,6 +116,8 @@ func TestReadKnownBytes(t *testing.T) {
 		{"shared-wait", []Option{WithSharedPoller(10 * time.Millisecond), WithWorkers(2)}},
 		{"defer-taskrun", []Option{WithDeferTaskrun(), WithWorkers(2)}},
 		{"defer-taskrun-backoff", []Option{WithDeferTaskrun(), WithHarvest(HarvestBackoff)}},
+		{"raw-defer", []Option{WithRawSyscalls(), WithDeferTaskrun(), WithWorkers(2)}},
+		{"raw-shared", []Option{WithRawSyscalls(), WithSharedPoller(time.Second), WithWorkers(2)}},
 	}
 	const perWorker = 300
 	for _, tc := range cases {
