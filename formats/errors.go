@@ -11,4 +11,3 @@ var (
 	ErrCorrupt = errors.New("corrupt bundle")
 )
 
-var errNotImplemented = errors.New("not implemented yet")

@@ -2,7 +2,6 @@ package formats
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"unsafe"
@@ -360,4 +359,3 @@ func dictIndex(b []byte, width, i int) int {
 	}
 }
 
-var errNoFile = errors.New("no such table")
