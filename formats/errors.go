@@ -10,4 +10,3 @@ var (
 	// ErrCorrupt means a bundle file is truncated, malformed or fails a check.
 	ErrCorrupt = errors.New("corrupt bundle")
 )
-

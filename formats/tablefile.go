@@ -358,4 +358,3 @@ func dictIndex(b []byte, width, i int) int {
 		return int(int64(binary.LittleEndian.Uint64(b[8*i:])))
 	}
 }
-
