@@ -18,14 +18,15 @@ type Normalizer struct {
 	// Clipped counts pages dropped because they were at or beyond EOF.
 	Clipped uint64
 
-	buf          []Range
+	pages        []uint64 // single pages (Add)
+	buf          []Range  // ranges (AddRange)
 	out          []Range
 	req          Request
 	inReq, total uint64
 }
 
 // Add queues one page for the next Flush.
-func (n *Normalizer) Add(page uint64) { n.buf = append(n.buf, Range{First: page, N: 1}) }
+func (n *Normalizer) Add(page uint64) { n.pages = append(n.pages, page) }
 
 // AddRange queues count pages starting at first. count 0 is ignored.
 func (n *Normalizer) AddRange(first uint64, count uint32) {
@@ -35,10 +36,13 @@ func (n *Normalizer) AddRange(first uint64, count uint32) {
 }
 
 // Pending returns the number of queued ranges.
-func (n *Normalizer) Pending() int { return len(n.buf) }
+func (n *Normalizer) Pending() int { return len(n.buf) + len(n.pages) }
 
 // Reset drops queued pages.
-func (n *Normalizer) Reset() { n.buf = n.buf[:0] }
+func (n *Normalizer) Reset() {
+	n.buf = n.buf[:0]
+	n.pages = n.pages[:0]
+}
 
 // Pages normalizes pages of file and emits the requests. pages is not
 // modified. eof is the end of file in pages; 0 means unknown.
@@ -88,21 +92,69 @@ func sortRanges(rs []Range) {
 	}
 }
 
+// sortPages sorts page numbers: insertion sort for short lists, pdqsort
+// beyond.
+func sortPages(ps []uint64) {
+	if len(ps) > 24 {
+		if !slices.IsSorted(ps) {
+			slices.Sort(ps)
+		}
+		return
+	}
+	for i := 1; i < len(ps); i++ {
+		p := ps[i]
+		j := i
+		for j > 0 && ps[j-1] > p {
+			ps[j] = ps[j-1]
+			j--
+		}
+		ps[j] = p
+	}
+}
+
 // Flush normalizes the queued pages of file, emits them as one or more
 // requests and clears the queue. It returns the number of pages emitted.
 func (n *Normalizer) Flush(file uint32, eof uint64, emit Emit) uint64 {
-	buf := n.buf
-	n.buf = n.buf[:0]
-	if len(buf) == 0 {
-		return 0
-	}
-	sortRanges(buf)
 	maxPages := uint64(n.MaxPages)
 	if maxPages == 0 {
 		maxPages = DefaultMaxPages
 	}
 	n.out = n.out[:0]
 	n.inReq, n.total = 0, 0
+	if len(n.buf) == 0 {
+		// Pages only, the common case of sparse predictions: sort the
+		// page numbers themselves.
+		pages := n.pages
+		n.pages = n.pages[:0]
+		if len(pages) == 0 {
+			return 0
+		}
+		sortPages(pages)
+		cur, end := pages[0], pages[0]+1
+		for _, p := range pages[1:] {
+			if p <= end {
+				if p == end {
+					end++
+				}
+				continue
+			}
+			n.put(file, cur, end, eof, maxPages, emit)
+			cur, end = p, p+1
+		}
+		if end == 0 { // page 2^64-1
+			end = ^uint64(0)
+		}
+		n.put(file, cur, end, eof, maxPages, emit)
+		n.emitOut(file, emit)
+		return n.total
+	}
+	for _, p := range n.pages {
+		n.buf = append(n.buf, Range{First: p, N: 1})
+	}
+	n.pages = n.pages[:0]
+	buf := n.buf
+	n.buf = n.buf[:0]
+	sortRanges(buf)
 	// Coalesce into [cur, end) and cut it into chunks.
 	cur, end := buf[0].First, buf[0].First
 	for _, r := range buf {
@@ -127,6 +179,9 @@ func (n *Normalizer) Flush(file uint32, eof uint64, emit Emit) uint64 {
 // put appends pages [first, last) to the current request, clipped at eof
 // and cut at maxPages.
 func (n *Normalizer) put(file uint32, first, last, eof, maxPages uint64, emit Emit) {
+	if last <= first {
+		return
+	}
 	if eof > 0 {
 		if first >= eof {
 			n.Clipped += last - first

@@ -72,13 +72,16 @@ func TestNormalizerProperties(t *testing.T) {
 			eof = uint64(rng.IntN(2000))
 		}
 		want := map[uint64]bool{}
+		mode := iter % 3 // 0: ranges only, 1: single pages only, 2: mixed
 		for range rng.IntN(50) {
 			first := uint64(rng.IntN(1500))
 			cnt := uint32(rng.IntN(40))
-			if rng.IntN(2) == 0 {
+			if mode == 1 || (mode == 2 && rng.IntN(2) == 0) {
 				cnt = 1
+				n.Add(first)
+			} else {
+				n.AddRange(first, cnt)
 			}
-			n.AddRange(first, cnt)
 			for p := first; p < first+uint64(cnt); p++ {
 				if eof == 0 || p < eof {
 					want[p] = true
@@ -127,5 +130,23 @@ func TestNormalizerNoAllocs(t *testing.T) {
 	n.Pages(1, pages, 0, emit) // warm the buffers
 	if a := testing.AllocsPerRun(100, func() { n.Pages(1, pages, 0, emit) }); a != 0 {
 		t.Fatalf("Pages allocates %.1f times per call", a)
+	}
+}
+
+func TestNormalizerMixedAndExtremes(t *testing.T) {
+	var n Normalizer
+	var got []Request
+	n.Add(9)
+	n.AddRange(3, 4) // 3..6
+	n.Add(7)
+	n.Add(2)
+	n.Add(^uint64(0))
+	n.Add(^uint64(0))
+	n.Flush(1, 0, collect(&got))
+	if len(got) != 1 || !slices.Equal(got[0].Ranges, []Range{{2, 6}, {9, 1}}) {
+		t.Fatalf("mixed pages and ranges: %+v", got)
+	}
+	if n.Pending() != 0 {
+		t.Fatal("queue not cleared")
 	}
 }
