@@ -116,7 +116,12 @@ fi
 # 4. Initramfs: busybox, virtio modules, predictio.ko, tests, init.
 ir=$build/initramfs
 mkdir -p "$ir"/{bin,proc,sys,dev,mnt,tmp,lib/modules}
-cp "$(command -v busybox)" "$ir/bin/busybox"
+bb=$(command -v busybox)
+if readelf -l "$bb" 2>/dev/null | grep -q 'program interpreter'; then
+	echo "vmtest: $bb is dynamically linked; the initramfs needs busybox-static (apt-get install busybox-static)" >&2
+	exit 1
+fi
+cp "$bb" "$ir/bin/busybox"
 vmods="virtio/virtio_ring virtio/virtio virtio/virtio_pci_modern_dev virtio/virtio_pci_legacy_dev virtio/virtio_pci block/virtio_blk"
 for m in $vmods; do
 	src=$kmods/drivers/$m.ko
