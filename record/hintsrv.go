@@ -55,7 +55,6 @@ type hintServer struct {
 	// Used by the serve goroutine only.
 	paths  map[uint32]map[string]pathCheck
 	groups map[uint32][]uint32
-	clock  monoClock
 }
 
 type pathCheck struct {
@@ -101,7 +100,6 @@ func newHintServer(path string, r *recorder, uids []uint32) (*hintServer, error)
 		allowed: map[uint32]bool{0: true, uint32(os.Getuid()): true},
 		paths:   make(map[uint32]map[string]pathCheck),
 		groups:  make(map[uint32][]uint32),
-		clock:   newMonoClock(),
 	}
 	for _, u := range uids {
 		s.allowed[u] = true
@@ -125,21 +123,23 @@ func (s *hintServer) rejects() HintRejects {
 	}
 }
 
-// monoClock reads CLOCK_MONOTONIC through Go's vDSO clock.
-type monoClock struct {
-	base  time.Time
-	mono0 uint64
+// clockOffset returns CLOCK_REALTIME - CLOCK_MONOTONIC in ns, from the
+// tightest of a few bracketed readings, so that converted timestamps do not
+// jitter by more than a few hundred ns.
+func clockOffset() int64 {
+	var best, bestGap int64 = 0, -1
+	for range 5 {
+		var a, rt, b unix.Timespec
+		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &a)
+		_ = unix.ClockGettime(unix.CLOCK_REALTIME, &rt)
+		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &b)
+		gap := b.Nano() - a.Nano()
+		if bestGap < 0 || gap < bestGap {
+			best, bestGap = rt.Nano()-(a.Nano()+gap/2), gap
+		}
+	}
+	return best
 }
-
-func newMonoClock() monoClock {
-	t := time.Now()
-	m := monoNow()
-	return monoClock{base: t, mono0: m}
-}
-
-func (c monoClock) now() uint64 { return c.mono0 + uint64(time.Since(c.base)) }
-
-func (c monoClock) at(t time.Time) uint64 { return c.mono0 + uint64(t.Sub(c.base)) }
 
 const cmsgAlign = 8 // sizeof(long) on 64-bit Linux
 
@@ -175,6 +175,7 @@ func (s *hintServer) serve() {
 	var msg hints.Message
 	var h formats.Hint
 	var fds [16]int32
+	offset, offsetAt := clockOffset(), monoNow()
 	for {
 		for i := range hdrs {
 			hdrs[i].hdr.SetControllen(oobLen)
@@ -192,9 +193,10 @@ func (s *hintServer) serve() {
 			}
 			return // socket closed
 		}
-		now := time.Now()
-		mono := s.clock.at(now)
-		offset := now.UnixNano() - int64(mono) // CLOCK_REALTIME - CLOCK_MONOTONIC
+		mono := monoNow()
+		if mono-offsetAt > uint64(time.Second) {
+			offset, offsetAt = clockOffset(), mono
+		}
 		s.r.wmu.Lock()
 		for i := 0; i < int(n); i++ {
 			mh := &hdrs[i].hdr
