@@ -83,6 +83,9 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 	if cfg.CacheBytes, err = simulate.ParseSize(*cacheFlag); err != nil {
 		return usageErr(fmt.Errorf("flag --cache: %w", err))
 	}
+	if cfg.CacheBytes < 4096 {
+		return usageErr(fmt.Errorf("flag --cache: %s is less than one page", *cacheFlag))
+	}
 	if cfg.CacheModel, err = simulate.ParseCacheModel(*cacheModel); err != nil {
 		return usageErr(fmt.Errorf("flag --cache-model: %w", err))
 	}

@@ -142,6 +142,7 @@ func TestSimulateCLI(t *testing.T) {
 			{[]string{}, 2, "BUNDLE"},
 			{[]string{"--bogus", bt}, 2, "bogus"},
 			{[]string{"--cache", "lots", bt}, 2, "--cache"},
+			{[]string{"--cache", "0", bt}, 2, "--cache"},
 			{[]string{"--cache-model", "arc", bt}, 2, "--cache-model"},
 			{[]string{"--device", "floppy", bt}, 2, "floppy"},
 			{[]string{"--assert", "tree.coverage", bt}, 2, "--assert"},

@@ -77,6 +77,9 @@ func runTrain(c *command, args []string, stdout, stderr io.Writer) int {
 	if cfg.CacheBytes, err = simulate.ParseSize(*cacheFlag); err != nil {
 		return usageErr(fmt.Errorf("flag --cache: %w", err))
 	}
+	if cfg.CacheBytes < 4096 {
+		return usageErr(fmt.Errorf("flag --cache: %s is less than one page", *cacheFlag))
+	}
 	if cfg.Device, err = simulate.Preset(*device); err != nil {
 		return usageErr(fmt.Errorf("flag --device: %w", err))
 	}
