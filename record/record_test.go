@@ -393,6 +393,38 @@ func TestExcludeFilter(t *testing.T) {
 	}
 }
 
+// TestCommAndMinSize: --comm keeps only the named task's accesses, and
+// --min-size drops files smaller than the limit.
+func TestCommAndMinSize(t *testing.T) {
+	requireRecorder(t, "filemap:mm_filemap_get_pages")
+	dir := diskDir(t)
+	big := coldFile(t, dir, 2<<20)
+	small := filepath.Join(dir, "small.bin")
+	if err := os.WriteFile(small, make([]byte, 8192), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf("cat %s > /dev/null; head -c 1000000 %s > /dev/null; head -c 100 %s > /dev/null", big, big, small)
+	r := record(t, context.Background(), Config{Command: []string{"sh", "-c", script}, Comm: []string{"head"}, MinSize: 1 << 20})
+	id := r.fileID(t, big)
+	n := 0
+	for _, a := range r.accesses {
+		if a.Comm != "head" {
+			t.Fatalf("access by comm %q recorded with --comm head", a.Comm)
+		}
+		if a.FileID == id && a.Kind == formats.KindRead {
+			n++
+		}
+		for _, f := range r.files {
+			if f.ID == a.FileID && f.Path == small {
+				t.Fatalf("file %s (8 KiB) recorded with --min-size 1M", small)
+			}
+		}
+	}
+	if n == 0 {
+		t.Errorf("no reads of %s by head", big)
+	}
+}
+
 func TestMissingCaps(t *testing.T) {
 	all := uint64(1)<<capBPF | 1<<capPerfmon | 1<<capSysAdmin
 	if m := missingCaps(all, true); len(m) != 0 {
