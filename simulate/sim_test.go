@@ -3,6 +3,7 @@ package simulate
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand"
 	"strings"
 	"testing"
 
@@ -254,5 +255,63 @@ func TestStepAllocatesNothing(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("%v allocations per event", allocs)
+	}
+}
+
+// TestInvariantsRandomStreams runs random event streams (every access kind,
+// hints, several files, both cache models, tiny to large caches) through
+// every built-in policy but markov and checks the accounting identities.
+func TestInvariantsRandomStreams(t *testing.T) {
+	for seed := int64(1); seed <= 12; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		var evs []policies.Event
+		var fut []policies.FutureAccess
+		ts := uint64(0)
+		for i := 0; i < 3000; i++ {
+			ts += uint64(rng.Intn(200_000))
+			ev := policies.Event{TS: ts, File: uint32(rng.Intn(3)), PID: 1}
+			switch r := rng.Intn(10); {
+			case r < 7:
+				ev.Kind = policies.EventFileAccess
+				ev.Access = policies.FileAccess{Kind: formats.AccessKind(1 + rng.Intn(8)), Page: uint64(rng.Intn(600)), NPages: uint32(rng.Intn(4))}
+				if rng.Intn(3) == 0 && i > 0 { // runs of sequential reads
+					ev.Access = policies.FileAccess{Kind: formats.KindRead, Page: uint64(i % 500), NPages: 1}
+				}
+				if policies.IsDemand(ev.Access.Kind) {
+					fut = append(fut, policies.FutureAccess{File: ev.File, Page: ev.Access.Page, NPages: ev.Access.NPages})
+				}
+			case r < 9:
+				ev.Kind = policies.EventTreeChildEnter
+				for c := rng.Intn(20); c > 0; c-- {
+					ev.Tree.Children = append(ev.Tree.Children, uint64(rng.Intn(700)))
+				}
+			default:
+				ev.Kind = policies.EventTensorLayout
+				ev.Tensor = policies.TensorLayout{Name: fmt.Sprint(rng.Intn(5)), Offset: uint64(rng.Intn(2 << 20)), Length: uint64(rng.Intn(1 << 20))}
+			}
+			evs = append(evs, ev)
+		}
+		cfg := Config{
+			CacheBytes: int64(4096 * (1 + rng.Intn(800))),
+			CacheModel: CacheModel(seed % 2),
+			Device:     Presets[PresetNames()[seed%3]],
+			Policies:   []string{"stride", "tree:window=8", "tensor", "readahead:kb=512"},
+			Oracle:     true,
+		}
+		cfg.Env.FilePages = func(uint32) uint64 { return 512 }
+		cfg.Env.Future = policies.NewFuture(fut)
+		r, err := Run(cfg, &SliceSource{Events: evs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Lane("tree").Prefetched == 0 || r.Lane("oracle").Used == 0 || r.Lane(BaselineName).Demand == 0 {
+			t.Errorf("seed %d: degenerate stream: %+v", seed, r.Policies)
+		}
+		for _, st := range r.Policies {
+			if st.Hits+st.Misses != st.Demand || st.Used+st.Wasted+st.Unused != st.Prefetched ||
+				st.Late > st.Used || st.StallNS < 0 || st.Coverage > 1 || st.PagesRead < st.Prefetched {
+				t.Errorf("seed %d cache %d %v: %s breaks an identity: %+v", seed, cfg.CacheBytes, cfg.CacheModel, st.Name, st)
+			}
+		}
 	}
 }
