@@ -683,6 +683,13 @@ func TestReadaheadMmapMissMatchesKernel(t *testing.T) {
 			mmapSink = sum
 		})
 		faults, evicted := 0, 0
+		if os.Getenv("PREDICTIO_RA_DUMP") != "" {
+			for i, e := range evs {
+				if i < 12 {
+					t.Logf("event %s %v", e.name, e.fields)
+				}
+			}
+		}
 		for _, e := range evs {
 			switch e.name {
 			case "mm_filemap_fault":
