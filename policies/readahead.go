@@ -38,6 +38,7 @@ const (
 	RAMmap
 )
 
+// String returns the kind's name: sync, async or mmap.
 func (k RAKind) String() string {
 	switch k {
 	case RASync:
