@@ -50,7 +50,6 @@ func pageKey(file uint32, page uint64) uint64 { return uint64(file)<<40 | page }
 // Entry flags.
 const (
 	flagPrefetched = 1 << iota // read by a prefetch and not demanded yet
-	flagRAMark                 // PG_readahead: demand here triggers async readahead
 	flagReferenced             // 2q: referenced once on the inactive list
 	flagActive                 // 2q: on the active list
 	flagUsed                   // the slot holds a page
@@ -93,8 +92,6 @@ type pageCache struct {
 	onEvict func(e *entry)
 	// wasted counts evicted entries that still had flagPrefetched.
 	wasted uint64
-	// evictions counts evictions.
-	evictions uint64
 }
 
 func newPageCache(model CacheModel, capacity int) *pageCache {
@@ -289,7 +286,6 @@ func (c *pageCache) insert(key uint64, ready int64, flags uint8) int32 {
 	if c.n == c.capacity {
 		v := c.victim()
 		e := &c.entries[v]
-		c.evictions++
 		if e.flags&flagPrefetched != 0 {
 			c.wasted++
 		}
