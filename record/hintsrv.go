@@ -73,7 +73,7 @@ func newHintServer(path string, r *recorder, uids []uint32) (*hintServer, error)
 		}
 		os.Remove(path) // stale socket of an earlier recording
 	}
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	fd, err := deepDgramSocket()
 	if err != nil {
 		return nil, fmt.Errorf("open hint socket: %w", err)
 	}
@@ -105,6 +105,28 @@ func newHintServer(path string, r *recorder, uids []uint32) (*hintServer, error)
 		s.allowed[u] = true
 	}
 	return s, nil
+}
+
+// hintQueue is the datagram queue length the hint socket asks for.
+const hintQueue = 512
+
+const qlenSysctl = "/proc/sys/net/unix/max_dgram_qlen"
+
+// deepDgramSocket creates a Unix datagram socket whose receive queue holds
+// hintQueue datagrams. The kernel copies net.unix.max_dgram_qlen into a
+// socket when it is created (default 10, which makes senders block after 10
+// hints), so when it is lower and writable it is raised around the
+// socket(2) call and restored right after.
+func deepDgramSocket() (int, error) {
+	old, err := os.ReadFile(qlenSysctl)
+	cur, perr := strconv.Atoi(strings.TrimSpace(string(old)))
+	raise := err == nil && perr == nil && cur < hintQueue &&
+		os.WriteFile(qlenSysctl, []byte(strconv.Itoa(hintQueue)), 0) == nil
+	fd, serr := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if raise {
+		_ = os.WriteFile(qlenSysctl, old, 0)
+	}
+	return fd, serr
 }
 
 func (s *hintServer) stop() { s.quit.Store(true) }
