@@ -113,6 +113,12 @@ if [ "$mode" = test ] && [ "${PREDICTIO_VM_RECORD:-1}" = 1 ] && ls record/*_test
 	fi
 fi
 
+# The predictio command, to report which event kinds the recorder gets from
+# this kernel (informational; the record tests above are what pass or fail).
+if [ "$record" = yes ] && ! CGO_ENABLED=0 go build -o "$build/initramfs/predictio" ./cmd/predictio; then
+	echo "vmtest: predictio command does not build; no recording report" >&2
+fi
+
 # 4. Initramfs: busybox, virtio modules, predictio.ko, tests, init.
 ir=$build/initramfs
 mkdir -p "$ir"/{bin,proc,sys,dev,mnt,tmp,lib/modules}
@@ -162,6 +168,14 @@ else
 	if [ -x /record.test ]; then
 		/record.test -test.v -test.count=1 -test.timeout 5m
 		echo "@@RESULT record rc=\$?"
+	fi
+	if [ -x /predictio ]; then
+		head -c 8388608 /dev/urandom >/mnt/rec.bin
+		sync
+		echo 1 >/proc/sys/vm/drop_caches
+		/predictio record -o /mnt/rec.bundle -- cat /mnt/rec.bin >/dev/null 2>/mnt/rec.log
+		echo "@@RECORD rc=\$? \$(tail -n 2 /mnt/rec.log | tr '\n' ' ')"
+		/predictio trace info /mnt/rec.bundle 2>&1 | grep -E '^(events|kind)' | sed 's/^/@@RECORD /'
 	fi
 fi
 echo "@@DMESG-BEGIN"
