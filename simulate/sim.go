@@ -64,16 +64,17 @@ type Stats struct {
 	Name string `json:"name"`
 	Spec string `json:"spec"` // the lane's policy; the readahead spec (or "none") for the baseline
 
-	Demand     uint64 `json:"demand"`     // pages demanded
-	Hits       uint64 `json:"hits"`       // demanded pages found cached or in flight
-	Misses     uint64 `json:"misses"`     // demanded pages not in the cache
-	Prefetched uint64 `json:"prefetched"` // pages read by prefetch (not demand) I/O
-	Used       uint64 `json:"used"`       // prefetched pages demanded later
-	Wasted     uint64 `json:"wasted"`     // prefetched pages evicted unused
-	Unused     uint64 `json:"unused"`     // prefetched pages still unused at the end
-	Late       uint64 `json:"late"`       // used pages still in flight when demanded
-	PagesRead  uint64 `json:"pages_read"` // all pages read from the device
-	Requests   uint64 `json:"requests"`   // device requests
+	Accesses   uint64 `json:"demand_accesses"` // demand access events
+	Demand     uint64 `json:"demand"`          // pages demanded
+	Hits       uint64 `json:"hits"`            // demanded pages found cached or in flight
+	Misses     uint64 `json:"misses"`          // demanded pages not in the cache
+	Prefetched uint64 `json:"prefetched"`      // pages read by prefetch (not demand) I/O
+	Used       uint64 `json:"used"`            // prefetched pages demanded later
+	Wasted     uint64 `json:"wasted"`          // prefetched pages evicted unused
+	Unused     uint64 `json:"unused"`          // prefetched pages still unused at the end
+	Late       uint64 `json:"late"`            // used pages still in flight when demanded
+	PagesRead  uint64 `json:"pages_read"`      // all pages read from the device
+	Requests   uint64 `json:"requests"`        // device requests
 
 	Coverage        float64 `json:"coverage"`         // (baseline misses - misses) / baseline misses
 	Accuracy        float64 `json:"accuracy"`         // used / prefetched
@@ -349,6 +350,7 @@ func (l *lane) demand(ev *policies.Event) error {
 		return fmt.Errorf("simulate access: file id %d exceeds the supported 2^24", ev.File)
 	}
 	file := ev.File
+	l.st.Accesses++
 	l.st.Demand += n
 	// Classify before the policies run: a page missing now is a miss even
 	// if readahead fetches it synchronously below.

@@ -74,7 +74,7 @@ func TestPrefetchTimingLateAndStall(t *testing.T) {
 			if base.Misses != 10 || base.Hits != 0 || base.StallNS != tc.baseStall || base.PagesRead != 10 {
 				t.Errorf("baseline %+v", *base)
 			}
-			want := Stats{Demand: 10, Hits: 9, Misses: 1, Prefetched: 10, Used: 9, Unused: 1, Late: tc.late, PagesRead: 11, Requests: 11, StallNS: tc.stall}
+			want := Stats{Accesses: 10, Demand: 10, Hits: 9, Misses: 1, Prefetched: 10, Used: 9, Unused: 1, Late: tc.late, PagesRead: 11, Requests: 11, StallNS: tc.stall}
 			got := *next
 			got.Name, got.Spec, got.Coverage, got.Accuracy, got.IOAmplification, got.RuntimeNS, got.Speedup = "", "", 0, 0, 0, 0, 0
 			if got != want {
