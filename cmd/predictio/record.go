@@ -54,7 +54,7 @@ func init() {
 		name:    "record",
 		summary: "record the page-level file accesses of a command, processes or the system (eBPF) into a trace bundle",
 		usage:   "predictio record -o BUNDLE [flags] -- COMMAND [ARGS]\n       predictio record -o BUNDLE [flags] (--pid P ... | --cgroup PATH | --all)",
-		example: "sudo predictio record -o cat.bundle -- cat /usr/bin/predictio > /dev/null\n" +
+		example: "sudo predictio record -o /tmp/cat.bundle -- cat /etc/os-release\n" +
 			"sudo predictio record -o db.bundle --hints unix:/run/predictio.sock --include /var/lib/db -- ./db-bench",
 	}
 	c.run = func(args []string) int {
