@@ -125,6 +125,10 @@ func TestSimulateCLI(t *testing.T) {
 		if err != nil || img.Bounds().Dx() < 400 {
 			t.Errorf("png: %v %v", err, img)
 		}
+		_, errOut, code = simCLI(t, "--policy", "tree:window=64", "--sweep", "cache=64KiB,64MiB", "--assert", "tree.coverage>=0.9", bt)
+		if code != 1 || !strings.Contains(errOut, "tree.coverage>=0.9 [cache 64KiB]") || strings.Contains(errOut, "[cache 64MiB]") {
+			t.Errorf("sweep assertion: code %d\n%s", code, errOut)
+		}
 		if _, errOut, code := simCLI(t, "--sweep", "cache=1MiB,4MiB", "--plot", svg, "--json", bt); code != 0 {
 			t.Fatalf("svg: code %d %s", code, errOut)
 		}
