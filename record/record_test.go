@@ -375,6 +375,38 @@ func TestPIDDescendants(t *testing.T) {
 
 // TestExcludeFilter reads an excluded file 40 times: nothing of it is
 // recorded, and once resolved the kernel drops its events itself.
+// TestCgroupTarget records --cgroup: a shell moved into a fresh cgroup v2
+// reads a file once the recorder is attached.
+func TestCgroupTarget(t *testing.T) {
+	requireRecorder(t, "filemap:mm_filemap_get_pages")
+	mnt := cgroup2Mount()
+	if mnt == "" {
+		t.Skip("no cgroup v2 hierarchy mounted")
+	}
+	cg, err := os.MkdirTemp(mnt, "predictio-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(cg)
+	dir := diskDir(t)
+	p := coldFile(t, dir, 2<<20)
+	sh := exec.Command("sh", "-c", "echo $$ > "+cg+"/cgroup.procs; read x; cat "+p+" > /dev/null")
+	in, _ := sh.StdinPipe()
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Wait()
+	started := func(*recorder) { in.Write([]byte("go\n")); in.Close() }
+	r := record(t, context.Background(), Config{Cgroup: cg, Duration: 2 * time.Second, onStart: started})
+	id := r.fileID(t, p)
+	if c, n := r.coverage(id, formats.KindRead, 512); c != 512 {
+		t.Errorf("reads in the cgroup cover %d of 512 pages (%d events)", c, n)
+	}
+	if r.man.Recording.Target != "cgroup" {
+		t.Errorf("manifest target %q, want cgroup", r.man.Recording.Target)
+	}
+}
+
 func TestExcludeFilter(t *testing.T) {
 	requireRecorder(t, "filemap:mm_filemap_get_pages")
 	dir := diskDir(t)
