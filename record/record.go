@@ -184,6 +184,11 @@ func (c *Config) validate() error {
 	if c.Output == "" {
 		return errors.New("check output: -o BUNDLE is required")
 	}
+	if len(c.Command) > 0 {
+		if _, err := exec.LookPath(c.Command[0]); err != nil {
+			return fmt.Errorf("find command: %w", err)
+		}
+	}
 	for _, p := range c.PIDs {
 		if p <= 0 {
 			return fmt.Errorf("check --pid %d: not a process id", p)
@@ -486,10 +491,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 				r.stop(pipe, &wg)
 				return nil, fmt.Errorf("start %s: %w", cfg.Command[0], err)
 			}
-			// Kernels before 5.7 lack CLONE_INTO_CGROUP: follow the pid instead.
 			stopProgress()
 			r.stop(pipe, &wg)
-			return nil, fmt.Errorf("start %s in cgroup %s: %w", cfg.Command[0], cgDir, err)
+			return nil, fmt.Errorf("start %s in cgroup %s (CLONE_INTO_CGROUP needs Linux 5.7): %w", cfg.Command[0], cgDir, err)
 		}
 		if cgFD < 0 {
 			_ = coll.Maps[bpf.RecordMapPids].Put(uint32(cmd.Process.Pid), uint8(1))
