@@ -1,7 +1,6 @@
 package simulate
 
 import (
-	"math/rand"
 	"syscall"
 	"testing"
 	"time"
@@ -10,37 +9,54 @@ import (
 	"github.com/predictio/predictio/policies"
 )
 
-// benchEvents returns n one-page reads: "seq" scans 16 files of 64 Ki pages
-// in turn (every page is new to a 64 Ki-page cache: one insert and one
-// eviction per event); "random" reads uniformly random pages of the same
-// files (a quarter hit); "hot" scans the first 1 Ki pages of each file in
-// turn, a working set that fits the cache (all hits after warm-up).
-func benchEvents(pattern string, n int) []policies.Event {
+// benchGen generates one-page reads on the fly into one reused event, as a
+// bundle source does: "seq" scans 16 files of 64 Ki pages in turn (every
+// page is new to a 64 Ki-page cache: one insert and one eviction per
+// event); "random" reads uniformly random pages of the same files (a
+// quarter hit); "hot" scans the first 1 Ki pages of each file in turn, a
+// working set that fits the cache (all hits after warm-up).
+type benchGen struct {
+	pattern string
+	i       uint64
+	x       uint64 // xorshift state
+	ev      policies.Event
+}
+
+func (g *benchGen) next() *policies.Event {
 	const files, filePages = 16, 1 << 16
-	rng := rand.New(rand.NewSource(1))
+	var f uint32
+	var p uint64
+	switch g.pattern {
+	case "hot":
+		f = uint32(g.i/1024) % files
+		p = g.i % 1024
+	case "seq":
+		f = uint32(g.i/filePages) % files
+		p = g.i % filePages
+	default:
+		g.x ^= g.x << 13
+		g.x ^= g.x >> 7
+		g.x ^= g.x << 17
+		f = uint32(g.x>>32) % files
+		p = g.x % filePages
+	}
+	g.i++
+	g.ev.Kind, g.ev.TS, g.ev.File = policies.EventFileAccess, g.i*2000, f
+	g.ev.Access = policies.FileAccess{Kind: formats.KindRead, Page: p, NPages: 1}
+	return &g.ev
+}
+
+// benchEvents returns the first n events of a pattern.
+func benchEvents(pattern string, n int) []policies.Event {
+	g := &benchGen{pattern: pattern, x: 88172645463325252}
 	evs := make([]policies.Event, n)
 	for i := range evs {
-		var f uint32
-		var p uint64
-		switch pattern {
-		case "hot":
-			f = uint32(i/1024) % files
-			p = uint64(i % 1024)
-		case "seq":
-			f = uint32(i/filePages) % files
-			p = uint64(i % filePages)
-		default:
-			f = uint32(rng.Intn(files))
-			p = uint64(rng.Intn(filePages))
-		}
-		evs[i] = policies.Event{Kind: policies.EventFileAccess, TS: uint64(i) * 2000, File: f,
-			Access: policies.FileAccess{Kind: formats.KindRead, Page: p, NPages: 1}}
+		evs[i] = *g.next()
 	}
 	return evs
 }
 
 func benchmarkSim(b *testing.B, pattern string, cfg Config) {
-	evs := benchEvents(pattern, 1<<21)
 	cfg.Device = Presets["nvme"]
 	cfg.CacheBytes = 256 << 20 // 64 Ki pages: a quarter of the data
 	cfg.Env.FilePages = func(uint32) uint64 { return 1 << 16 }
@@ -48,17 +64,16 @@ func benchmarkSim(b *testing.B, pattern string, cfg Config) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Warm the cache and the model with one pass.
-	for i := range evs {
-		s.Step(&evs[i])
+	g := &benchGen{pattern: pattern, x: 88172645463325252}
+	// Warm the cache and the model with one pass over the data.
+	for i := 0; i < 1<<20; i++ {
+		s.Step(g.next())
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := cpuTime()
 	for i := 0; i < b.N; i++ {
-		ev := &evs[i&(len(evs)-1)]
-		ev.TS += uint64(len(evs)) * 2000 // one pass later than last time
-		if err := s.Step(ev); err != nil {
+		if err := s.Step(g.next()); err != nil {
 			b.Fatal(err)
 		}
 	}
