@@ -115,6 +115,24 @@ var accessSources = []source{
 	{"readahead", "page_cache_async_ra", "handle_async_ra", formats.KindReadaheadAsync, "6.14"},
 }
 
+// probeAccessSources returns the access tracepoints present in the tracefs
+// events directory and names the missing ones with their kernel minimum.
+// It fails, wrapping ErrNotSupported, when none is present.
+func probeAccessSources(events string) (present []source, missing []string, err error) {
+	for _, s := range accessSources {
+		if tracepointExists(events, s.group, s.name) {
+			present = append(present, s)
+		} else {
+			missing = append(missing, s.group+":"+s.name+" (Linux "+s.minKernel+")")
+		}
+	}
+	if len(present) == 0 {
+		return nil, missing, fmt.Errorf("probe tracepoints: none of the access tracepoints exist: %s: %w; see docs/record.md for the kernel each needs",
+			strings.Join(missing, ", "), ErrNotSupported)
+	}
+	return present, missing, nil
+}
+
 // helperSources follow processes and opens; they are optional.
 var helperSources = []source{
 	{"sched", "sched_process_fork", "handle_fork", 0, "4.14"},

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -278,18 +279,15 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, fmt.Errorf("load bpf spec: %w", err)
 	}
 	sum := &Summary{Bundle: cfg.Output}
-	var attach []source
+	attach, missing, err := probeAccessSources(events)
+	if err != nil {
+		return nil, err
+	}
+	sum.Missing = missing
 	for _, s := range accessSources {
-		if tracepointExists(events, s.group, s.name) {
-			attach = append(attach, s)
-		} else {
-			sum.Missing = append(sum.Missing, s.group+":"+s.name+" (Linux "+s.minKernel+")")
+		if !slices.Contains(attach, s) {
 			delete(spec.Programs, s.prog)
 		}
-	}
-	if len(attach) == 0 {
-		return nil, fmt.Errorf("probe tracepoints: none of the access tracepoints exist: %s: %w; see docs/record.md for the kernel each needs",
-			strings.Join(sum.Missing, ", "), ErrNotSupported)
 	}
 	for _, s := range helperSources {
 		if tracepointExists(events, s.group, s.name) {

@@ -457,6 +457,27 @@ func TestCommAndMinSize(t *testing.T) {
 	}
 }
 
+func TestProbeAccessSources(t *testing.T) {
+	dir := t.TempDir()
+	_, missing, err := probeAccessSources(dir)
+	if !errors.Is(err, ErrNotSupported) || len(missing) != len(accessSources) {
+		t.Fatalf("no tracepoints: err %v, missing %v", err, missing)
+	}
+	for _, s := range accessSources {
+		if !strings.Contains(err.Error(), s.group+":"+s.name) {
+			t.Errorf("error %q does not name %s:%s", err, s.group, s.name)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "filemap", "mm_filemap_get_pages"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "filemap", "mm_filemap_get_pages", "id"), []byte("1\n"), 0o644)
+	present, missing, err := probeAccessSources(dir)
+	if err != nil || len(present) != 1 || present[0].name != "mm_filemap_get_pages" || len(missing) != len(accessSources)-1 {
+		t.Errorf("one tracepoint: present %v, missing %v, err %v", present, missing, err)
+	}
+}
+
 func TestMissingCaps(t *testing.T) {
 	all := uint64(1)<<capBPF | 1<<capPerfmon | 1<<capSysAdmin
 	if m := missingCaps(all, true); len(m) != 0 {
