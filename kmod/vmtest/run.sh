@@ -36,7 +36,6 @@ accel=${PREDICTIO_VM_ACCEL:-tcg}
 vmtimeout=${PREDICTIO_VM_TIMEOUT:-900}
 cache=$repo/kmod/vmtest/cache
 root=$cache/root-$kver
-build=$cache/build
 start=$(date +%s)
 log() { echo "vmtest: $*"; }
 
@@ -92,8 +91,10 @@ kdir=$root/usr/src/linux-headers-$kver
 vmlinuz=$root/boot/vmlinuz-$kver
 kmods=$root/lib/modules/$kver/kernel
 
-# 2. The module, built from a copy so the source tree stays clean.
-rm -rf "$build"
+# 2. The module, built from a copy so the source tree stays clean. Each run
+# has its own build directory, so concurrent runs do not collide.
+build=$(mktemp -d "$cache/build.XXXXXX")
+trap 'rm -rf "$build"' EXIT
 mkdir -p "$build/module" "$build/initramfs"
 cp kmod/module/predictio.c kmod/module/Kbuild "$build/module/"
 cp kmod/predictio_uapi.h "$build/"
@@ -205,7 +206,6 @@ timeout --foreground "$vmtimeout" qemu-system-x86_64 \
 	</dev/null 2>&1 | tr -d '\r' | tee "$console" | sed -n '/@@VM/,/@@DMESG-BEGIN/p' | sed 's/^.*@@VM/@@VM/'
 qrc=${PIPESTATUS[0]}
 set -e
-rm -f "$build/disk.img"
 log "VM finished in $(($(date +%s) - start)) s (qemu exit $qrc); console log: $console"
 
 fail=0
