@@ -296,10 +296,6 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			delete(spec.Programs, s.prog)
 		}
 	}
-	if cfg.bench == nil {
-		delete(spec.Programs, "bench_emit")
-	}
-
 	mode := uint8(modePids)
 	switch {
 	case cfg.All, cfg.bench != nil:
@@ -418,7 +414,6 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, fmt.Errorf("open opens ring: %w", err)
 	}
 
-	debugTime("attach")
 	// Attach.
 	for _, s := range attach {
 		prog := coll.Programs[s.prog]
@@ -524,7 +519,6 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if cfg.Duration > 0 {
 		timer = time.After(cfg.Duration)
 	}
-	debugTime("started")
 	if cfg.onStart != nil {
 		cfg.onStart(r)
 	}
@@ -548,11 +542,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		case <-time.After(2 * time.Second):
 		}
 	}
-	debugTime("ended")
 	stopProgress()
-	debugTime("progress stopped")
 	r.stop(pipe, &wg)
-	debugTime("stopped")
 	sum.Elapsed = time.Since(start)
 	man.End = formats.Timestamp{Wall: time.Now(), MonotonicNS: monoNow()}
 
@@ -733,9 +724,6 @@ func (r *recorder) readOpens() {
 			dfd := int32(le32(b[16:]))
 			flags := le32(b[20:])
 			path := cstring(b[24:280])
-			if debugOpens != nil {
-				debugOpens(pid, dfd, path)
-			}
 			r.files.resolveOpen(pid, dfd, path, flags&openExec != 0)
 			continue
 		case errors.Is(err, os.ErrDeadlineExceeded):
@@ -856,9 +844,7 @@ func humanRate(v float64) string {
 	return strconv.FormatFloat(v, 'f', 0, 64)
 }
 
-var debugOpens func(uint32, int32, string)
 
-var debugTime = func(string) {}
 
 // openExec flags an open_event that came from execve/execveat.
 const openExec = 1
