@@ -844,7 +844,5 @@ func humanRate(v float64) string {
 	return strconv.FormatFloat(v, 'f', 0, 64)
 }
 
-
-
 // openExec flags an open_event that came from execve/execveat.
 const openExec = 1
