@@ -233,3 +233,50 @@ func BenchmarkReadaheadSequential(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReadaheadRandom drives the readahead model with uniform random
+// 1-page reads over 1 Mi pages, residency from a bitmap cache of 64 Ki
+// pages (random eviction): mostly misses, the simulator's worst case.
+func BenchmarkReadaheadRandom(b *testing.B) {
+	const span, capacity = 1 << 20, 1 << 16
+	cache := make([]bool, span)
+	var ring [capacity]uint64
+	var n, head int
+	insert := func(p uint64) {
+		if cache[p] {
+			return
+		}
+		if n == capacity {
+			cache[ring[head]] = false
+			n--
+		}
+		cache[p] = true
+		ring[head] = p
+		head = (head + 1) % capacity
+		n++
+	}
+	m := NewReadahead(ReadaheadConfig{
+		FilePages: func(uint32) uint64 { return span },
+		Resident:  func(_ uint32, p uint64) bool { return cache[p] },
+	})
+	emit := func(r *Request) {
+		for _, rg := range r.Ranges {
+			for i := range uint64(rg.N) {
+				insert(rg.First + i)
+			}
+		}
+	}
+	rng := uint64(88172645463325252)
+	ev := Event{Kind: EventFileAccess, File: 1, Access: FileAccess{Kind: formats.KindRead, NPages: 1}}
+	b.ReportAllocs()
+	cpu := startCPU(b)
+	for i := 0; i < b.N; i++ {
+		rng ^= rng << 13
+		rng ^= rng >> 7
+		rng ^= rng << 17
+		ev.Access.Page = rng % span
+		m.Handle(&ev, emit)
+		insert(ev.Access.Page)
+	}
+	cpu.stop()
+}

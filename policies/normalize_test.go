@@ -150,3 +150,22 @@ func TestNormalizerMixedAndExtremes(t *testing.T) {
 		t.Fatal("queue not cleared")
 	}
 }
+
+func TestPageMap(t *testing.T) {
+	var m pageMap
+	pages := []uint64{0, 1, 4095, 4096, 1 << 29, 1<<30 - 1, 1 << 30, 1 << 40, ^uint64(0)}
+	for i, p := range pages {
+		if m.get(p) != 0 {
+			t.Fatalf("page %d set before", p)
+		}
+		m.set(p, uint8(i+1))
+	}
+	for i, p := range pages {
+		if got := m.get(p); got != uint8(i+1) {
+			t.Fatalf("page %d = %d, want %d", p, got, i+1)
+		}
+	}
+	if m.get(2) != 0 || m.get(1<<40+1) != 0 {
+		t.Fatal("neighbours set")
+	}
+}

@@ -1,9 +1,12 @@
 package policies
 
 // pageMap is a sparse per-page byte map, allocated in chunks of 4096 pages
-// so that memory grows with the distinct pages touched.
+// so that memory grows with the distinct pages touched. Chunks of the
+// first 2^30 pages are found through a directory slice, beyond through a
+// map.
 type pageMap struct {
-	chunks map[uint64]*[pageChunk]uint8
+	dense  []*[pageChunk]uint8
+	sparse map[uint64]*[pageChunk]uint8
 	last   uint64
 	lastC  *[pageChunk]uint8
 }
@@ -11,6 +14,7 @@ type pageMap struct {
 const (
 	pageChunkShift = 12
 	pageChunk      = 1 << pageChunkShift
+	denseChunks    = 1 << 18 // directory of at most 2 MiB: pages below 2^30
 )
 
 func (m *pageMap) chunk(page uint64, create bool) *[pageChunk]uint8 {
@@ -18,18 +22,35 @@ func (m *pageMap) chunk(page uint64, create bool) *[pageChunk]uint8 {
 	if m.lastC != nil && m.last == k {
 		return m.lastC
 	}
-	c := m.chunks[k]
-	if c == nil {
+	var c *[pageChunk]uint8
+	switch {
+	case k < uint64(len(m.dense)):
+		c = m.dense[k]
+		if c == nil && create {
+			c = new([pageChunk]uint8)
+			m.dense[k] = c
+		}
+	case k < denseChunks:
 		if !create {
 			return nil
 		}
-		if m.chunks == nil {
-			m.chunks = make(map[uint64]*[pageChunk]uint8)
-		}
+		n := min(max(2*len(m.dense), int(k)+1, 16), denseChunks)
+		m.dense = append(m.dense, make([]*[pageChunk]uint8, n-len(m.dense))...)
 		c = new([pageChunk]uint8)
-		m.chunks[k] = c
+		m.dense[k] = c
+	default:
+		c = m.sparse[k]
+		if c == nil && create {
+			if m.sparse == nil {
+				m.sparse = make(map[uint64]*[pageChunk]uint8)
+			}
+			c = new([pageChunk]uint8)
+			m.sparse[k] = c
+		}
 	}
-	m.last, m.lastC = k, c
+	if c != nil {
+		m.last, m.lastC = k, c
+	}
 	return c
 }
 

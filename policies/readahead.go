@@ -352,17 +352,23 @@ func (r *Readahead) MapPages(file uint32, first, n uint64) {
 }
 
 func (r *Readahead) begin(f *raFile, k RAKind, index, req uint64) {
-	r.dec = RADecision{File: f.id, Kind: k, Index: index, ReqCount: req, Before: f.st}
+	d := &r.dec
+	d.Kind, d.Window, d.Pages = k, false, 0
+	if r.cfg.OnDecision != nil {
+		d.File, d.Index, d.ReqCount, d.Before = f.id, index, req, f.st
+	}
 	r.norm.Reset()
 }
 
 func (r *Readahead) end(f *raFile, emit Emit) {
-	r.dec.After = f.st
 	r.Decisions[r.dec.Kind]++
 	if r.cfg.OnDecision != nil {
+		r.dec.After = f.st
 		r.cfg.OnDecision(&r.dec)
 	}
-	r.norm.Flush(f.id, 0, emit)
+	if r.norm.Pending() > 0 {
+		r.norm.Flush(f.id, 0, emit)
+	}
 }
 
 func (r *Readahead) maxPages(req uint64) uint64 {
