@@ -6,7 +6,8 @@
 // with `go generate ./bpf` (needs clang, llvm-strip and bpftool) and check for
 // drift with scripts/bpf-check.sh.
 //
-// The programs need Linux 5.8 (ring buffer, CAP_BPF/CAP_PERFMON) and the
+// The programs need Linux 5.11 (ring buffer, CAP_BPF/CAP_PERFMON,
+// bpf_get_current_task_btf in tracepoint programs), kernel BTF, and the
 // tracepoints named in docs/record.md.
 package bpf
 

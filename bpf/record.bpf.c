@@ -122,7 +122,12 @@ static __always_inline int emit(__u8 kind, __u64 dev, __u64 ino, __u64 index, __
 		count(CNT_DROPS);
 		return 0;
 	}
-	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	// Two 8-byte loads from the current task's comm: much cheaper than
+	// bpf_get_current_comm's byte-wise copy.
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 *dst = (__u64 *)e->comm;
+	dst[0] = *(__u64 *)&task->comm[0];
+	dst[1] = *(__u64 *)&task->comm[8];
 	if (comm_filter && !bpf_map_lookup_elem(&comms, e->comm)) {
 		bpf_ringbuf_discard(e, BPF_RB_NO_WAKEUP);
 		count(CNT_FILTERED);
