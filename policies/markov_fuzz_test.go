@@ -31,3 +31,18 @@ func FuzzLoadModel(f *testing.F) {
 		}
 	})
 }
+
+// FuzzBuild checks that any spec string either builds a policy or returns
+// an error, never panics. Run with: go test -fuzz FuzzBuild ./policies
+func FuzzBuild(f *testing.F) {
+	for _, s := range []string{"tree:window=8,ttl=500ms", "readahead:kb=512,folios=small", "markov:mode=random,seed=3", "oracle:n=5,scope=file", "stride:confidence=0", "tensor:chunk=", "x:y=z", ":", "tree:,,,"} {
+		f.Add(s)
+	}
+	env := Env{Future: NewFuture(nil), Markov: NewMarkovBuilder(0).Build()}
+	f.Fuzz(func(t *testing.T, spec string) {
+		p, err := Build(spec, env)
+		if (p == nil) == (err == nil) {
+			t.Fatalf("Build(%q) = %v, %v", spec, p, err)
+		}
+	})
+}
