@@ -65,7 +65,7 @@ func init() {
 		},
 		build: func(a *args, env Env) (Policy, error) {
 			p := &treePolicy{env: env, window: int(a.uint("window", 1, 1<<20)), ttl: uint64(a.duration("ttl"))}
-			p.recent.init(int(a.uint("slots", 2, 1<<26)))
+			p.recent.init(int(a.uint("slots", 2, 1<<20)))
 			p.norm.MaxPages = env.maxPages()
 			return p, nil
 		},
