@@ -263,6 +263,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	var cgDir string
 	var notes []string
 	if cg2 != "" {
+		removeStaleCgroups(cg2)
 		cgDir = filepath.Join(cg2, fmt.Sprintf("predictio-record-%d-%d", os.Getpid(), time.Now().UnixNano()))
 		if err := os.Mkdir(cgDir, 0o755); err != nil {
 			notes = append(notes, fmt.Sprintf("record: cannot create cgroup %s (%v); following the command by pid from its start", cgDir, err))
@@ -632,6 +633,21 @@ func removeCgroup(dir string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	// Descendants still running keep it busy; leave it for them.
+}
+
+// removeStaleCgroups removes the empty cgroups of recorders that were
+// killed (their pid is gone); rmdir fails on cgroups still in use.
+func removeStaleCgroups(mnt string) {
+	dirs, _ := filepath.Glob(filepath.Join(mnt, "predictio-record-*"))
+	for _, d := range dirs {
+		var pid, ns int64
+		if _, err := fmt.Sscanf(filepath.Base(d), "predictio-record-%d-%d", &pid, &ns); err != nil {
+			continue
+		}
+		if unix.Kill(int(pid), 0) == unix.ESRCH {
+			_ = os.Remove(d)
+		}
+	}
 }
 
 // stop detaches the programs, drains both rings and waits for the pipeline.
