@@ -135,6 +135,9 @@ func (b *Backend) Config() Config { return b.cfg }
 func (b *Backend) SetConfig(c Config) (Config, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.dev == nil {
+		return c, fmt.Errorf("configure predictio: %w", ErrClosed)
+	}
 	if err := b.ioctl(iocConfig, unsafe.Pointer(&c)); err != nil {
 		return c, fmt.Errorf("configure predictio: %w", err)
 	}
@@ -147,6 +150,9 @@ func (b *Backend) SetConfig(c Config) (Config, error) {
 func (b *Backend) Register(id uint32, f *os.File) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.dev == nil {
+		return fmt.Errorf("register %s: %w", f.Name(), ErrClosed)
+	}
 	if _, ok := b.slots[id]; ok {
 		return fmt.Errorf("register %s: file id %d already registered", f.Name(), id)
 	}
@@ -171,6 +177,9 @@ func (b *Backend) Slot(id uint32) (uint32, bool) {
 func (b *Backend) Unregister(id uint32) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.dev == nil {
+		return fmt.Errorf("unregister file id %d: %w", id, ErrClosed)
+	}
 	s, ok := b.slots[id]
 	if !ok {
 		return fmt.Errorf("unregister file id %d: %w", id, ErrUnknownFile)
@@ -188,6 +197,9 @@ func (b *Backend) Unregister(id uint32) error {
 func (b *Backend) Submit(req *policies.Request) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.dev == nil {
+		return fmt.Errorf("submit to kmod: %w", ErrClosed)
+	}
 	b.requests++
 	slot, ok := b.slots[req.File]
 	if !ok {
@@ -207,6 +219,9 @@ func (b *Backend) Submit(req *policies.Request) error {
 func (b *Backend) SubmitEntries(es []Entry) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.dev == nil {
+		return fmt.Errorf("submit to kmod: %w", ErrClosed)
+	}
 	for _, e := range es {
 		if err := b.put(e); err != nil {
 			return err
@@ -241,12 +256,24 @@ func (b *Backend) notify() error {
 func (b *Backend) Notify() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.dev == nil {
+		return fmt.Errorf("notify predictio: %w", ErrClosed)
+	}
 	return b.notify()
 }
+
+// ErrClosed means the backend was closed.
+var ErrClosed = errors.New("kmod backend closed")
 
 // Counters reads the module's counters for this backend.
 func (b *Backend) Counters() (Counters, error) {
 	var c Counters
+	b.mu.Lock()
+	closed := b.dev == nil
+	b.mu.Unlock()
+	if closed {
+		return c, fmt.Errorf("read predictio stats: %w", ErrClosed)
+	}
 	if err := b.ioctl(iocStats, unsafe.Pointer(&c)); err != nil {
 		return c, fmt.Errorf("read predictio stats: %w", err)
 	}
