@@ -19,6 +19,7 @@ import (
 // Backend names.
 const (
 	BackendKernel = "kernel"
+	BackendKmod   = "kmod" // the predictio kernel module (package kmod)
 	BackendDirect = "direct"
 	BackendNone   = "none"
 )
@@ -40,7 +41,7 @@ type Options struct {
 	// AllowChanged replays files whose size or mtime differ from the
 	// recording, as long as they are long enough.
 	AllowChanged bool
-	// Backend is "kernel" (default), "direct" or "none".
+	// Backend is "kernel" (default), "kmod", "direct" or "none".
 	Backend string
 	// Timing is "recorded" (default) or "asap".
 	Timing string
@@ -178,9 +179,9 @@ func (opt *Options) validate() error {
 		opt.Backend = BackendKernel
 	}
 	switch opt.Backend {
-	case BackendKernel, BackendDirect, BackendNone:
+	case BackendKernel, BackendKmod, BackendDirect, BackendNone:
 	default:
-		return fmt.Errorf("replay: unknown backend %q; use kernel, direct or none", opt.Backend)
+		return fmt.Errorf("replay: unknown backend %q; use kernel, kmod, direct or none", opt.Backend)
 	}
 	if opt.Timing == "" {
 		opt.Timing = TimingRecorded
@@ -356,7 +357,7 @@ type runState struct {
 
 func (r *Replayer) runOnce(ctx context.Context, spec string, round int) (*Run, error) {
 	backend := r.opt.Backend
-	if spec == Baseline && backend == BackendKernel {
+	if spec == Baseline && (backend == BackendKernel || backend == BackendKmod) {
 		backend = BackendNone // the baseline runs without prefetches
 	}
 	files, err := openFiles(r.t, r.paths, backend == BackendDirect)
@@ -388,6 +389,12 @@ func (r *Replayer) runOnce(ctx context.Context, spec string, round int) (*Run, e
 		tgt = &noneBackend{pageCacheDemand: pageCacheDemand{files: files, ps: r.t.pageSize}}
 	case BackendKernel:
 		tgt = newKernelBackend(files, r.t.pageSize, kernelOptions{inflight: r.opt.InFlight, readahead: r.opt.Readahead})
+	case BackendKmod:
+		k, err := newKmodBackend(files, r.t.pageSize, r.opt.InFlight)
+		if err != nil {
+			return nil, err
+		}
+		tgt = k
 	case BackendDirect:
 		d, err := newDirectBackend(files, r.t.pageSize, directOptions{cache: r.opt.CachePages, qd: r.opt.QueueDepth, sqpoll: r.opt.SQPoll, threads: len(r.t.threads)})
 		if err != nil {

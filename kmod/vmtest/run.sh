@@ -114,6 +114,16 @@ if [ "$mode" = test ] && [ "${PREDICTIO_VM_RECORD:-1}" = 1 ] && ls record/*_test
 	fi
 fi
 
+# replay's kmod backend test (TestKmodOracle) runs against the module too.
+replay=no
+if [ "$mode" = test ]; then
+	if CGO_ENABLED=0 go test -c -o "$build/initramfs/replay.test" ./replay; then
+		replay=yes
+	else
+		echo "vmtest: replay tests do not build; the kmod replay test is not run" >&2
+	fi
+fi
+
 # The predictio command, to report which event kinds the recorder gets from
 # this kernel (informational; the record tests above are what pass or fail).
 if [ "$record" = yes ] && ! CGO_ENABLED=0 go build -o "$build/initramfs/predictio" ./cmd/predictio; then
@@ -162,6 +172,10 @@ if [ "$mode" = bench ]; then
 else
 	/kmod.test -test.v -test.count=1 -test.timeout 10m
 	echo "@@RESULT kmod rc=\$?"
+	if [ -x /replay.test ]; then
+		/replay.test -test.v -test.count=1 -test.run Kmod -test.timeout 5m
+		echo "@@RESULT replay rc=\$?"
+	fi
 	mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 	for g in filemap readahead; do
 		echo "@@TRACEPOINTS \$g: \$(ls /sys/kernel/tracing/events/\$g 2>/dev/null | grep -v -e enable -e filter | tr '\n' ' ')"
@@ -217,6 +231,13 @@ kres=$(grep -a '^@@RESULT kmod' "$console" | tail -1 || true)
 if [ "$kres" != "@@RESULT kmod rc=0" ]; then
 	echo "vmtest: kmod tests failed (${kres:-no result})" >&2
 	fail=1
+fi
+if [ "$replay" = yes ]; then
+	pres=$(grep -a '^@@RESULT replay' "$console" | tail -1 || true)
+	if [ "$pres" != "@@RESULT replay rc=0" ]; then
+		echo "vmtest: replay kmod tests failed (${pres:-no result})" >&2
+		fail=1
+	fi
 fi
 if [ "$record" = yes ]; then
 	rres=$(grep -a '^@@RESULT record' "$console" | tail -1 || true)

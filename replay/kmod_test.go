@@ -1,0 +1,67 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/predictio/predictio/kmod"
+)
+
+// TestKmodNotLoaded: without /dev/predictio the kmod backend fails with
+// kmod.ErrNotLoaded, whose message says how to build and load the module.
+func TestKmodNotLoaded(t *testing.T) {
+	if _, err := os.Stat(kmod.DevicePath); err == nil {
+		t.Skip("the predictio module is loaded here; TestKmodOracle covers this machine")
+	}
+	tr := memTrace(256, seqRuns(256, 8), 0)
+	root := materialized(t, tr)
+	opt := Options{Root: root, Backend: BackendKmod, Timing: TimingASAP, Runs: []string{"oracle"}}
+	if err := opt.validate(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := newReplayer(tr, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Replay(context.Background()); !errors.Is(err, kmod.ErrNotLoaded) {
+		t.Fatalf("replay with the kmod backend and no module: %v, want kmod.ErrNotLoaded", err)
+	}
+}
+
+// TestKmodOracle replays through the page cache with the kmod backend. It
+// runs where the module is loaded: in CI, inside the qemu VM of
+// kmod/vmtest/run.sh.
+func TestKmodOracle(t *testing.T) {
+	if _, err := os.Stat(kmod.DevicePath); err != nil {
+		if _, err := os.Stat("/proc/modules"); err != nil {
+			t.Skip("kernel has no loadable module support (no /proc/modules): kmod/vmtest/run.sh runs this test under qemu on Linux 6.1")
+		}
+		t.Skip("predictio module not loaded (no /dev/predictio): load it (docs/kmod.md) or run kmod/vmtest/run.sh")
+	}
+	tr := memTrace(8192, sparseRuns(8192, 1500, 3), 20_000)
+	root := materialized(t, tr)
+	rep := replayMem(t, tr, Options{Root: root, Backend: BackendKmod, Timing: TimingRecorded, Runs: []string{Baseline, "oracle:n=256"}})
+	base, orc := rep.Runs[0], rep.Runs[1]
+	c := orc.Counters
+	t.Logf("baseline: wall %v stall %v; oracle: wall %v stall %v prefetched %d used %d wasted %d dropped pages %d counters %+v warnings %v",
+		time.Duration(base.WallNS), time.Duration(base.StallNS), time.Duration(orc.WallNS), time.Duration(orc.StallNS),
+		orc.Prefetched, orc.Used, orc.Wasted, orc.PagesDropped, c, orc.Warnings)
+	if !base.Cold || !orc.Cold || base.Backend != BackendNone || orc.Backend != BackendKmod {
+		t.Fatalf("runs: cold %v/%v, backends %s/%s; want cold runs, baseline on none, oracle on kmod", base.Cold, orc.Cold, base.Backend, orc.Backend)
+	}
+	if got := c.PagesSubmitted + c.PagesCached + c.PagesPastEOF + orc.PagesDropped; got != c.PagesRequested {
+		t.Errorf("submitted %d + cached %d + past EOF %d + dropped %d = %d, want requested %d", c.PagesSubmitted, c.PagesCached, c.PagesPastEOF, orc.PagesDropped, got, c.PagesRequested)
+	}
+	if orc.Used+orc.Wasted != orc.Prefetched {
+		t.Errorf("used %d + wasted %d != prefetched %d", orc.Used, orc.Wasted, orc.Prefetched)
+	}
+	if c.Failures != 0 || c.Rejected != 0 || c.Requests == 0 || c.InFlightMax == 0 || c.PagesSubmitted == 0 {
+		t.Errorf("counters %+v, warnings %v", c, orc.Warnings)
+	}
+	if orc.Used == 0 || orc.Used < orc.Prefetched/2 {
+		t.Errorf("oracle used %d of %d prefetched pages", orc.Used, orc.Prefetched)
+	}
+}
