@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,9 +76,10 @@ type Config struct {
 	// NoSignal leaves such a command running.
 	NoSignal bool
 
-	bench   *benchSource                       // benchmark-only event source (tests)
-	onStart func(*recorder)                    // test hook: called once attached
-	create  func(string) (bundleWriter, error) // test hook; nil: formats.Create
+	bench    *benchSource                       // benchmark-only event source (tests)
+	onStart  func(*recorder)                    // test hook: called once attached
+	noCgroup bool                               // test hook: follow a command by pid
+	create   func(string) (bundleWriter, error) // test hook; nil: formats.Create
 }
 
 // bundleWriter is the part of *formats.Writer the recorder uses.
@@ -246,7 +248,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	cg2 := ""
-	if len(cfg.Command) > 0 {
+	if len(cfg.Command) > 0 && !cfg.noCgroup {
 		cg2 = cgroup2Mount()
 	}
 	needAdmin := tracefsEvents() == "" || cg2 != ""
@@ -479,7 +481,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		if cgFD >= 0 {
 			cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: cgFD}
 		}
-		if err := cmd.Start(); err != nil {
+		if err := startCommand(cmd, cgFD < 0, coll.Maps[bpf.RecordMapPids]); err != nil {
 			if cgFD < 0 {
 				stopProgress()
 				r.stop(pipe, &wg)
@@ -488,9 +490,6 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			stopProgress()
 			r.stop(pipe, &wg)
 			return nil, fmt.Errorf("start %s in cgroup %s (CLONE_INTO_CGROUP needs Linux 5.7): %w", cfg.Command[0], cgDir, err)
-		}
-		if cgFD < 0 {
-			_ = coll.Maps[bpf.RecordMapPids].Put(uint32(cmd.Process.Pid), uint8(1))
 		}
 		go func() { cmdErr = cmd.Wait(); close(done) }()
 	} else if len(cfg.PIDs) > 0 {
@@ -633,6 +632,38 @@ func removeCgroup(dir string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	// Descendants still running keep it busy; leave it for them.
+}
+
+// startCommand starts cmd. With byPid, the command is followed through the
+// pid set: it starts traced (PTRACE_TRACEME), so it stops right after its
+// execve; its pid goes into the set and only then is it let go, so nothing
+// it reads after exec is missed.
+func startCommand(cmd *exec.Cmd, byPid bool, pids *ebpf.Map) error {
+	if !byPid {
+		return cmd.Start()
+	}
+	// ptrace requests must come from the thread that started the child.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	pid := cmd.Process.Pid
+	perr := pids.Put(uint32(pid), uint8(1))
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(pid, &ws, unix.WALL, nil); err != nil {
+		return fmt.Errorf("wait for %s to exec: %w", cmd.Path, err)
+	}
+	if ws.Stopped() {
+		if err := unix.PtraceDetach(pid); err != nil {
+			return fmt.Errorf("release %s after exec: %w", cmd.Path, err)
+		}
+	}
+	if perr != nil {
+		return fmt.Errorf("follow pid %d: %w", pid, perr)
+	}
+	return nil
 }
 
 // removeStaleCgroups removes the empty cgroups of recorders that were

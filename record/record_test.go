@@ -296,6 +296,22 @@ func TestScan(t *testing.T) {
 	}
 }
 
+// TestScanByPid is TestScan's read check when a command is followed through
+// the pid set (no cgroup v2): the command is held at exec until its pid is
+// in the set, so no page is missed.
+func TestScanByPid(t *testing.T) {
+	requireRecorder(t, "filemap:mm_filemap_get_pages")
+	const size = 16 << 20
+	p := coldFile(t, diskDir(t), size)
+	r := record(t, context.Background(), Config{Command: []string{"cat", p}, noCgroup: true})
+	if r.man.Recording.Target != "command" {
+		t.Errorf("target %q", r.man.Recording.Target)
+	}
+	if c, n := r.coverage(r.fileID(t, p), formats.KindRead, size/4096); c != size/4096 {
+		t.Errorf("read accesses cover %d of %d pages (%d events)", c, size/4096, n)
+	}
+}
+
 func TestMmapFaults(t *testing.T) {
 	requireRecorder(t, "filemap:mm_filemap_fault")
 	dir := diskDir(t)
@@ -345,7 +361,13 @@ func TestPIDDescendants(t *testing.T) {
 	requireRecorder(t, "filemap:mm_filemap_get_pages", "sched:sched_process_fork")
 	dir := diskDir(t)
 	p := coldFile(t, dir, 4<<20)
-	sh := exec.Command("sh", "-c", "read x; cat "+p+" > /dev/null")
+	// The child is this test binary (busybox sh may run cat inside the
+	// shell process).
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := exec.Command("sh", "-c", "read x; PREDICTIO_RECORD_HELPER=scan PREDICTIO_RECORD_FILE="+p+" "+exe+" > /dev/null")
 	in, err := sh.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -415,7 +437,13 @@ func TestExcludeFilter(t *testing.T) {
 	requireRecorder(t, "filemap:mm_filemap_get_pages")
 	dir := diskDir(t)
 	p := coldFile(t, dir, 1<<20)
-	script := fmt.Sprintf("for i in $(seq 40); do cat %s; sleep 0.01; done", p)
+	// Each read is a run of this test binary (a few ms), so the loop lasts
+	// long enough for the deny entry to reach the kernel.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf("i=0; while [ $i -lt 40 ]; do PREDICTIO_RECORD_HELPER=scan PREDICTIO_RECORD_FILE=%s %s > /dev/null; i=$((i+1)); done", p, exe)
 	r := record(t, context.Background(), Config{Command: []string{"sh", "-c", script}, Exclude: []string{dir}})
 	for _, a := range r.accesses {
 		for _, f := range r.files {
@@ -430,7 +458,8 @@ func TestExcludeFilter(t *testing.T) {
 }
 
 // TestCommAndMinSize: --comm keeps only the named task's accesses, and
-// --min-size drops files smaller than the limit.
+// --min-size drops files smaller than the limit. The named task is this
+// test binary (comm "record.test"); the shell's own cat is left out.
 func TestCommAndMinSize(t *testing.T) {
 	requireRecorder(t, "filemap:mm_filemap_get_pages")
 	dir := diskDir(t)
@@ -439,13 +468,22 @@ func TestCommAndMinSize(t *testing.T) {
 	if err := os.WriteFile(small, make([]byte, 8192), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	script := fmt.Sprintf("cat %s > /dev/null; head -c 1000000 %s > /dev/null; head -c 100 %s > /dev/null", big, big, small)
-	r := record(t, context.Background(), Config{Command: []string{"sh", "-c", script}, Comm: []string{"head"}, MinSize: 1 << 20})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	comm := filepath.Base(exe)
+	if len(comm) > 15 {
+		comm = comm[:15]
+	}
+	script := fmt.Sprintf("cat %s > /dev/null; PREDICTIO_RECORD_HELPER=scan PREDICTIO_RECORD_FILE=%s %s; PREDICTIO_RECORD_HELPER=scan PREDICTIO_RECORD_FILE=%s %s",
+		big, big, exe, small, exe)
+	r := record(t, context.Background(), Config{Command: []string{"sh", "-c", script}, Comm: []string{comm}, MinSize: 1 << 20})
 	id := r.fileID(t, big)
 	n := 0
 	for _, a := range r.accesses {
-		if a.Comm != "head" {
-			t.Fatalf("access by comm %q recorded with --comm head", a.Comm)
+		if a.Comm != comm {
+			t.Fatalf("access by comm %q recorded with --comm %s", a.Comm, comm)
 		}
 		if a.FileID == id && a.Kind == formats.KindRead {
 			n++
@@ -457,7 +495,7 @@ func TestCommAndMinSize(t *testing.T) {
 		}
 	}
 	if n == 0 {
-		t.Errorf("no reads of %s by head", big)
+		t.Errorf("no reads of %s by %s", big, comm)
 	}
 }
 
