@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"sort"
 	"testing"
 	"time"
 
@@ -64,4 +65,40 @@ func TestKmodOracle(t *testing.T) {
 	if orc.Used == 0 || orc.Used < orc.Prefetched/2 {
 		t.Errorf("oracle used %d of %d prefetched pages", orc.Used, orc.Prefetched)
 	}
+}
+
+// BenchmarkKmodVsKernel replays the same sparse trace with the oracle
+// policy on the kernel backend and on the kmod backend, alternating, and
+// reports the median stall and wall time of each (and of the baseline).
+// Run it where the module is loaded: kmod/vmtest/run.sh -bench.
+func BenchmarkKmodVsKernel(b *testing.B) {
+	if _, err := os.Stat(kmod.DevicePath); err != nil {
+		b.Skip("predictio module not loaded (no /dev/predictio): run kmod/vmtest/run.sh -bench")
+	}
+	tr := memTrace(8192, sparseRuns(8192, 1500, 3), 20_000)
+	root := materialized(b, tr)
+	backends := []string{BackendKernel, BackendKmod}
+	stall := map[string][]float64{}
+	wall := map[string][]float64{}
+	for i := 0; i < b.N; i++ {
+		for k := range backends {
+			be := backends[(i+k)%len(backends)]
+			rep := replayMem(b, tr, Options{Root: root, Backend: be, Timing: TimingRecorded, Runs: []string{Baseline, "oracle:n=256"}})
+			base, orc := rep.Runs[0], rep.Runs[1]
+			stall[be] = append(stall[be], float64(orc.StallNS)/1e6)
+			wall[be] = append(wall[be], float64(orc.WallNS)/1e6)
+			stall["baseline"] = append(stall["baseline"], float64(base.StallNS)/1e6)
+			wall["baseline"] = append(wall["baseline"], float64(base.WallNS)/1e6)
+		}
+	}
+	for name, xs := range stall {
+		b.ReportMetric(medianF(xs), name+"-stall-ms")
+		b.ReportMetric(medianF(wall[name]), name+"-wall-ms")
+	}
+}
+
+func medianF(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }
