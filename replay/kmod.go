@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"sync"
 	"time"
 
@@ -27,6 +28,15 @@ type kmodBackend struct {
 	mu    sync.Mutex
 	vec   []byte
 	final *policies.BackendStats
+}
+
+// kmodAvailable checks up front, before any run, that the module's device
+// exists.
+func kmodAvailable() error {
+	if _, err := os.Stat(kmod.DevicePath); errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("replay: kmod backend: open %s: %w", kmod.DevicePath, kmod.ErrNotLoaded)
+	}
+	return nil
 }
 
 func newKmodBackend(files []*openFile, ps int, inflight int) (*kmodBackend, error) {

@@ -20,9 +20,15 @@ func TestKmodNotLoaded(t *testing.T) {
 	tr := memTrace(256, seqRuns(256, 8), 0)
 	root := materialized(t, tr)
 	opt := Options{Root: root, Backend: BackendKmod, Timing: TimingASAP, Runs: []string{"oracle"}}
+	if err := opt.validate(); !errors.Is(err, kmod.ErrNotLoaded) {
+		t.Fatalf("options with the kmod backend and no module: %v, want kmod.ErrNotLoaded", err)
+	}
+	// Past validation (the device vanished since), the run itself fails.
+	opt.Backend = BackendKernel
 	if err := opt.validate(); err != nil {
 		t.Fatal(err)
 	}
+	opt.Backend = BackendKmod
 	r, err := newReplayer(tr, opt)
 	if err != nil {
 		t.Fatal(err)

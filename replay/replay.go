@@ -183,6 +183,11 @@ func (opt *Options) validate() error {
 	default:
 		return fmt.Errorf("replay: unknown backend %q; use kernel, kmod, direct or none", opt.Backend)
 	}
+	if opt.Backend == BackendKmod {
+		if err := kmodAvailable(); err != nil {
+			return err
+		}
+	}
 	if opt.Timing == "" {
 		opt.Timing = TimingRecorded
 	}
