@@ -223,6 +223,7 @@ func TestVerifyFindsEachProblem(t *testing.T) {
 	}
 	w.AppendHint(&Hint{TS: 1500, Kind: 77, FileID: 1})
 	w.AppendHint(&Hint{TS: 1500, Kind: HintTreeChildEnter, FileID: 5})
+	// Children are the upcoming children, after Position: no bound between them.
 	w.AppendHint(&Hint{TS: 1500, Kind: HintTreeChildEnter, FileID: 1, Position: 2, Children: []uint64{1, 2}})
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
@@ -243,9 +244,12 @@ func TestVerifyFindsEachProblem(t *testing.T) {
 	if got == nil {
 		t.Fatal("Verify found nothing")
 	}
+	if strings.Contains(got.Error(), "hints.arrow: row 2") {
+		t.Errorf("Verify rejected a tree_child_enter whose position exceeds its upcoming children:\n%v", got)
+	}
 	for _, want := range []string{
 		"kind 99 is not defined", "npages is 0", "ts_ns 5000 outside", "file_id 9 is not in", "pages [9, 11) beyond",
-		"kind 77 is not defined", "file_id 5 is not in", "position 2 outside 2 children",
+		"kind 77 is not defined", "file_id 5 is not in",
 		"files.arrow: 1 rows, manifest says 5", "hints.arrow: SHA-256",
 	} {
 		if !strings.Contains(got.Error(), want) {

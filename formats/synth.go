@@ -2,6 +2,7 @@ package formats
 
 import (
 	"fmt"
+	"math/bits"
 	"math/rand"
 	"time"
 )
@@ -39,6 +40,8 @@ const (
 	synthStartNS  = 1_000_000_000_000
 	synthPID      = 4242
 	synthPageSize = 4096
+	// synthScatter spreads B-tree nodes over the file (a prime).
+	synthScatter = 2654435761
 )
 
 var synthWall = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -177,10 +180,20 @@ func synthRows(w *Writer, s SynthSpec) error {
 	return nil
 }
 
-// synthBtree emits root-to-leaf lookups in a B-tree of fanout s.Stride laid
-// out level by level in file 1: the root is page 0, level l's nodes follow
-// level l-1's. Before entering a child it emits a tree_child_enter hint
-// naming the parent page, the child's position and all child pages.
+// synthBtree emits key-order range scans in a B-tree of fanout s.Stride
+// stored in file 1. Nodes are numbered level by level (root 0, level l's
+// nodes after level l-1's, key order within a level) and scattered over
+// the file: node g is at page g*M mod FilePages (M = synthScatter, or the
+// next number coprime with FilePages), so the root is page 0 and key-order
+// neighbours are far apart, as after page splits; readahead sees random
+// reads. Each scan starts at a random leaf, descends to it from the root
+// and then reads the next leaves in key order, s.Stride leaves in all
+// (fewer at the end of the tree), the way a B-tree cursor does: moving to
+// the next leaf reads only the nodes below the lowest ancestor the two
+// leaves share. Before entering a child it emits a tree_child_enter hint
+// naming the parent page, the child's position in the parent and the
+// upcoming children: the pages of the parent's children after that
+// position, in key order.
 func synthBtree(w *Writer, s SynthSpec, rng *rand.Rand, emit func(uint32, uint64) error, ts *uint64) error {
 	f := s.Stride
 	// levels: sizes 1, f, f^2, ... while the tree fits in FilePages.
@@ -193,39 +206,70 @@ func synthBtree(w *Writer, s SynthSpec, rng *rand.Rand, emit func(uint32, uint64
 	}
 	depth := len(starts)
 	leaves := size
+	// span[l]: leaves under one node of level l.
+	span := make([]uint64, depth)
+	span[depth-1] = 1
+	for l := depth - 2; l >= 0; l-- {
+		span[l] = span[l+1] * f
+	}
+	mul := uint64(synthScatter)
+	for gcd(mul, s.FilePages) != 1 {
+		mul++
+	}
+	page := func(g uint64) uint64 {
+		hi, lo := bits.Mul64(g, mul)
+		return bits.Rem64(hi, lo, s.FilePages)
+	}
 	children := make([]uint64, f)
 	h := Hint{PID: synthPID, Kind: HintTreeChildEnter, FileID: 1}
+	// enter reads node x of level l (l >= 1) after a hint from its parent.
+	enter := func(l int, x uint64) error {
+		parent, pos := x/f, x%f
+		k := 0
+		for c := pos + 1; c < f; c++ {
+			children[k] = page(starts[l] + parent*f + c)
+			k++
+		}
+		h.TS = *ts + s.ThinkNS/2
+		h.ParentPage = page(starts[l-1] + parent)
+		h.Position = uint32(pos)
+		h.Children = children[:k]
+		if err := w.AppendHint(&h); err != nil {
+			return err
+		}
+		return emit(1, page(starts[l]+x))
+	}
 	n := 0
 	for n < s.Events {
 		leaf := uint64(rng.Int63n(int64(leaves)))
-		idx := uint64(0) // node index within its level
-		for l := 0; l < depth && n < s.Events; l++ {
-			page := starts[l] + idx
-			if err := emit(1, page); err != nil {
-				return err
+		end := min(leaf+f, leaves)
+		// the descent: the root, then every level from 1.
+		if err := emit(1, page(0)); err != nil {
+			return err
+		}
+		n++
+		from := 1
+		for ; leaf < end && n < s.Events; leaf++ {
+			for l := from; l < depth && n < s.Events; l++ {
+				if err := enter(l, leaf/span[l]); err != nil {
+					return err
+				}
+				n++
 			}
-			n++
-			if l == depth-1 || n == s.Events {
-				break
+			// the next leaf shares the ancestors above the first level
+			// whose node changes.
+			from = 1
+			for from < depth-1 && (leaf+1)/span[from] == leaf/span[from] {
+				from++
 			}
-			// position of the child on the path to leaf
-			shift := uint64(1)
-			for k := l + 2; k < depth; k++ {
-				shift *= f
-			}
-			pos := (leaf / shift) % f
-			for c := uint64(0); c < f; c++ {
-				children[c] = starts[l+1] + idx*f + c
-			}
-			h.TS = *ts + s.ThinkNS/2
-			h.ParentPage = page
-			h.Position = uint32(pos)
-			h.Children = children
-			if err := w.AppendHint(&h); err != nil {
-				return err
-			}
-			idx = idx*f + pos
 		}
 	}
 	return nil
+}
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }

@@ -2,6 +2,7 @@ package formats
 
 import (
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -47,10 +48,7 @@ func TestSynthPatterns(t *testing.T) {
 				if len(r.hints) == 0 {
 					t.Fatal("btree wrote no hints")
 				}
-				h := r.hints[0]
-				if h.Kind != HintTreeChildEnter || h.ParentPage != 0 || len(h.Children) != 64 || r.accesses[1].FirstPage != h.Children[h.Position] {
-					t.Fatalf("first hint %+v does not lead to the next access %+v", h, r.accesses[1])
-				}
+				checkSynthBtree(t, r, 64)
 			default:
 				if len(r.hints) != 0 {
 					t.Fatalf("%s wrote %d hints", p, len(r.hints))
@@ -83,5 +81,49 @@ func TestSynthSparseRunsShareMostOfTheSequence(t *testing.T) {
 func TestSynthRejectsUnknownPattern(t *testing.T) {
 	if err := Synth(filepath.Join(t.TempDir(), "x"), SynthSpec{Pattern: "zigzag"}); err == nil {
 		t.Fatal("no error")
+	}
+}
+
+// checkSynthBtree checks the btree pattern's hints against its accesses:
+// each hint precedes the read of the child it enters, which its children
+// (the upcoming ones) do not include, and lists exactly the parent's
+// children after position, the pages the next hints at that parent enter.
+func checkSynthBtree(t *testing.T, r rows, fanout int) {
+	t.Helper()
+	if r.accesses[0].FirstPage != 0 || r.hints[0].ParentPage != 0 {
+		t.Fatalf("the first scan does not start at the root (page 0): %+v %+v", r.accesses[0], r.hints[0])
+	}
+	entered := make([]uint64, len(r.hints)) // page each hint enters
+	a := 0
+	for i, h := range r.hints {
+		for a < len(r.accesses) && r.accesses[a].TS < h.TS {
+			a++
+		}
+		if a == len(r.accesses) {
+			t.Fatalf("hint %d has no access after it", i)
+		}
+		entered[i] = r.accesses[a].FirstPage
+		if h.Kind != HintTreeChildEnter || h.FileID != 1 || int(h.Position) >= fanout || len(h.Children) != fanout-1-int(h.Position) {
+			t.Fatalf("hint %d: %+v, want position < %d and %d upcoming children", i, h, fanout, fanout-1-int(h.Position))
+		}
+		if slices.Contains(h.Children, entered[i]) {
+			t.Fatalf("hint %d lists the child it enters (page %d) as upcoming: %+v", i, entered[i], h)
+		}
+	}
+	next := 0 // hints whose successor at the same parent enters Children[0]
+	for i := 1; i < len(r.hints); i++ {
+		prev, h := r.hints[i-1], r.hints[i]
+		if h.ParentPage == prev.ParentPage && h.Position == prev.Position+1 {
+			if entered[i] != prev.Children[0] {
+				t.Fatalf("hint %d enters page %d, hint %d named %d as the next child", i, entered[i], i-1, prev.Children[0])
+			}
+			if !slices.Equal(h.Children, prev.Children[1:]) {
+				t.Fatalf("hint %d children %v are not hint %d's after the first %v", i, h.Children, i-1, prev.Children)
+			}
+			next++
+		}
+	}
+	if next < len(r.hints)/2 {
+		t.Fatalf("only %d of %d hints move on to the next sibling: no key-order scans", next, len(r.hints))
 	}
 }

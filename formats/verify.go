@@ -162,9 +162,6 @@ func Verify(dir string) []error {
 					p.add("hints.arrow file_id", "%s: row %d: file_id %d is not in %s", HintsFile, n, h.FileID, FilesFile)
 				}
 			}
-			if h.Kind == HintTreeChildEnter && len(h.Children) > 0 && int(h.Position) >= len(h.Children) {
-				p.add("hints.arrow position", "%s: row %d: position %d outside %d children", HintsFile, n, h.Position, len(h.Children))
-			}
 			n++
 		}
 		if err := hc.Err(); err != nil {

@@ -77,9 +77,11 @@ func (c *Client) send(f File) error {
 	return nil
 }
 
-// TreeChildEnter says a tree search is entering child number position of
-// the node stored at page parentPage of file, and that the pages in
-// children are likely to be read next.
+// TreeChildEnter says a tree traversal is entering child number position
+// (0 = first) of the node stored at page parentPage of file. children are
+// the upcoming child pages: the parent's children after position, in the
+// order the traversal will enter them, without the child being entered
+// (kids[position+1:] of the parent's child list).
 func (c *Client) TreeChildEnter(file File, parentPage uint64, position uint32, children []uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

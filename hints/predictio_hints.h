@@ -137,8 +137,10 @@ static inline int pio__send(int h, uint8_t *buf, uint8_t *end, const char *path,
 	return r < 0 ? -1 : 0;
 }
 
-/* pio_tree_child_enter: a tree search enters child number position of the
- * node stored at page parent_page; children are the pages likely next. */
+/* pio_tree_child_enter: a tree traversal enters child number position
+ * (0 = first) of the node stored at page parent_page; children are the
+ * upcoming child pages, the parent's children after position in the order
+ * the traversal will enter them (not the child being entered). */
 static inline int pio_tree_child_enter(int h, const char *path, int fd, uint64_t parent_page,
 				       uint32_t position, const uint64_t *children, uint32_t n_children)
 {

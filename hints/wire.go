@@ -75,14 +75,14 @@ var (
 type Message struct {
 	Kind       Kind
 	Flags      uint16
-	Path       []byte // file path; empty when Flags has FlagFD
-	ParentPage uint64 // tree_child_enter
-	Position   uint32 // tree_child_enter: child position within the parent
-	Children   []uint64
-	Name       []byte // tensor_layout
-	Offset     uint64 // tensor_layout: byte offset in the file
-	Length     uint64 // tensor_layout: byte length
-	Layer      uint32 // layer_start
+	Path       []byte   // file path; empty when Flags has FlagFD
+	ParentPage uint64   // tree_child_enter
+	Position   uint32   // tree_child_enter: child position within the parent
+	Children   []uint64 // tree_child_enter: upcoming child pages, after Position
+	Name       []byte   // tensor_layout
+	Offset     uint64   // tensor_layout: byte offset in the file
+	Length     uint64   // tensor_layout: byte length
+	Layer      uint32   // layer_start
 }
 
 // Decode parses one datagram into m. It never panics and allocates only when

@@ -228,7 +228,10 @@ func (p *markovPolicy) inWalk(page uint64) bool {
 	return false
 }
 
-// treePolicy prefetches upcoming B-tree children.
+// treePolicy prefetches upcoming B-tree children: the first window pages of
+// a TreeChildEnter's Children (the parent's children after the entered one,
+// in traversal order), less pages requested within ttl. Position is not
+// used; children beyond end of file are clipped by the Normalizer.
 type treePolicy struct {
 	env    Env
 	window int

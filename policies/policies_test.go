@@ -62,6 +62,27 @@ func TestTreeWindowAndTTL(t *testing.T) {
 	}
 }
 
+// TestTreeScan: a cursor scanning the 8 children (pages 100..107) of one
+// node sends a hint as it enters each child, listing the children after it
+// (docs/hints.md). With window 4 the first hint requests the next 4
+// children; each later hint adds the one child that came into the window,
+// and the TTL keeps the others from being requested twice. The first child
+// is never upcoming, and the last hint lists nothing.
+func TestTreeScan(t *testing.T) {
+	p := mustBuild(t, "tree:window=4,ttl=1s", Env{FilePages: func(uint32) uint64 { return 1000 }})
+	kids := []uint64{100, 101, 102, 103, 104, 105, 106, 107}
+	var want [][]uint64
+	want = append(want, []uint64{101, 102, 103, 104}, []uint64{105}, []uint64{106}, []uint64{107}, nil, nil, nil, nil)
+	for i := range kids {
+		var got []Request
+		ev := &Event{Kind: EventTreeChildEnter, TS: uint64(i) * 1e6, File: 2, Tree: TreeChildEnter{ParentPage: 7, Position: uint32(i), Children: kids[i+1:]}}
+		p.Handle(ev, collect(&got))
+		if pg := pagesOf(got); !slices.Equal(pg, want[i]) {
+			t.Errorf("entering child %d: requested %v, want %v", i, pg, want[i])
+		}
+	}
+}
+
 func TestTensorExtents(t *testing.T) {
 	p := mustBuild(t, "tensor:chunk=2", Env{FilePages: func(uint32) uint64 { return 4 }})
 	ev := &Event{Kind: EventTensorLayout, File: 3, Tensor: TensorLayout{Name: "blk.0.attn", Offset: 5000, Length: 10000}}

@@ -77,7 +77,9 @@ type FileAccess struct {
 }
 
 // TreeChildEnter is a B-tree traversal hint: the cursor entered child
-// Position of ParentPage, and Children are the upcoming child pages.
+// Position (0 = first) of ParentPage, and Children are the upcoming child
+// pages, the parent's children after Position in traversal order (the
+// entered child is not included).
 type TreeChildEnter struct {
 	ParentPage uint64
 	Position   uint32

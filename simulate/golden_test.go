@@ -84,9 +84,13 @@ func TestGoldenSequentialScan(t *testing.T) {
 	}
 }
 
-// btreeBundle: 8 parents of 16 children each. On entering a parent the
-// application hints all 16 children (ascending pages, 64 pages apart, so
-// readahead sees only standalone random reads), then reads them 1 ms apart.
+// btreeBundle: 8 parents of 16 children each. Before reading a parent's
+// children the application sends one tree_child_enter that lists all 16 as
+// upcoming (ascending pages, 64 pages apart, so readahead sees only
+// standalone random reads), then reads them 1 ms apart. (A cursor would
+// send one hint per child listing the children after it, docs/hints.md;
+// the tree policy uses only the list, so one hint per parent isolates the
+// window: the first w listed children are prefetched.)
 func btreeBundle(t *testing.T) string {
 	const parents, children = 8, 16
 	b := &simtest.Bundle{Files: []formats.File{{ID: 1, Path: "/data/tree.db", Size: 64 * 4096 * (parents*children + 2), MtimeNS: 1}}}

@@ -29,7 +29,7 @@ func init() {
 			"Policies: " + strings.Join(policies.Names(), ", ") + " (spec name[:key=value,...]; 'predictio simulate --policy help' lists parameters).\n" +
 			"Exit status: 0 ok, 1 an assertion failed or the simulation failed, 2 usage error.",
 		example: "predictio trace synth -o /var/tmp/bt --pattern btree --events 20000\n" +
-			"predictio simulate --policy tree:window=64 --cache 64MiB --assert 'tree.coverage>=0.8' /var/tmp/bt",
+			"predictio simulate --policy tree --cache 64MiB --assert 'tree.coverage>=0.8' /var/tmp/bt",
 	}
 	c.run = func(args []string) int { return runSimulate(c, args, os.Stdout, os.Stderr) }
 	register(c)

@@ -41,7 +41,7 @@ func TestSimulateCLI(t *testing.T) {
 	bt := synthBundle(t, formats.SynthSpec{Pattern: "btree", Events: 5000})
 
 	t.Run("table", func(t *testing.T) {
-		out, errOut, code := simCLI(t, "--policy", "tree:window=64", "--cache", "64MiB", bt)
+		out, errOut, code := simCLI(t, "--policy", "tree", "--cache", "64MiB", bt)
 		if code != 0 {
 			t.Fatalf("code %d: %s", code, errOut)
 		}
@@ -53,7 +53,7 @@ func TestSimulateCLI(t *testing.T) {
 	})
 
 	t.Run("json", func(t *testing.T) {
-		out, errOut, code := simCLI(t, "--json", "--policy", "tree:window=64", bt)
+		out, errOut, code := simCLI(t, "--json", "--policy", "tree", bt)
 		if code != 0 {
 			t.Fatalf("code %d: %s", code, errOut)
 		}
@@ -77,7 +77,7 @@ func TestSimulateCLI(t *testing.T) {
 
 	t.Run("assert", func(t *testing.T) {
 		junit := filepath.Join(t.TempDir(), "junit.xml")
-		_, errOut, code := simCLI(t, "--policy", "tree:window=64", "--assert", "tree.coverage>=0.5", "--assert", "tree.coverage>=1.5", "--junit", junit, bt)
+		_, errOut, code := simCLI(t, "--policy", "tree", "--assert", "tree.coverage>=0.5", "--assert", "tree.coverage>=1.5", "--junit", junit, bt)
 		if code != 1 {
 			t.Errorf("failing assertion: code %d, want 1", code)
 		}
@@ -97,7 +97,7 @@ func TestSimulateCLI(t *testing.T) {
 		if err := xml.Unmarshal(b, &suites); err != nil || len(suites.Suites) != 1 || suites.Suites[0].Failures != 1 || suites.Suites[0].Tests != 5 {
 			t.Errorf("junit %+v %v:\n%s", suites, err, b)
 		}
-		if _, _, code := simCLI(t, "--policy", "tree:window=64", "--assert", "tree.coverage>=0.5", bt); code != 0 {
+		if _, _, code := simCLI(t, "--policy", "tree", "--assert", "tree.coverage>=0.5", bt); code != 0 {
 			t.Errorf("passing assertion: code %d", code)
 		}
 		_, errOut, code = simCLI(t, "--assert", "nosuch.coverage>=0.5", bt)
@@ -109,7 +109,7 @@ func TestSimulateCLI(t *testing.T) {
 	t.Run("sweep and plot", func(t *testing.T) {
 		dir := t.TempDir()
 		png1, svg := filepath.Join(dir, "curve.png"), filepath.Join(dir, "curve.svg")
-		out, errOut, code := simCLI(t, "--policy", "tree:window=64", "--sweep", "cache=64KiB,1MiB,64MiB", "--plot", png1, bt)
+		out, errOut, code := simCLI(t, "--policy", "tree", "--sweep", "cache=64KiB,1MiB,64MiB", "--plot", png1, bt)
 		if code != 0 {
 			t.Fatalf("code %d: %s", code, errOut)
 		}
@@ -125,7 +125,7 @@ func TestSimulateCLI(t *testing.T) {
 		if err != nil || img.Bounds().Dx() < 400 {
 			t.Errorf("png: %v %v", err, img)
 		}
-		_, errOut, code = simCLI(t, "--policy", "tree:window=64", "--sweep", "cache=64KiB,64MiB", "--assert", "tree.coverage>=0.9", bt)
+		_, errOut, code = simCLI(t, "--policy", "tree", "--sweep", "cache=64KiB,64MiB", "--assert", "tree.coverage>=0.9", bt)
 		if code != 1 || !strings.Contains(errOut, "tree.coverage>=0.9 [cache 64KiB]") || strings.Contains(errOut, "[cache 64MiB]") {
 			t.Errorf("sweep assertion: code %d\n%s", code, errOut)
 		}

@@ -203,7 +203,7 @@ func (w *walker) visit(page uint64) error {
 	}
 	for i, k := range kids {
 		if w.hc != nil {
-			if err := w.hc.TreeChildEnter(hints.FD(w.f), page, uint32(i), kids[i:]); err != nil {
+			if err := w.hc.TreeChildEnter(hints.FD(w.f), page, uint32(i), kids[i+1:]); err != nil {
 				return fmt.Errorf("scan: %w", err)
 			}
 		}
