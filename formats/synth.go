@@ -12,8 +12,8 @@ import (
 type SynthSpec struct {
 	// Pattern is "seq" (sequential scan), "stride" (every Stride-th page),
 	// "random" (uniform pages), "sparse" (a recurring sparse sequence that
-	// varies a little by Run) or "btree" (root-to-leaf lookups with
-	// tree_child_enter hints).
+	// varies a little by Run) or "btree" (key-order range scans in a
+	// B-tree with tree_child_enter hints naming the upcoming children).
 	Pattern string
 	// Events is the number of access rows (default 100000).
 	Events int

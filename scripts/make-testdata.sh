@@ -3,7 +3,7 @@
 # testdata/ that the tests, the examples and the README's default job use:
 #
 #   testdata/seq, stride, random     synthetic access patterns (predictio trace synth)
-#   testdata/btree                   B-tree-like lookups with tree_child_enter hints
+#   testdata/btree                   B-tree range scans with tree_child_enter hints
 #   testdata/sparse-run1..4          four runs of one recurring sparse pattern
 #   testdata/fio/randread.iolog      a real fio iolog v3 (fio --write_iolog)
 #   testdata/csv/msr-sample.csv      a small CSV in the MSR Cambridge layout
