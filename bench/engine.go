@@ -52,6 +52,10 @@ type Point struct {
 	// io_uring_enter) without telling the Go scheduler, and raises
 	// GOMAXPROCS to Threads+1 for the point so each thread keeps its P.
 	RawSyscalls bool
+	// BatchSubmit submits the requests freed by one harvest together (one
+	// io_submit / io_uring_enter) instead of one syscall per request as
+	// fio does by default (iodepth_batch_submit=1).
+	BatchSubmit bool
 }
 
 // Result is one measured point. The JSON keys are stable.
@@ -85,6 +89,7 @@ type Result struct {
 	Harvest     string  `json:"harvest,omitempty"`
 	DeferTR     bool    `json:"defer_taskrun,omitempty"`
 	Raw         bool    `json:"raw_syscalls"`
+	Batch       bool    `json:"batch_submit"`
 	Mlocked     *bool   `json:"mlocked,omitempty"`
 	Errors      uint64  `json:"errors"`
 }
@@ -206,7 +211,7 @@ func Run(p Point) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Tool: "predictio", Backend: p.Backend, RW: p.RW, Threads: p.Threads, QD: p.QD, CachedPages: cached, Raw: p.RawSyscalls}
+	res := Result{Tool: "predictio", Backend: p.Backend, RW: p.RW, Threads: p.Threads, QD: p.QD, CachedPages: cached, Raw: p.RawSyscalls, Batch: p.BatchSubmit}
 	if p.RawSyscalls {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(runtime.NumCPU(), p.Threads+1)))
 	}
@@ -414,19 +419,26 @@ func aioThread(p *Point, id int, stop *atomic.Bool, tr *threadResult) {
 				pending = append(pending, cb)
 			}
 		}
-		if len(pending) > 0 {
+		for len(pending) > 0 {
+			batch := pending
+			if !p.BatchSubmit {
+				batch = pending[:1]
+			}
 			now := time.Now()
-			n, err := ioSubmit(ctx, pending)
+			n, err := ioSubmit(ctx, batch)
 			tr.syscalls++
 			if err != nil {
 				tr.err = err
 				return
 			}
-			for _, cb := range pending[:n] {
+			for _, cb := range batch[:n] {
 				starts[cb.data] = now
 			}
 			inflight += n
 			pending = append(pending[:0], pending[n:]...)
+			if n < len(batch) {
+				break // the kernel took fewer: reap first
+			}
 		}
 		if inflight == 0 {
 			if stopping {
@@ -501,6 +513,9 @@ func runEngine(p *Point, res *Result) error {
 	}
 	if p.RawSyscalls {
 		opts = append(opts, engine.WithRawSyscalls())
+	}
+	if !p.BatchSubmit {
+		opts = append(opts, engine.WithEagerSubmit())
 	}
 	res.FixedBufs, res.RegFiles, res.Harvest = p.FixedBufs, p.RegisterFiles, p.Harvest
 	e, err := engine.New([]*os.File{f}, opts...)

@@ -51,10 +51,22 @@ func FioArgs(p Point) (FioJob, error) {
 	case Libaio:
 		j.Args = append(j.Args, "--ioengine=libaio", "--iodepth="+strconv.Itoa(p.QD))
 		j.Matched = append(j.Matched, "ioengine=libaio", "iodepth="+strconv.Itoa(p.QD))
+		if p.BatchSubmit {
+			j.Notes = append(j.Notes, "ours submits freed slots in one io_submit (--batch-submit); fio one per request")
+		} else {
+			j.Matched = append(j.Matched, "iodepth_batch_submit=1 (one submit syscall per request)")
+		}
 	default:
 		j.Args = append(j.Args, "--ioengine=io_uring", "--iodepth="+strconv.Itoa(p.QD),
 			"--fixedbufs="+b01(p.FixedBufs), "--registerfiles="+b01(p.RegisterFiles))
 		j.Matched = append(j.Matched, "ioengine=io_uring", "iodepth="+strconv.Itoa(p.QD), "fixedbufs="+b01(p.FixedBufs), "registerfiles="+b01(p.RegisterFiles))
+		if p.Backend == Uring {
+			if p.BatchSubmit {
+				j.Notes = append(j.Notes, "ours submits freed slots in one io_uring_enter (--batch-submit); fio one per request")
+			} else {
+				j.Matched = append(j.Matched, "iodepth_batch_submit=1 (one io_uring_enter per request)")
+			}
+		}
 		if p.Backend != Uring {
 			j.Args = append(j.Args, "--sqthread_poll=1")
 			j.Matched = append(j.Matched, "sqthread_poll=1")

@@ -132,6 +132,7 @@ type config struct {
 	sqThreadCPU int
 	deferTR     bool
 	raw         bool
+	eager       bool
 }
 
 // Option configures New.
@@ -174,6 +175,13 @@ func WithDeferTaskrun() Option { return func(c *config) { c.deferTR = true } }
 // (uring.WithRawSyscalls): cheaper waits, but each waiting worker holds a
 // Go P. For dedicated worker goroutines, at most GOMAXPROCS-1 of them.
 func WithRawSyscalls() Option { return func(c *config) { c.raw = true } }
+
+// WithEagerSubmit makes Submit hand each request to the kernel at once (one
+// io_uring_enter per request without SQPOLL, as fio does with its default
+// iodepth_batch_submit=1) instead of batching requests into the next
+// Harvest. More syscalls, but the device sees a steady stream instead of
+// bursts; on this virtio disk that is worth ~15% IOPS at QD 32.
+func WithEagerSubmit() Option { return func(c *config) { c.eager = true } }
 
 // WithHarvest selects how workers wait for completions, default HarvestWait.
 func WithHarvest(h Harvest) Option { return func(c *config) { c.harvest = h } }

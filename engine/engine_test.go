@@ -117,6 +117,7 @@ func TestReadKnownBytes(t *testing.T) {
 		{"defer-taskrun", []Option{WithDeferTaskrun(), WithWorkers(2)}},
 		{"defer-taskrun-backoff", []Option{WithDeferTaskrun(), WithHarvest(HarvestBackoff)}},
 		{"raw-defer", []Option{WithRawSyscalls(), WithDeferTaskrun(), WithWorkers(2)}},
+		{"eager", []Option{WithEagerSubmit(), WithDeferTaskrun()}},
 		{"raw-shared", []Option{WithRawSyscalls(), WithSharedPoller(time.Second), WithWorkers(2)}},
 	}
 	const perWorker = 300

@@ -133,7 +133,8 @@ func (w *Worker) Stats() Stats {
 // Submit queues req. When QueueDepth requests are in flight it first
 // harvests (calling the handler) until a slot is free. Without SQPOLL the
 // request reaches the kernel at the next Harvest or Flush, batched with
-// others into one io_uring_enter; with SQPOLL it is published at once.
+// others into one io_uring_enter (or at once with WithEagerSubmit); with
+// SQPOLL it is published at once.
 func (w *Worker) Submit(req Request) error {
 	if err := w.ready(); err != nil {
 		return err
@@ -199,7 +200,7 @@ func (w *Worker) Submit(req Request) error {
 	sqe.UserData = uint64(idx)
 	s.start = time.Now()
 	w.stats.Submitted++
-	if w.ring.SQPoll() {
+	if w.ring.SQPoll() || w.e.cfg.eager {
 		if _, err := w.ring.Submit(); err != nil {
 			return fmt.Errorf("submit %s: %w", req.Op, err)
 		}

@@ -91,6 +91,7 @@ func benchEngine(c *command, args []string) int {
 	deferTR := fs.Bool("defer-taskrun", true, "uring backend: COOP_TASKRUN|SINGLE_ISSUER|DEFER_TASKRUN, as fio 3.33 sets them")
 	idle := fs.Duration("sq-thread-idle", time.Second, "SQPOLL idle window (sq_thread_idle)")
 	raw := fs.Bool("raw-syscalls", true, "make blocking syscalls without the Go scheduler's hand-off (about 4 us less CPU per wait here); GOMAXPROCS is raised to threads+1")
+	batch := fs.Bool("batch-submit", false, "libaio and uring: submit the requests freed by one harvest in one syscall instead of one syscall per request (fio's default iodepth_batch_submit=1)")
 	vsFio := fs.Bool("vs-fio", false, "also run fio with the same job on the same file, interleaved, and print our/fio ratios")
 	fioBin := fs.String("fio", "fio", "fio binary for --vs-fio")
 	reps := fs.Int("reps", 1, "repetitions per point (A/B interleaved with fio under --vs-fio)")
@@ -133,7 +134,7 @@ func benchEngine(c *command, args []string) int {
 	}
 	m := bench.Matrix{
 		Template: bench.Point{Path: *file, Size: size, RW: *rw, Duration: *dur, FixedBufs: *fixed, RegisterFiles: *regFiles,
-			Harvest: *harvest, DeferTaskrun: *deferTR, SQThreadIdle: *idle, RawSyscalls: *raw},
+			Harvest: *harvest, DeferTaskrun: *deferTR, SQThreadIdle: *idle, RawSyscalls: *raw, BatchSubmit: *batch},
 		Backends: bl, Threads: thList, QDs: qdList, Reps: *reps, Progress: os.Stderr,
 	}
 	// Validate the template before filling a 1 GiB file.
