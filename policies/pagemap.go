@@ -22,6 +22,10 @@ func (m *pageMap) chunk(page uint64, create bool) *[pageChunk]uint8 {
 	if m.lastC != nil && m.last == k {
 		return m.lastC
 	}
+	return m.chunkSlow(k, create)
+}
+
+func (m *pageMap) chunkSlow(k uint64, create bool) *[pageChunk]uint8 {
 	var c *[pageChunk]uint8
 	switch {
 	case k < uint64(len(m.dense)):
@@ -55,7 +59,10 @@ func (m *pageMap) chunk(page uint64, create bool) *[pageChunk]uint8 {
 }
 
 func (m *pageMap) get(page uint64) uint8 {
-	c := m.chunk(page, false)
+	if m.lastC != nil && m.last == page>>pageChunkShift {
+		return m.lastC[page&(pageChunk-1)]
+	}
+	c := m.chunkSlow(page>>pageChunkShift, false)
 	if c == nil {
 		return 0
 	}
@@ -63,7 +70,22 @@ func (m *pageMap) get(page uint64) uint8 {
 }
 
 func (m *pageMap) set(page uint64, v uint8) {
-	m.chunk(page, true)[page&(pageChunk-1)] = v
+	if m.lastC != nil && m.last == page>>pageChunkShift {
+		m.lastC[page&(pageChunk-1)] = v
+		return
+	}
+	m.chunkSlow(page>>pageChunkShift, true)[page&(pageChunk-1)] = v
+}
+
+// fill sets the n pages from page to v. The range must not cross a chunk
+// boundary (an aligned folio of at most 2^pageChunkShift pages).
+func (m *pageMap) fill(page, n uint64, v uint8) {
+	c := m.chunk(page, true)
+	off := page & (pageChunk - 1)
+	s := c[off : off+n]
+	for i := range s {
+		s[i] = v
+	}
 }
 
 // pageSet is a set of pages with the same sparse layout.

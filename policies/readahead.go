@@ -227,18 +227,14 @@ func (r *Readahead) insert(f *raFile, idx uint64, order uint8, mark bool) {
 	if mark {
 		b |= raMark
 	}
-	for i := range n {
-		f.pages.set(idx+i, b)
-	}
+	f.pages.fill(idx, n, b) // folios are aligned: within one chunk
 	r.norm.AddRange(idx, uint32(n))
 	r.dec.Pages += n
 }
 
 func (r *Readahead) clearMark(f *raFile, head uint64) {
 	b := f.pages.get(head) &^ raMark
-	for i := range uint64(1) << (b & raOrder) {
-		f.pages.set(head+i, b)
-	}
+	f.pages.fill(head, uint64(1)<<(b&raOrder), b)
 }
 
 // Read models one read call of n pages at index (filemap_read).

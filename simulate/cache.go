@@ -86,6 +86,11 @@ type pageCache struct {
 	shift    uint8
 	inactive list // the only list for LRU
 	active   list
+	// lastSlot is the slot of the last successful lookup, checked
+	// first: a demand access and the readahead model's residency check
+	// look up the same page in a row. A key is in at most one slot, so a
+	// used slot holding the key is its slot, whatever moved since.
+	lastSlot int32
 
 	// onEvict, when set, is called for every evicted entry before its
 	// slot is reused (tests).
@@ -152,6 +157,9 @@ func (c *pageCache) place(key uint64) int32 {
 
 // lookup returns the slot of key, or -1.
 func (c *pageCache) lookup(key uint64) int32 {
+	if e := &c.entries[c.lastSlot]; e.key == key && e.flags&flagUsed != 0 {
+		return c.lastSlot
+	}
 	h := c.hash(key)
 	for {
 		e := &c.entries[h]
@@ -159,6 +167,7 @@ func (c *pageCache) lookup(key uint64) int32 {
 			return -1
 		}
 		if e.key == key {
+			c.lastSlot = int32(h)
 			return int32(h)
 		}
 		h = (h + 1) & c.mask

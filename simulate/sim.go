@@ -253,9 +253,11 @@ type lane struct {
 	display    string // spec shown in reports, when it differs from spec
 	cache      *pageCache
 	dev        *deviceState
-	disp       *policies.Dispatcher
+	ra         *policies.Readahead  // the baseline model, when called directly
+	disp       *policies.Dispatcher // the other policies; nil when none
 	filePages  func(uint32) uint64
 	emit       policies.Emit
+	emitAbsent policies.Emit // submitAbsent, for the readahead model
 
 	now       int64 // simulated time of the current event
 	lastTrace int64 // trace time of the previous event
@@ -295,7 +297,11 @@ func (s *Simulator) newLane(name, spec string) (*lane, error) {
 		if err != nil {
 			return nil, fmt.Errorf("configure baseline: %w", err)
 		}
-		ps = append(ps, ra)
+		if m, ok := ra.(*policies.Readahead); ok && trustReadahead {
+			l.ra = m // called directly, before the other policies
+		} else {
+			ps = append(ps, ra)
+		}
 	}
 	if spec != "" {
 		p, err := build(spec, env)
@@ -304,8 +310,11 @@ func (s *Simulator) newLane(name, spec string) (*lane, error) {
 		}
 		ps = append(ps, p)
 	}
-	l.disp = policies.NewDispatcher(ps...)
+	if len(ps) > 0 {
+		l.disp = policies.NewDispatcher(ps...)
+	}
 	l.emit = l.submit
+	l.emitAbsent = l.submitAbsent
 	return l, nil
 }
 
@@ -324,13 +333,13 @@ func (l *lane) step(ev *policies.Event, t int64) error {
 		case k == formats.KindMap:
 			// Fault-around maps pages that are already cached: no
 			// demand, but readahead's mmap_miss bookkeeping sees it.
-			l.disp.Dispatch(ev, l.emit)
+			l.dispatch(ev)
 		}
 		return nil
 	case 0:
 		return nil
 	}
-	l.disp.Dispatch(ev, l.emit)
+	l.dispatch(ev)
 	return nil
 }
 
@@ -379,7 +388,7 @@ func (l *lane) demand(ev *policies.Event) error {
 	l.st.Misses += missing
 	l.curFile, l.curFirst, l.curN, l.inDemand = file, first, n, true
 	l.demandWait = 0
-	l.disp.Dispatch(ev, l.emit)
+	l.dispatch(ev)
 	if missing > 0 {
 		// Demand-read the pages no policy brought in, in contiguous runs.
 		var runStart, runLen uint64
@@ -446,6 +455,47 @@ func (l *lane) submit(req *policies.Request) {
 		}
 		if runLen > 0 {
 			l.read(req.File, runStart, runLen)
+		}
+	}
+}
+
+// trustReadahead makes lanes call the readahead model directly with
+// submitAbsent: the model checks residency with the lane's cache
+// (Env.Resident) and emits only pages it found absent, so checking them
+// again is wasted work. Tests turn it off to compare.
+var trustReadahead = true
+
+// dispatch hands ev to the lane's readahead model, then to its other
+// policies, in the order a Dispatcher of all of them would.
+func (l *lane) dispatch(ev *policies.Event) {
+	if l.ra != nil && ev.Kind == policies.EventFileAccess {
+		l.ra.Handle(ev, l.emitAbsent)
+	}
+	if l.disp != nil {
+		l.disp.Dispatch(ev, l.emit)
+	}
+}
+
+// submitAbsent is submit for requests whose pages are all absent from the
+// cache: each range, clipped like submit does, is one device request.
+func (l *lane) submitAbsent(req *policies.Request) {
+	if req.File > maxFile {
+		return
+	}
+	var eof uint64
+	if l.filePages != nil {
+		eof = l.filePages(req.File)
+	}
+	for _, r := range req.Ranges {
+		first, last := r.First, r.First+uint64(r.N)
+		if last < first || last > maxPage+1 {
+			last = maxPage + 1
+		}
+		if eof > 0 && last > eof {
+			last = eof
+		}
+		if first < last {
+			l.read(req.File, first, last-first)
 		}
 	}
 }
