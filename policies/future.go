@@ -2,6 +2,7 @@ package policies
 
 import (
 	"slices"
+	"sync"
 
 	"github.com/predictio/predictio/formats"
 )
@@ -25,14 +26,31 @@ type filePage struct {
 	page uint64
 }
 
+// Packing of a (file, page) pair into one uint64 of a Future.
+const (
+	futPageBits  = 40
+	futMaxPage   = 1<<futPageBits - 1
+	futMaxFile   = 1<<(64-futPageBits) - 1
+	futBlockBits = 16 // pages per storage block: 2^16 (512 KiB)
+)
+
 // Future is the oracle's knowledge: the demand accesses of a bundle in
-// timestamp order.
+// timestamp order, expanded into pages. It takes 8 bytes per page: each
+// (file, page) is packed into a uint64 (file ids below 2^24, pages below
+// 2^40; a Future holding others switches to 16 bytes per page), stored in
+// fixed blocks so that building it never copies what it holds. An access
+// of several pages adds 8 bytes for its first page's position.
 type Future struct {
-	acc   []FutureAccess
-	first []int      // index into pages of each access's first page
-	pages []filePage // accesses expanded into pages
-	// per file: positions (indexes into pages) of that file's pages
-	byFile map[uint32][]int
+	n      int        // accesses
+	np     int        // pages
+	blocks [][]uint64 // packed pages, futBlockBits per block; unused when wide != nil
+	wide   []filePage // every page, once one does not pack
+	// first holds the position of each access's first page, plus len(pages)
+	// at the end; nil while every access has one page (first[i] == i).
+	first []int
+
+	byFileOnce sync.Once
+	byFile     map[uint32][]int // per file: positions of that file's pages
 }
 
 // maxAccessPages bounds the pages one access contributes to per-page
@@ -40,37 +58,128 @@ type Future struct {
 // cannot cause a huge allocation.
 const maxAccessPages = 1 << 16
 
+// FutureBuilder builds a Future one access at a time, e.g. while reading a
+// bundle, without holding the accesses themselves.
+type FutureBuilder struct{ f *Future }
+
+// Add appends an access, which must come after those added before. NPages
+// 0 counts as one page; at most 65536 pages of one access are kept.
+func (b *FutureBuilder) Add(a FutureAccess) {
+	if b.f == nil {
+		b.f = &Future{}
+	}
+	f := b.f
+	n := min(max(uint64(a.NPages), 1), maxAccessPages)
+	if n != 1 && f.first == nil {
+		f.first = make([]int, f.n, f.n+f.n/4+16)
+		for i := range f.first {
+			f.first[i] = i
+		}
+	}
+	if f.first != nil {
+		f.first = append(f.first, f.np)
+	}
+	for p := range n {
+		f.push(a.File, a.Page+p)
+	}
+	f.n++
+}
+
+// Future returns the Future of the accesses added; the builder is reset.
+func (b *FutureBuilder) Future() *Future {
+	f := b.f
+	if f == nil {
+		f = &Future{}
+	}
+	b.f = nil
+	if f.first != nil {
+		f.first = append(f.first, f.np)
+	}
+	return f
+}
+
+func (f *Future) push(file uint32, page uint64) {
+	if f.wide == nil && file <= futMaxFile && page <= futMaxPage {
+		k := uint64(file)<<futPageBits | page
+		if len(f.blocks) == 0 || len(f.blocks[len(f.blocks)-1]) == 1<<futBlockBits {
+			c := 1 << futBlockBits
+			if len(f.blocks) == 0 {
+				c = 64 // small futures stay small; the first block grows
+			}
+			f.blocks = append(f.blocks, make([]uint64, 0, c))
+		}
+		last := &f.blocks[len(f.blocks)-1]
+		*last = append(*last, k)
+		f.np++
+		return
+	}
+	if f.wide == nil {
+		wide := make([]filePage, 0, f.np+1)
+		for i := range f.np {
+			wide = append(wide, f.at(i))
+		}
+		f.wide, f.blocks = wide, nil
+	}
+	f.wide = append(f.wide, filePage{file, page})
+	f.np++
+}
+
+// at returns page i of the expanded accesses.
+func (f *Future) at(i int) filePage {
+	if f.wide != nil {
+		return f.wide[i]
+	}
+	k := f.blocks[i>>futBlockBits][i&(1<<futBlockBits-1)]
+	return filePage{uint32(k >> futPageBits), k & futMaxPage}
+}
+
+// firstPage returns the position of access i's first page; for i == Len(),
+// the number of pages.
+func (f *Future) firstPage(i int) int {
+	if f.first == nil {
+		return i
+	}
+	return f.first[i]
+}
+
+// positions returns, per file, the positions of that file's pages,
+// computed once.
+func (f *Future) positions() map[uint32][]int {
+	f.byFileOnce.Do(func() {
+		f.byFile = map[uint32][]int{}
+		for i := range f.np {
+			fp := f.at(i)
+			f.byFile[fp.file] = append(f.byFile[fp.file], i)
+		}
+	})
+	return f.byFile
+}
+
 // NewFuture returns a Future of accesses, which must be in timestamp
 // order. Accesses with NPages 0 count as one page; at most 65536 pages of
 // one access are kept.
 func NewFuture(accesses []FutureAccess) *Future {
-	f := &Future{acc: slices.Clone(accesses), first: make([]int, len(accesses)+1), byFile: map[uint32][]int{}}
-	for i, a := range f.acc {
-		f.first[i] = len(f.pages)
-		n := min(max(uint64(a.NPages), 1), maxAccessPages)
-		for p := range n {
-			f.byFile[a.File] = append(f.byFile[a.File], len(f.pages))
-			f.pages = append(f.pages, filePage{a.File, a.Page + p})
-		}
+	var b FutureBuilder
+	for _, a := range accesses {
+		b.Add(a)
 	}
-	f.first[len(f.acc)] = len(f.pages)
-	return f
+	return b.Future()
 }
 
 // FutureFromAccesses builds a Future from bundle rows, keeping demand
 // accesses (IsDemand) in the order given.
 func FutureFromAccesses(rows []formats.Access) *Future {
-	acc := make([]FutureAccess, 0, len(rows))
+	var b FutureBuilder
 	for _, r := range rows {
 		if IsDemand(r.Kind) {
-			acc = append(acc, FutureAccess{File: r.FileID, Page: r.FirstPage, NPages: r.NPages})
+			b.Add(FutureAccess{File: r.FileID, Page: r.FirstPage, NPages: r.NPages})
 		}
 	}
-	return NewFuture(acc)
+	return b.Future()
 }
 
 // Len returns the number of accesses.
-func (f *Future) Len() int { return len(f.acc) }
+func (f *Future) Len() int { return f.n }
 
 // oracleSearch is how far ahead of its cursor the oracle looks for the
 // access it is told about.
@@ -79,23 +188,23 @@ const oracleSearch = 64
 // oracleWindow holds the distinct pages of positions [lo, front) of a
 // page sequence.
 type oracleWindow struct {
-	seq       []int // positions into Future.pages; nil means identity
+	seq       []int // positions into the Future's pages; nil means identity
 	lo, front int
 	count     map[filePage]int
 }
 
 func (w *oracleWindow) at(f *Future, i int) filePage {
 	if w.seq != nil {
-		return f.pages[w.seq[i]]
+		return f.at(w.seq[i])
 	}
-	return f.pages[i]
+	return f.at(i)
 }
 
 func (w *oracleWindow) len(f *Future) int {
 	if w.seq != nil {
 		return len(w.seq)
 	}
-	return len(f.pages)
+	return f.np
 }
 
 // advance moves the start of the window to pos and refills it up to n
@@ -152,10 +261,10 @@ func (o *oracle) Handle(ev *Event, emit Emit) {
 	if !IsDemand(ev.Access.Kind) {
 		return
 	}
-	acc := o.fut.acc
+	fut := o.fut
 	found := -1
-	for i := o.cursor; i < len(acc) && i < o.cursor+oracleSearch; i++ {
-		if acc[i].File == ev.File && acc[i].Page == ev.Access.Page {
+	for i := o.cursor; i < fut.n && i < o.cursor+oracleSearch; i++ {
+		if fp := fut.at(fut.firstPage(i)); fp.file == ev.File && fp.page == ev.Access.Page {
 			found = i
 			break
 		}
@@ -164,12 +273,12 @@ func (o *oracle) Handle(ev *Event, emit Emit) {
 		return
 	}
 	o.cursor = found + 1
-	pos := o.fut.first[o.cursor] // first page after this access
+	pos := fut.firstPage(o.cursor) // first page after this access
 	o.out = o.out[:0]
 	if o.perFile {
 		w := o.files[ev.File]
 		if w == nil {
-			w = &oracleWindow{seq: o.fut.byFile[ev.File], count: map[filePage]int{}}
+			w = &oracleWindow{seq: fut.positions()[ev.File], count: map[filePage]int{}}
 			o.files[ev.File] = w
 		}
 		fpos, _ := slices.BinarySearch(w.seq, pos)

@@ -95,22 +95,22 @@ func (in *Input) Env() policies.Env {
 func (in *Input) Source() (Source, error) { return BundleSource(in.Bundle) }
 
 // Future reads the bundle's demand accesses for the oracle. Unlike the
-// simulation itself, it holds every demand access in memory.
+// simulation itself, it holds every demand page in memory: 8 bytes each.
 func (in *Input) Future() (*policies.Future, error) {
 	cur, err := in.Bundle.Accesses()
 	if err != nil {
 		return nil, fmt.Errorf("read accesses of %s: %w", in.Dir, err)
 	}
 	defer cur.Close()
-	var acc []policies.FutureAccess
+	var b policies.FutureBuilder
 	for cur.Next() {
 		a := cur.At()
 		if policies.IsDemand(a.Kind) {
-			acc = append(acc, policies.FutureAccess{File: a.FileID, Page: a.FirstPage, NPages: a.NPages})
+			b.Add(policies.FutureAccess{File: a.FileID, Page: a.FirstPage, NPages: a.NPages})
 		}
 	}
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("read accesses of %s: %w", in.Dir, err)
 	}
-	return policies.NewFuture(acc), nil
+	return b.Future(), nil
 }
