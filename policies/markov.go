@@ -2,6 +2,7 @@ package policies
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -93,8 +94,92 @@ type MarkovBuilder struct {
 
 type builderFile struct {
 	key    FileKey
-	counts map[uint64]map[uint64]uint32
+	counts pairCounts
 	runs   int
+}
+
+// pairCounts counts (from, to) transitions in one open-addressing table
+// (linear probing, load at most 3/4): one probe sequence per transition
+// instead of a map of maps, and no allocation per state. sorted turns the
+// table into a sorted list in place; the next add rebuilds the table.
+type pairCounts struct {
+	slots  []pairCount
+	n      int
+	sorted bool // slots[:n] is a sorted list, not a hash table
+}
+
+type pairCount struct {
+	from, to uint64
+	count    uint32 // 0: free slot
+}
+
+func (t *pairCounts) home(from, to uint64) uint64 {
+	h := (from*0x9E3779B97F4A7C15 ^ to) * 0xBF58476D1CE4E5B9
+	return (h ^ h>>31) & uint64(len(t.slots)-1)
+}
+
+// add counts one transition.
+func (t *pairCounts) add(from, to uint64) {
+	if t.sorted || 4*(t.n+1) > 3*len(t.slots) {
+		t.grow()
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := t.home(from, to); ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.count == 0 {
+			*s = pairCount{from, to, 1}
+			t.n++
+			return
+		}
+		if s.from == from && s.to == to {
+			s.count++
+			return
+		}
+	}
+}
+
+func (t *pairCounts) grow() {
+	old := t.slots
+	size := len(old)
+	if 4*(t.n+1) > 3*size {
+		size = max(2*size, 1024)
+	}
+	t.slots = make([]pairCount, size)
+	t.sorted = false
+	mask := uint64(len(t.slots) - 1)
+	for _, s := range old {
+		if s.count == 0 {
+			continue
+		}
+		i := t.home(s.from, s.to)
+		for t.slots[i].count != 0 {
+			i = (i + 1) & mask
+		}
+		t.slots[i] = s
+	}
+}
+
+// list returns the transitions ordered by from (then to), compacting and
+// sorting the table in place.
+func (t *pairCounts) list() []pairCount {
+	if !t.sorted {
+		j := 0
+		for i := range t.slots {
+			if t.slots[i].count != 0 {
+				t.slots[j] = t.slots[i]
+				j++
+			}
+		}
+		clear(t.slots[j:])
+		slices.SortFunc(t.slots[:j], func(a, b pairCount) int {
+			if c := cmp.Compare(a.from, b.from); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.to, b.to)
+		})
+		t.sorted = true
+	}
+	return t.slots[:t.n]
 }
 
 // NewMarkovBuilder returns an empty builder for pageSize-byte pages (0
@@ -120,7 +205,7 @@ func (b *MarkovBuilder) AddRun(run int, key FileKey, pages []uint64) {
 		f = nil
 	}
 	if f == nil {
-		f = &builderFile{key: key, counts: map[uint64]map[uint64]uint32{}}
+		f = &builderFile{key: key}
 		b.files[key.Path] = f
 	}
 	f.runs++
@@ -129,12 +214,7 @@ func (b *MarkovBuilder) AddRun(run int, key FileKey, pages []uint64) {
 		if from == to {
 			continue
 		}
-		row := f.counts[from]
-		if row == nil {
-			row = map[uint64]uint32{}
-			f.counts[from] = row
-		}
-		row[to]++
+		f.counts.add(from, to)
 	}
 }
 
@@ -146,18 +226,28 @@ func (b *MarkovBuilder) Warnings() []string { return b.warnings }
 func (b *MarkovBuilder) Build() *MarkovModel {
 	m := &MarkovModel{PageSize: b.PageSize, Runs: uint32(len(b.runs)), files: map[string]*FileModel{}}
 	for path, bf := range b.files {
-		fm := &FileModel{Key: bf.key, states: make(map[uint64][]Transition, len(bf.counts))}
-		for from, row := range bf.counts {
-			var total uint64
-			for _, c := range row {
-				total += uint64(c)
+		pairs := bf.counts.list()
+		nstates := 0
+		for i := range pairs {
+			if i == 0 || pairs[i].from != pairs[i-1].from {
+				nstates++
 			}
-			ts := make([]Transition, 0, len(row))
-			for to, c := range row {
-				ts = append(ts, Transition{Next: to, P: float64(c) / float64(total)})
+		}
+		fm := &FileModel{Key: bf.key, states: make(map[uint64][]Transition, nstates)}
+		all := make([]Transition, len(pairs)) // one backing array for every state
+		for i := 0; i < len(pairs); {
+			j := i
+			var total uint64
+			for ; j < len(pairs) && pairs[j].from == pairs[i].from; j++ {
+				total += uint64(pairs[j].count)
+			}
+			ts := all[i:j:j]
+			for k := i; k < j; k++ {
+				ts[k-i] = Transition{Next: pairs[k].to, P: float64(pairs[k].count) / float64(total)}
 			}
 			sortTransitions(ts)
-			fm.states[from] = ts
+			fm.states[pairs[i].from] = ts
+			i = j
 		}
 		m.files[path] = fm
 	}
