@@ -190,7 +190,10 @@ const oracleSearch = 64
 type oracleWindow struct {
 	seq       []int // positions into the Future's pages; nil means identity
 	lo, front int
-	count     map[filePage]int
+	// count counts the window's pages by packed key; wideCount is used
+	// instead for a Future whose pages do not pack.
+	count     map[uint64]int32
+	wideCount map[filePage]int32
 }
 
 func (w *oracleWindow) at(f *Future, i int) filePage {
@@ -198,6 +201,46 @@ func (w *oracleWindow) at(f *Future, i int) filePage {
 		return f.at(w.seq[i])
 	}
 	return f.at(i)
+}
+
+// distinct returns the number of distinct pages in the window.
+func (w *oracleWindow) distinct() int { return len(w.count) + len(w.wideCount) }
+
+// inc counts fp in and reports whether it is new to the window.
+func (w *oracleWindow) inc(f *Future, fp filePage) bool {
+	if f.wide == nil {
+		if w.count == nil {
+			w.count = map[uint64]int32{}
+		}
+		k := uint64(fp.file)<<futPageBits | fp.page
+		c := w.count[k] + 1
+		w.count[k] = c
+		return c == 1
+	}
+	if w.wideCount == nil {
+		w.wideCount = map[filePage]int32{}
+	}
+	c := w.wideCount[fp] + 1
+	w.wideCount[fp] = c
+	return c == 1
+}
+
+// dec counts fp out.
+func (w *oracleWindow) dec(f *Future, fp filePage) {
+	if f.wide == nil {
+		k := uint64(fp.file)<<futPageBits | fp.page
+		if c := w.count[k]; c <= 1 {
+			delete(w.count, k)
+		} else {
+			w.count[k] = c - 1
+		}
+		return
+	}
+	if c := w.wideCount[fp]; c <= 1 {
+		delete(w.wideCount, fp)
+	} else {
+		w.wideCount[fp] = c - 1
+	}
 }
 
 func (w *oracleWindow) len(f *Future) int {
@@ -211,22 +254,16 @@ func (w *oracleWindow) len(f *Future) int {
 // distinct pages, appending pages that enter it to out.
 func (w *oracleWindow) advance(f *Future, pos, n int, out []filePage) []filePage {
 	for w.lo < pos && w.lo < w.front {
-		fp := w.at(f, w.lo)
-		if c := w.count[fp]; c <= 1 {
-			delete(w.count, fp)
-		} else {
-			w.count[fp] = c - 1
-		}
+		w.dec(f, w.at(f, w.lo))
 		w.lo++
 	}
 	if w.lo < pos {
 		w.lo, w.front = pos, pos
 	}
 	end := w.len(f)
-	for w.front < end && len(w.count) < n {
+	for w.front < end && w.distinct() < n {
 		fp := w.at(f, w.front)
-		w.count[fp]++
-		if w.count[fp] == 1 {
+		if w.inc(f, fp) {
 			out = append(out, fp)
 		}
 		w.front++
@@ -250,7 +287,6 @@ type oracle struct {
 
 func newOracle(env Env, n int, perFile bool) *oracle {
 	o := &oracle{env: env, fut: env.Future, n: n, perFile: perFile, files: map[uint32]*oracleWindow{}}
-	o.global.count = map[filePage]int{}
 	o.norm.MaxPages = env.maxPages()
 	return o
 }
@@ -278,7 +314,7 @@ func (o *oracle) Handle(ev *Event, emit Emit) {
 	if o.perFile {
 		w := o.files[ev.File]
 		if w == nil {
-			w = &oracleWindow{seq: fut.positions()[ev.File], count: map[filePage]int{}}
+			w = &oracleWindow{seq: fut.positions()[ev.File]}
 			o.files[ev.File] = w
 		}
 		fpos, _ := slices.BinarySearch(w.seq, pos)

@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"fmt"
 	"math/rand"
 	"reflect"
 	"testing"
@@ -61,6 +62,35 @@ func TestFuturePacking(t *testing.T) {
 		}
 		if !reflect.DeepEqual(f.positions(), byFile) {
 			t.Errorf("%s: per-file positions differ", tc.name)
+		}
+	}
+}
+
+// TestOracleWideFutureMatches checks that the oracle emits the same
+// requests from a packed Future as from the same Future held unpacked.
+func TestOracleWideFutureMatches(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	var acc []FutureAccess
+	for i := 0; i < 4000; i++ {
+		acc = append(acc, FutureAccess{File: uint32(rng.Intn(3)), Page: uint64(rng.Intn(300)), NPages: uint32(rng.Intn(3))})
+	}
+	packed := NewFuture(acc)
+	wide := NewFuture(acc)
+	var pages []filePage
+	for i := range wide.np {
+		pages = append(pages, wide.at(i))
+	}
+	wide.wide, wide.blocks = pages, nil
+	for _, spec := range []string{"oracle:n=16", "oracle:n=64,scope=file"} {
+		var got [2][]string
+		for j, f := range []*Future{packed, wide} {
+			p := mustBuild(t, spec, Env{Future: f, FilePages: func(uint32) uint64 { return 400 }})
+			for _, a := range acc {
+				p.Handle(access(a.File, a.Page, a.NPages), func(r *Request) { got[j] = append(got[j], fmt.Sprint(r.File, r.Ranges)) })
+			}
+		}
+		if len(got[0]) == 0 || !reflect.DeepEqual(got[0], got[1]) {
+			t.Errorf("%s: packed %d requests, wide %d, or they differ", spec, len(got[0]), len(got[1]))
 		}
 	}
 }
