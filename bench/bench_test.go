@@ -106,7 +106,7 @@ func TestBackendsSmall(t *testing.T) {
 				t.Errorf("psync: %.3f syscalls/op, want exactly 1", r.Syscalls)
 			}
 		case Libaio:
-			if r.Syscalls < 2.0/8 || r.Syscalls > 2 {
+			if r.Syscalls < 2.0/8 || r.Syscalls > 3 {
 				t.Errorf("libaio: %.3f syscalls/op", r.Syscalls)
 			}
 		case UringSQPoll, UringShared:

@@ -119,7 +119,7 @@ func seqRead(path string, size int64, d time.Duration) (float64, error) {
 	chunks := size / seqBlock
 	deadline := time.Now().Add(d)
 	t0 := time.Now()
-	for i := int64(0); time.Now().Before(deadline) && firstErr == nil; i++ {
+	for i := int64(0); firstErr == nil && (i < seqQD || time.Now().Before(deadline)); i++ {
 		if err := w.Submit(engine.Request{Op: engine.OpRead, Off: (i % chunks) * seqBlock, Len: seqBlock}); err != nil {
 			return 0, err
 		}

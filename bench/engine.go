@@ -346,7 +346,8 @@ func psyncThread(p *Point, id int, stop *atomic.Bool, tr *threadResult) {
 	fd := int(f.Fd())
 	blocks := uint64(p.Size / BlockSize)
 	r := rng(0x9e3779b97f4a7c15 ^ uint64(id+1)*0xbf58476d1ce4e5b9)
-	for i := uint64(0); !stop.Load(); i++ {
+	// At least one operation per thread, however late the thread starts.
+	for i := uint64(0); i == 0 || !stop.Load(); i++ {
 		off := int64(r.next()%blocks) * BlockSize
 		t0 := time.Now()
 		var n int
@@ -404,7 +405,7 @@ func aioThread(p *Point, id int, stop *atomic.Bool, tr *threadResult) {
 	inflight := 0
 	fd := uint32(f.Fd())
 	for {
-		stopping := stop.Load()
+		stopping := seq > 0 && stop.Load()
 		if !stopping {
 			for len(free) > 0 {
 				s := free[len(free)-1]
@@ -530,7 +531,7 @@ func runEngine(p *Point, res *Result) error {
 		w := e.Worker(i)
 		r := rng(0x9e3779b97f4a7c15 ^ uint64(i+1)*0xbf58476d1ce4e5b9)
 		req := engine.Request{Op: engine.OpRead, Len: BlockSize}
-		for seq := uint64(0); !stop.Load(); seq++ {
+		for seq := uint64(0); seq == 0 || !stop.Load(); seq++ {
 			req.Op = engine.OpRead
 			if p.isWrite(seq) {
 				req.Op = engine.OpWrite
