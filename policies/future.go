@@ -8,10 +8,23 @@ import (
 )
 
 // IsDemand reports whether an access kind is a demand access: a read, a
-// page fault, or an imported access. Fault-around mappings, cache
-// insertions and deletions and kernel readahead decisions are not.
+// page fault, a fault-around mapping (KindMap) or an imported access.
+// Cache insertions and deletions and kernel readahead decisions are not.
+//
+// Map rows count as demand because they are the only evidence of most
+// mmap touches: the kernel fires mm_filemap_map_pages when fault-around
+// maps cached pages on a fault, and the program then touches them without
+// another event (an mmap scan of a cold file fires mm_filemap_fault only a
+// few times). replay re-issues them as touches, so simulate, train, markov,
+// stride and the oracle's Future count them too. The kernel maps only
+// pages already cached, so a map row never triggers readahead: Readahead
+// feeds it to MapPages (mmap_miss bookkeeping), not to Read or Fault.
 func IsDemand(k formats.AccessKind) bool {
-	return k == formats.KindRead || k == formats.KindFault || k == formats.KindImported
+	switch k {
+	case formats.KindRead, formats.KindFault, formats.KindMap, formats.KindImported:
+		return true
+	}
+	return false
 }
 
 // FutureAccess is one demand access in a Future.

@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"math/rand"
 	"reflect"
+	"slices"
 	"testing"
+
+	"github.com/predictio/predictio/formats"
 )
 
 // TestFuturePacking checks the packed Future against a plain expansion of
@@ -92,5 +95,52 @@ func TestOracleWideFutureMatches(t *testing.T) {
 		if len(got[0]) == 0 || !reflect.DeepEqual(got[0], got[1]) {
 			t.Errorf("%s: packed %d requests, wide %d, or they differ", spec, len(got[0]), len(got[1]))
 		}
+	}
+}
+
+// TestMapRowsAreDemand: fault-around map rows are demand (replay re-issues
+// them as touches), so the oracle's Future holds them and the oracle both
+// follows them and prefetches their pages; cache insertions and readahead
+// decisions are not. The readahead model sees a map row only through
+// MapPages: it never reads ahead for one.
+func TestMapRowsAreDemand(t *testing.T) {
+	for k, want := range map[formats.AccessKind]bool{
+		formats.KindRead: true, formats.KindFault: true, formats.KindMap: true, formats.KindImported: true,
+		formats.KindCacheAdd: false, formats.KindReadaheadSync: false,
+	} {
+		if IsDemand(k) != want {
+			t.Errorf("IsDemand(%v) = %v, want %v", k, !want, want)
+		}
+	}
+	rows := []formats.Access{
+		{FileID: 1, FirstPage: 0, NPages: 1, Kind: formats.KindFault},
+		{FileID: 1, FirstPage: 40, NPages: 2, Kind: formats.KindCacheAdd},
+		{FileID: 1, FirstPage: 16, NPages: 2, Kind: formats.KindMap},
+		{FileID: 1, FirstPage: 30, NPages: 1, Kind: formats.KindMap},
+	}
+	fut := FutureFromAccesses(rows)
+	if fut.Len() != 3 {
+		t.Fatalf("future holds %d accesses, want 3 (fault and 2 map rows)", fut.Len())
+	}
+	p := mustBuild(t, "oracle:n=3", Env{Future: fut})
+	var got []Request
+	p.Handle(&Event{Kind: EventFileAccess, File: 1, Access: FileAccess{Kind: formats.KindFault, Page: 0, NPages: 1}}, collect(&got))
+	if pg := pagesOf(got); !slices.Equal(pg, []uint64{16, 17, 30}) {
+		t.Fatalf("oracle after the fault prefetched %v, want the mapped pages 16, 17, 30", pg)
+	}
+	got = nil
+	p.Handle(&Event{Kind: EventFileAccess, File: 1, Access: FileAccess{Kind: formats.KindMap, Page: 16, NPages: 2}}, collect(&got))
+	if len(got) != 0 { // window already holds 30; nothing new enters
+		t.Fatalf("oracle after the map row emitted %+v", got)
+	}
+	ra := mustBuild(t, "readahead", Env{FilePages: func(uint32) uint64 { return 1000 }})
+	got = nil
+	ra.Handle(&Event{Kind: EventFileAccess, File: 2, Access: FileAccess{Kind: formats.KindMap, Page: 0, NPages: 16}}, collect(&got))
+	if len(got) != 0 {
+		t.Fatalf("readahead read ahead for a map row: %+v", got)
+	}
+	ra.Handle(&Event{Kind: EventFileAccess, File: 2, Access: FileAccess{Kind: formats.KindRead, Page: 0, NPages: 1}}, collect(&got))
+	if len(got) == 0 {
+		t.Fatal("readahead did not read ahead for a read: the check above proves nothing")
 	}
 }

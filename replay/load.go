@@ -70,19 +70,14 @@ type trace struct {
 	hintSkip uint64 // hints naming a file id not in files.arrow
 }
 
-// demandKind reports whether an access of kind k is re-issued by replay, and
-// whether as a touch through an mmap (faults, and fault-around mappings,
-// which the program touched without further events). Cache adds, readahead
-// decisions and cache deletes are the kernel's work, which the replay's own
-// kernel redoes.
+// demandKind reports whether an access of kind k is re-issued by replay
+// (the demand kinds of policies.IsDemand, the same that simulate, train and
+// the oracle count), and whether as a touch through an mmap (faults, and
+// fault-around mappings, which the program touched without further events).
+// Cache adds, readahead decisions and cache deletes are the kernel's work,
+// which the replay's own kernel redoes.
 func demandKind(k formats.AccessKind) (replay, fault bool) {
-	switch k {
-	case formats.KindRead, formats.KindImported:
-		return true, false
-	case formats.KindFault, formats.KindMap:
-		return true, true
-	}
-	return false, false
+	return policies.IsDemand(k), k == formats.KindFault || k == formats.KindMap
 }
 
 // loadTrace reads a bundle into memory, grouped by thread.

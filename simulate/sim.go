@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/policies"
 )
 
@@ -327,13 +326,13 @@ func (l *lane) step(ev *policies.Event, t int64) error {
 	l.now = t + l.stall
 	switch ev.Kind {
 	case policies.EventFileAccess:
-		switch k := ev.Access.Kind; {
-		case policies.IsDemand(k):
+		// Map rows are demand too (policies.IsDemand): a mapped page
+		// missing from the simulated cache is a miss and is read on
+		// demand. The readahead model sees them through MapPages only
+		// (mmap_miss bookkeeping), never as a read, since the kernel
+		// maps only pages already cached.
+		if policies.IsDemand(ev.Access.Kind) {
 			return l.demand(ev)
-		case k == formats.KindMap:
-			// Fault-around maps pages that are already cached: no
-			// demand, but readahead's mmap_miss bookkeeping sees it.
-			l.dispatch(ev)
 		}
 		return nil
 	case 0:

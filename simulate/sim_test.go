@@ -315,3 +315,34 @@ func TestInvariantsRandomStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestMapRowsAreDemand: fault-around map rows are demand, like replay
+// re-issues them. A map row of 16 pages into an empty cache is 16 misses,
+// read on demand as one 16-page request; it triggers no readahead (the
+// kernel maps only pages already cached), so no more than those 16 pages
+// are read. Mapping them again is 16 hits. The same row as a fault instead
+// takes the readaround path and reads a whole window (more than 16 pages),
+// which shows the readahead model is on.
+func TestMapRowsAreDemand(t *testing.T) {
+	ev := func(kind formats.AccessKind, ts uint64) policies.Event {
+		return policies.Event{Kind: policies.EventFileAccess, TS: ts, File: 1,
+			Access: policies.FileAccess{Kind: kind, Page: 100, NPages: 16}}
+	}
+	cfg := Config{CacheBytes: 1 << 20, Device: testDevice}
+	cfg.Env.FilePages = func(uint32) uint64 { return 1000 }
+	r, err := Run(cfg, &SliceSource{Events: []policies.Event{ev(formats.KindMap, 0), ev(formats.KindMap, 1e6)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := r.Lane(BaselineName)
+	if b.Accesses != 2 || b.Demand != 32 || b.Misses != 16 || b.Hits != 16 || b.PagesRead != 16 || b.Requests != 1 || b.Prefetched != 0 {
+		t.Errorf("map rows: %+v; want 2 accesses, 32 demand pages, 16 misses, 16 hits, 16 pages read in 1 request, nothing prefetched", *b)
+	}
+	r, err = Run(cfg, &SliceSource{Events: []policies.Event{ev(formats.KindFault, 0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := r.Lane(BaselineName); b.Misses != 16 || b.PagesRead <= 16 {
+		t.Errorf("fault: %+v; want 16 misses and a readaround window of more than 16 pages read", *b)
+	}
+}

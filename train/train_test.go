@@ -156,3 +156,43 @@ func TestTrainErrors(t *testing.T) {
 		t.Errorf("holdout of all runs: err %v", err)
 	}
 }
+
+// TestMapRowsTrainMarkov: a launch recorded as fault-around map rows (an
+// mmap'd binary) trains the same model as one recorded as reads, because
+// map rows are demand (policies.IsDemand), as replay re-issues them. The
+// numbers are those of TestGoldenMarkovLearnsLaunch: map rows trigger no
+// readahead, so the baseline misses all 23 pages and markov removes 19.
+func TestMapRowsTrainMarkov(t *testing.T) {
+	var dirs []string
+	for r := 0; r < 4; r++ {
+		sb := &simtest.Bundle{Files: []formats.File{
+			{ID: 1, Path: "/app/bin/app", Size: 4096 * 4096, MtimeNS: 1000, Dev: 1, Ino: 10},
+			{ID: 2, Path: "/app/lib/noise.so", Size: 1024 * 4096, MtimeNS: 5, Dev: 1, Ino: 11},
+			{ID: 3, Size: 1024 * 4096},
+		}}
+		ts := sb.Reads(1, 1e9, 1_000_000, launch...)
+		ts = sb.Reads(2, ts, 1_000_000, uint64(100+r*50))
+		sb.Reads(3, ts, 1_000_000, 7, 300)
+		for i := range sb.Accesses {
+			sb.Accesses[i].Kind = formats.KindMap
+		}
+		dirs = append(dirs, simtest.Write(t, fmt.Sprintf("maprun%d", r), sb))
+	}
+	hr, err := Holdout(dirs, 1, "markov", holdoutConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range hr.Train.Runs {
+		if r.Demand != 23 {
+			t.Errorf("run %+v: want 23 demand accesses (the map rows)", r)
+		}
+	}
+	rep := hr.Reports[0]
+	base, mk := rep.Lane(simulate.BaselineName), rep.Lane("markov")
+	if base.Misses != 23 || mk.Misses != 4 || mk.Used != 19 {
+		t.Errorf("baseline misses %d, markov %+v; want 23, and 4 misses with 19 prefetches used", base.Misses, *mk)
+	}
+	if fm, err := hr.Train.Model.Lookup(policies.FileKey{Path: "/app/bin/app", Size: 4096 * 4096, MtimeNS: 1000}); err != nil || fm == nil || fm.States() != len(launch)-1 {
+		t.Fatalf("model of /app/bin/app: %v, %v", fm, err)
+	}
+}
