@@ -65,7 +65,7 @@ type trace struct {
 	ops      int    // demand accesses
 	pages    uint64 // demand pages
 	clipped  uint64 // pages past the recorded end of file, not replayed
-	skipped  uint64 // accesses of kinds that are not demand (map, cache add, readahead)
+	skipped  uint64 // accesses of kinds that are not demand (cache add, readahead, cache delete)
 	unknown  uint64 // accesses naming a file id not in files.arrow
 	hintSkip uint64 // hints naming a file id not in files.arrow
 }
