@@ -502,6 +502,11 @@ func readMessage(data []byte, off int) (m message, err error) {
 	return m, nil
 }
 
+// decodeSlack is the spare capacity past a decoded buffer's end that lets
+// klauspost/compress/zstd pick its fast sequence copies, which may write up
+// to 32 bytes past the end of a match (compressedBlockOverAlloc there).
+const decodeSlack = 64
+
 // batchDecoder decodes the buffers of record batch messages into reusable
 // scratch space.
 type batchDecoder struct {
@@ -607,8 +612,10 @@ func (d *batchDecoder) buffer(i int, min, max int64) ([]byte, error) {
 			if int64(len(s)) == ulen && len(raw) <= 256 && string(d.last[i]) == string(raw) {
 				out = s // same frame as the last batch: same content
 			} else {
-				if int64(cap(s)) < ulen {
-					s = make([]byte, 0, ulen)
+				// decodeSlack spare bytes let the zstd decoder use its
+				// fast over-copying loops instead of the bounds-exact ones.
+				if int64(cap(s)) < ulen+decodeSlack {
+					s = make([]byte, 0, ulen+decodeSlack)
 				}
 				d.last[i] = d.last[i][:0]
 				s, err := d.zdec.DecodeAll(raw[8:], s[:0])
