@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # setup.sh installs what predictio's build, tests and demo need on a fresh
 # Debian 12 machine of this kind (run as root): Debian packages and Go modules.
+# Node.js 20 with npm (for the DuckDB/polars interop check) comes with this
+# kind of machine; Debian's own nodejs 18 is too old for it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(clang llvm bpftool libbpf-dev fio sqlite3 lmdb-utils qemu-system-x86 busybox-static cpio e2fsprogs kmod)
+pkgs=(clang llvm bpftool libbpf-dev fio sqlite3 lmdb-utils qemu-system-x86 busybox-static cpio e2fsprogs kmod gcc gcc-12 make xz-utils util-linux nodejs)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
