@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/predictio/predictio/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -42,16 +43,7 @@ func TestHistogram(t *testing.T) {
 
 func scratchDir(t testing.TB) string {
 	t.Helper()
-	var st unix.Statfs_t
-	if unix.Statfs("/var/tmp", &st) != nil || st.Type == unix.TMPFS_MAGIC {
-		t.Skip("/var/tmp is missing or tmpfs: no filesystem with O_DIRECT for the test")
-	}
-	dir, err := os.MkdirTemp("/var/tmp", "bench-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
+	return testenv.ScratchDir(t, "bench-test-", "/var/tmp and the temp dir are missing or tmpfs: no filesystem with O_DIRECT for the test")
 }
 
 func TestRefuseTmpfs(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/predictio/predictio/internal/testenv"
 	"github.com/predictio/predictio/uring"
 	"golang.org/x/sys/unix"
 )
@@ -24,20 +25,7 @@ func pattern(off int64) byte { return byte(off*7 + off>>12 + 3) }
 
 func scratchDir(t testing.TB) string {
 	t.Helper()
-	for _, base := range []string{"/var/tmp", os.TempDir()} {
-		var st unix.Statfs_t
-		if unix.Statfs(base, &st) != nil || st.Type == unix.TMPFS_MAGIC {
-			continue
-		}
-		dir, err := os.MkdirTemp(base, "engine-test-")
-		if err != nil {
-			continue
-		}
-		t.Cleanup(func() { os.RemoveAll(dir) })
-		return dir
-	}
-	t.Skip("no scratch directory on a filesystem with O_DIRECT (only tmpfs found)")
-	return ""
+	return testenv.ScratchDir(t, "engine-test-", "no scratch directory on a filesystem with O_DIRECT (only tmpfs found)")
 }
 
 func knownFile(t testing.TB) *os.File {

@@ -16,23 +16,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/internal/testenv"
 )
 
 // scratchDir returns a directory on a disk filesystem (O_DIRECT and the page
 // cache behave as on a real device there; /tmp may be tmpfs).
 func scratchDir(t testing.TB) string {
 	t.Helper()
-	base := "/var/tmp"
-	var s unix.Statfs_t
-	if err := unix.Statfs(base, &s); err != nil || s.Type == unix.TMPFS_MAGIC {
-		t.Skipf("replay tests need a disk filesystem at %s for O_DIRECT and page-cache eviction", base)
-	}
-	dir, err := os.MkdirTemp(base, "predictio-replay-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
+	return testenv.ScratchDir(t, "predictio-replay-test-", "replay tests need a disk filesystem (not tmpfs) at /var/tmp or the temp dir for O_DIRECT and page-cache eviction")
 }
 
 // memTrace builds a trace in memory: one file of filePages pages and one

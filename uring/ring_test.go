@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/predictio/predictio/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,20 +25,7 @@ func pattern(off int) byte { return byte(off*7 + off>>12 + 3) }
 // (/tmp may be tmpfs, which does not).
 func scratchDir(t testing.TB) string {
 	t.Helper()
-	for _, base := range []string{"/var/tmp", os.TempDir()} {
-		var st unix.Statfs_t
-		if unix.Statfs(base, &st) != nil || st.Type == unix.TMPFS_MAGIC {
-			continue
-		}
-		dir, err := os.MkdirTemp(base, "uring-test-")
-		if err != nil {
-			continue
-		}
-		t.Cleanup(func() { os.RemoveAll(dir) })
-		return dir
-	}
-	t.Skip("no scratch directory on a filesystem with O_DIRECT (only tmpfs found)")
-	return ""
+	return testenv.ScratchDir(t, "uring-test-", "no scratch directory on a filesystem with O_DIRECT (only tmpfs found)")
 }
 
 // knownFile writes fileSize bytes of pattern() and reopens it O_DIRECT.

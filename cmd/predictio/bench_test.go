@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -30,16 +31,7 @@ func benchCLI(t *testing.T, args ...string) (string, int) {
 
 func benchScratch(t *testing.T) string {
 	t.Helper()
-	var st unix.Statfs_t
-	if unix.Statfs("/var/tmp", &st) != nil || st.Type == unix.TMPFS_MAGIC {
-		t.Skip("/var/tmp is missing or tmpfs: no filesystem with O_DIRECT for the test")
-	}
-	dir, err := os.MkdirTemp("/var/tmp", "bench-cli-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
+	return testenv.ScratchDir(t, "bench-cli-", "/var/tmp and the temp dir are missing or tmpfs: no filesystem with O_DIRECT for the test")
 }
 
 func TestBenchCLIBadInput(t *testing.T) {

@@ -1,0 +1,32 @@
+// Package testenv holds helpers shared by the tests of several packages.
+package testenv
+
+import (
+	"os"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// ScratchDir returns a fresh directory, removed when the test ends, on a
+// filesystem that honours O_DIRECT and has a real page cache: /var/tmp, else
+// os.TempDir(). tmpfs (often /tmp) qualifies for neither. Where no such
+// directory exists the test is skipped with skipMsg, which should name the
+// missing capability. prefix starts the directory's name.
+func ScratchDir(t testing.TB, prefix, skipMsg string) string {
+	t.Helper()
+	for _, base := range []string{"/var/tmp", os.TempDir()} {
+		var st unix.Statfs_t
+		if unix.Statfs(base, &st) != nil || st.Type == unix.TMPFS_MAGIC {
+			continue
+		}
+		dir, err := os.MkdirTemp(base, prefix)
+		if err != nil {
+			t.Fatalf("make scratch directory in %s: %v", base, err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		return dir
+	}
+	t.Skip(skipMsg)
+	return ""
+}
