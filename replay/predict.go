@@ -76,23 +76,7 @@ func (r *Replayer) Predict(rep *Report, dev simulate.Device) error {
 		}
 		cfg.CacheBytes = max(2*total, 64<<20)
 	}
-	cfg.Env = policies.Env{
-		PageSize: ps,
-		FilePages: func(id uint32) uint64 {
-			if fi := r.t.byID[id]; fi != nil {
-				return fi.pages(ps)
-			}
-			return 0
-		},
-		FileKey: func(id uint32) (policies.FileKey, bool) {
-			fi := r.t.byID[id]
-			if fi == nil {
-				return policies.FileKey{}, false
-			}
-			return policies.FileKey{Path: fi.Path, Size: fi.Size, MtimeNS: fi.MtimeNS}, true
-		},
-		Markov: r.opt.Markov,
-	}
+	cfg.Env = r.policyEnv()
 	cfg.Build = func(spec string, env policies.Env) (policies.Policy, error) {
 		var m multiPolicy
 		for _, one := range strings.Split(spec, "+") {
@@ -161,7 +145,7 @@ func (r *Replayer) events() []policies.Event {
 	evs := make([]policies.Event, 0, t.ops+len(t.hints))
 	for _, h := range t.hints {
 		var ev policies.Event
-		if hintEvent(&ev, &h) {
+		if ev.FromHint(&h) {
 			evs = append(evs, ev)
 		}
 	}

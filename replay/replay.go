@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/policies"
 )
 
@@ -260,13 +259,10 @@ func SplitRuns(s string) []string {
 	return out
 }
 
-// buildPolicies builds the policies of a run spec; baseline has none.
-func (r *Replayer) buildPolicies(spec string, files []*openFile) ([]policies.Policy, error) {
-	if spec == Baseline || spec == "" {
-		return nil, nil
-	}
+// policyEnv describes the trace's files to policies.
+func (r *Replayer) policyEnv() policies.Env {
 	ps := r.t.pageSize
-	env := policies.Env{
+	return policies.Env{
 		PageSize: ps,
 		FilePages: func(id uint32) uint64 {
 			if fi := r.t.byID[id]; fi != nil {
@@ -279,10 +275,18 @@ func (r *Replayer) buildPolicies(spec string, files []*openFile) ([]policies.Pol
 			if fi == nil {
 				return policies.FileKey{}, false
 			}
-			return policies.FileKey{Path: fi.Path, Size: fi.Size, MtimeNS: fi.MtimeNS}, true
+			return policies.KeyOf(&fi.File), true
 		},
 		Markov: r.opt.Markov,
 	}
+}
+
+// buildPolicies builds the policies of a run spec; baseline has none.
+func (r *Replayer) buildPolicies(spec string, files []*openFile) ([]policies.Policy, error) {
+	if spec == Baseline || spec == "" {
+		return nil, nil
+	}
+	env := r.policyEnv()
 	var out []policies.Policy
 	for _, one := range strings.Split(spec, "+") {
 		name, _, _ := strings.Cut(one, ":")
@@ -547,7 +551,7 @@ func (st *runState) deliverHints(upTo uint64) {
 	for st.hintIdx < len(hs) && hs[st.hintIdx].TS <= upTo {
 		h := &hs[st.hintIdx]
 		st.hintIdx++
-		if hintEvent(&st.ev, h) {
+		if st.ev.FromHint(h) {
 			st.disp.Dispatch(&st.ev, st.emit)
 			st.hints++
 		}
@@ -557,25 +561,6 @@ func (st *runState) deliverHints(upTo uint64) {
 	} else {
 		st.nextHint.Store(math.MaxUint64)
 	}
-}
-
-// hintEvent converts a hint into a policy event; custom hints have none.
-func hintEvent(ev *policies.Event, h *formats.Hint) bool {
-	*ev = policies.Event{TS: h.TS, PID: h.PID, File: h.FileID}
-	switch h.Kind {
-	case formats.HintTreeChildEnter:
-		ev.Kind = policies.EventTreeChildEnter
-		ev.Tree = policies.TreeChildEnter{ParentPage: h.ParentPage, Position: h.Position, Children: h.Children}
-	case formats.HintTensorLayout:
-		ev.Kind = policies.EventTensorLayout
-		ev.Tensor = policies.TensorLayout{Name: h.Name, Offset: h.OffsetBytes, Length: h.LengthBytes}
-	case formats.HintLayerStart:
-		ev.Kind = policies.EventLayerStart
-		ev.Layer = policies.LayerStart{Index: h.Position}
-	default:
-		return false
-	}
-	return true
 }
 
 // hintSlack is how much earlier than its timestamp a hint may be delivered

@@ -103,7 +103,9 @@ func (s *bundleSource) Next() bool {
 	}
 	switch {
 	case s.hintOK && (!s.accOK || s.hints.At().TS <= s.acc.At().TS):
-		s.hintEvent(s.hints.At())
+		// Custom hints carry no event for the built-in policies;
+		// FromHint leaves kind 0 then, which the simulator skips.
+		s.ev.FromHint(s.hints.At())
 		s.advanceHint = true
 		s.hinted = true
 		return true
@@ -122,26 +124,6 @@ func (s *bundleSource) Next() bool {
 		return true
 	}
 	return false
-}
-
-func (s *bundleSource) hintEvent(h *formats.Hint) {
-	ev := &s.ev
-	*ev = policies.Event{TS: h.TS, PID: h.PID, File: h.FileID}
-	switch h.Kind {
-	case formats.HintTreeChildEnter:
-		ev.Kind = policies.EventTreeChildEnter
-		ev.Tree = policies.TreeChildEnter{ParentPage: h.ParentPage, Position: h.Position, Children: h.Children}
-	case formats.HintTensorLayout:
-		ev.Kind = policies.EventTensorLayout
-		ev.Tensor = policies.TensorLayout{Name: h.Name, Offset: h.OffsetBytes, Length: h.LengthBytes}
-	case formats.HintLayerStart:
-		ev.Kind = policies.EventLayerStart
-		ev.Layer = policies.LayerStart{Index: h.Position}
-	default:
-		// Custom hints carry no event for the built-in policies; deliver
-		// an event of kind 0, which the simulator skips.
-		ev.Kind = 0
-	}
 }
 
 func (s *bundleSource) Event() *policies.Event { return &s.ev }
