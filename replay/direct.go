@@ -344,18 +344,13 @@ func (d *directBackend) Submit(req *policies.Request) error {
 		return nil
 	}
 	f := d.files[req.File]
-	eof := (f.size + uint64(d.ps) - 1) / uint64(d.ps)
+	eof := f.pages(d.ps)
 	var total uint64
 	for _, r := range req.Ranges {
 		d.pagesRequested.Add(uint64(r.N))
-		n := uint64(r.N)
-		if r.First >= eof {
-			d.pastEOF.Add(n)
-			continue
-		}
-		if r.First+n > eof {
-			d.pastEOF.Add(r.First + n - eof)
-			n = eof - r.First
+		n, _ := clipEOF(r, eof)
+		if past := uint64(r.N) - n; past > 0 {
+			d.pastEOF.Add(past)
 		}
 		total += n
 	}
@@ -377,14 +372,9 @@ func (d *directBackend) Submit(req *policies.Request) error {
 	}
 	d.pending.Add(int64(total))
 	for _, r := range req.Ranges {
-		n := uint64(r.N)
-		if r.First >= eof {
-			continue
+		if n, ok := clipEOF(r, eof); ok {
+			d.queue <- kreq{file: req.File, first: r.First, n: n}
 		}
-		if r.First+n > eof {
-			n = eof - r.First
-		}
-		d.queue <- kreq{file: req.File, first: r.First, n: n}
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/predictio/predictio/engine"
+	"github.com/predictio/predictio/policies"
 )
 
 // ErrFiles means the files on disk do not match the recording.
@@ -100,6 +101,21 @@ type openFile struct {
 	dfile *os.File // O_DIRECT, for the direct backend; nil otherwise
 	mem   []byte   // read-only shared mapping, for fault touches; nil for direct
 	size  uint64
+}
+
+// pages returns the file's size in ps-byte pages, rounded up: the page
+// number of end of file.
+func (f *openFile) pages(ps int) uint64 {
+	return (f.size + uint64(ps) - 1) / uint64(ps)
+}
+
+// clipEOF clips r at page eof (end of file): it returns how many of r's
+// pages lie before eof, and whether r starts before eof at all.
+func clipEOF(r policies.Range, eof uint64) (n uint64, ok bool) {
+	if r.First >= eof {
+		return 0, false
+	}
+	return min(uint64(r.N), eof-r.First), true
 }
 
 // openFiles opens every file the replay touches. direct opens O_DIRECT

@@ -182,18 +182,13 @@ func (b *kernelBackend) Submit(req *policies.Request) error {
 		return nil
 	}
 	f := b.files[req.File]
-	eof := (f.size + uint64(b.ps) - 1) / uint64(b.ps)
+	eof := f.pages(b.ps)
 	var total uint64
 	for _, r := range req.Ranges {
 		b.pagesRequested.Add(uint64(r.N))
-		first, n := r.First, uint64(r.N)
-		if first >= eof {
-			b.pastEOF.Add(n)
-			continue
-		}
-		if first+n > eof {
-			b.pastEOF.Add(first + n - eof)
-			n = eof - first
+		n, _ := clipEOF(r, eof)
+		if past := uint64(r.N) - n; past > 0 {
+			b.pastEOF.Add(past)
 		}
 		total += n
 	}
@@ -219,14 +214,9 @@ func (b *kernelBackend) Submit(req *policies.Request) error {
 		}
 	}
 	for _, r := range req.Ranges {
-		first, n := r.First, uint64(r.N)
-		if first >= eof {
-			continue
+		if n, ok := clipEOF(r, eof); ok {
+			b.queue <- kreq{file: req.File, first: r.First, n: n}
 		}
-		if first+n > eof {
-			n = eof - first
-		}
-		b.queue <- kreq{file: req.File, first: first, n: n}
 	}
 	return nil
 }

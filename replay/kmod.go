@@ -76,17 +76,15 @@ func (b *kmodBackend) Submit(req *policies.Request) error {
 func (b *kmodBackend) markMissing(req *policies.Request) {
 	f := b.files[req.File]
 	ps := uint64(b.ps)
-	eof := (f.size + ps - 1) / ps
+	eof := f.pages(b.ps)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, r := range req.Ranges {
-		first, n := r.First, uint64(r.N)
-		if first >= eof {
+		n, ok := clipEOF(r, eof)
+		if !ok {
 			continue
 		}
-		if first+n > eof {
-			n = eof - first
-		}
+		first := r.First
 		if f.mem == nil {
 			b.track.prefetched(req.File, first, n)
 			continue
