@@ -419,6 +419,27 @@ func (l *lane) demand(ev *policies.Event) error {
 	return nil
 }
 
+// fileEnd returns the number of pages of file, or 0 where unknown.
+func (l *lane) fileEnd(file uint32) uint64 {
+	if l.filePages == nil {
+		return 0
+	}
+	return l.filePages(file)
+}
+
+// clipRange returns the pages [first, last) of r that a request may read:
+// up to maxPage and, where known (eof > 0), end of file eof.
+func clipRange(r policies.Range, eof uint64) (first, last uint64) {
+	first, last = r.First, r.First+uint64(r.N)
+	if last < first || last > maxPage+1 {
+		last = maxPage + 1
+	}
+	if eof > 0 && last > eof {
+		last = eof
+	}
+	return first, last
+}
+
 // submit executes a policy request like the kernel backend: pages past end
 // of file, cached or in flight are skipped; the rest are read in contiguous
 // runs and land in the cache when the device completes them.
@@ -426,18 +447,9 @@ func (l *lane) submit(req *policies.Request) {
 	if req.File > maxFile {
 		return
 	}
-	var eof uint64
-	if l.filePages != nil {
-		eof = l.filePages(req.File)
-	}
+	eof := l.fileEnd(req.File)
 	for _, r := range req.Ranges {
-		first, last := r.First, r.First+uint64(r.N)
-		if last < first || last > maxPage+1 {
-			last = maxPage + 1
-		}
-		if eof > 0 && last > eof {
-			last = eof
-		}
+		first, last := clipRange(r, eof)
 		var runStart, runLen uint64
 		for p := first; p < last; p++ {
 			if l.cache.lookup(pageKey(req.File, p)) >= 0 {
@@ -481,18 +493,9 @@ func (l *lane) submitAbsent(req *policies.Request) {
 	if req.File > maxFile {
 		return
 	}
-	var eof uint64
-	if l.filePages != nil {
-		eof = l.filePages(req.File)
-	}
+	eof := l.fileEnd(req.File)
 	for _, r := range req.Ranges {
-		first, last := r.First, r.First+uint64(r.N)
-		if last < first || last > maxPage+1 {
-			last = maxPage + 1
-		}
-		if eof > 0 && last > eof {
-			last = eof
-		}
+		first, last := clipRange(r, eof)
 		if first < last {
 			l.read(req.File, first, last-first)
 		}
