@@ -106,14 +106,19 @@ func traceFail(err error) int {
 	return fail(1, err)
 }
 
-// wantArgs checks the number of positional arguments.
-func wantArgs(s *traceSub, fs *flag.FlagSet, pos []string, n int) bool {
+// parse parses args (flags may follow positional arguments) and checks
+// that there are n positional arguments. When ok is false the subcommand
+// exits with code.
+func (s *traceSub) parse(fs *flag.FlagSet, args []string, n int) (pos []string, code int, ok bool) {
+	if pos, code, ok = parseArgs(fs, args); !ok {
+		return nil, code, false
+	}
 	if len(pos) != n {
 		fmt.Fprintf(os.Stderr, "predictio trace %s: want %s, got %d argument(s)\n", s.name, s.args, len(pos))
 		fmt.Fprintf(os.Stderr, "Usage: %s\n", s.usage)
-		return false
+		return nil, 2, false
 	}
-	return true
+	return pos, 0, true
 }
 
 func printJSON(v any) int {
@@ -137,12 +142,9 @@ func init() {
 		fs := newFlagSet(&s.command, "trace info")
 		asJSON := fs.Bool("json", false, "print JSON (keys: events, hints, files, duration_ns, bytes_per_event, dropped, kinds, top_files, ...)")
 		top := fs.Int("top", 10, "number of files to list by access count")
-		pos, code, ok := parseArgs(fs, args)
+		pos, code, ok := s.parse(fs, args, 1)
 		if !ok {
 			return code
-		}
-		if !wantArgs(s, fs, pos, 1) {
-			return 2
 		}
 		sum, err := trace.Info(pos[0], *top)
 		if err != nil {
@@ -167,12 +169,9 @@ func init() {
 	}
 	s2.run = func(args []string) int {
 		fs := newFlagSet(&s2.command, "trace verify")
-		pos, code, ok := parseArgs(fs, args)
+		pos, code, ok := s2.parse(fs, args, 1)
 		if !ok {
 			return code
-		}
-		if !wantArgs(s2, fs, pos, 1) {
-			return 2
 		}
 		errs := trace.Verify(pos[0])
 		if len(errs) == 0 {
@@ -200,12 +199,9 @@ func init() {
 		fs.StringVar(&o.Table, "table", "accesses", "table: accesses, hints or files")
 		fs.StringVar(&o.Format, "format", "csv", "output format: csv or jsonl")
 		fs.IntVar(&o.Limit, "limit", 0, "print at most N rows (0: all)")
-		pos, code, ok := parseArgs(fs, args)
+		pos, code, ok := s3.parse(fs, args, 1)
 		if !ok {
 			return code
-		}
-		if !wantArgs(s3, fs, pos, 1) {
-			return 2
 		}
 		if err := trace.Cat(os.Stdout, pos[0], o); err != nil {
 			return traceFail(err)
@@ -224,12 +220,9 @@ func init() {
 	s4.run = func(args []string) int {
 		fs := newFlagSet(&s4.command, "trace export")
 		dir := fs.String("parquet", "", "directory to write the .parquet files into (created if needed)")
-		pos, code, ok := parseArgs(fs, args)
+		pos, code, ok := s4.parse(fs, args, 1)
 		if !ok {
 			return code
-		}
-		if !wantArgs(s4, fs, pos, 1) {
-			return 2
 		}
 		if *dir == "" {
 			fmt.Fprintln(os.Stderr, "predictio trace export: --parquet DIR is required")
@@ -265,12 +258,9 @@ func init() {
 		fs.StringVar(&o.Ops, "ops", "read", "operations to import: read, or all (reads and writes)")
 		fs.StringVar(&o.Action, "action", "Q", "blkparse action to import: Q (queued), D (issued) or C (completed)")
 		fs.IntVar(&o.PageSize, "page-size", 0, "page size for byte-to-page conversion (default: this machine's)")
-		pos, code, ok := parseArgs(fs, args)
+		pos, code, ok := s5.parse(fs, args, 1)
 		if !ok {
 			return code
-		}
-		if !wantArgs(s5, fs, pos, 1) {
-			return 2
 		}
 		if *out == "" || o.From == "" {
 			fmt.Fprintln(os.Stderr, "predictio trace import: --from and -o are required")
@@ -302,12 +292,9 @@ func init() {
 		var o trace.AnonymizeOptions
 		fs.StringVar(&o.Salt, "salt", "", "hash key; the same salt gives the same hashes across bundles (default: random, not stored)")
 		fs.BoolVar(&o.Comm, "comm", false, "also hash process names (comm)")
-		pos, code, ok := parseArgs(fs, args)
+		pos, code, ok := s6.parse(fs, args, 1)
 		if !ok {
 			return code
-		}
-		if !wantArgs(s6, fs, pos, 1) {
-			return 2
 		}
 		if *out == "" {
 			fmt.Fprintln(os.Stderr, "predictio trace anonymize: -o OUT is required")
@@ -361,12 +348,9 @@ func init() {
 		out := fs.String("o", "", "output bundle directory")
 		from := fs.String("from", "", "start of the window (inclusive): duration from the bundle start, or absolute ts_ns")
 		to := fs.String("to", "", "end of the window (exclusive): duration from the bundle start, or absolute ts_ns")
-		pos, code, ok := parseArgs(fs, args)
+		pos, code, ok := s8.parse(fs, args, 1)
 		if !ok {
 			return code
-		}
-		if !wantArgs(s8, fs, pos, 1) {
-			return 2
 		}
 		if *out == "" {
 			fmt.Fprintln(os.Stderr, "predictio trace slice: -o OUT is required")
@@ -398,12 +382,9 @@ func init() {
 	}
 	s9.run = func(args []string) int {
 		fs := newFlagSet(&s9.command, "trace repair")
-		pos, code, ok := parseArgs(fs, args)
+		pos, code, ok := s9.parse(fs, args, 1)
 		if !ok {
 			return code
-		}
-		if !wantArgs(s9, fs, pos, 1) {
-			return 2
 		}
 		rep, err := trace.Repair(pos[0])
 		if err != nil {
@@ -451,12 +432,9 @@ func init() {
 		fs.IntVar(&spec.Run, "run", 0, "run of --pattern sparse or btree: runs share the sequence of --seed (sparse: 90% of it) and differ in the rest")
 		fs.Int64Var(&spec.Seed, "seed", 1, "random seed")
 		fs.Uint64Var(&spec.ThinkNS, "think-ns", 2000, "mean time between accesses in ns")
-		pos, code, ok := parseArgs(fs, args)
+		_, code, ok := s10.parse(fs, args, 0)
 		if !ok {
 			return code
-		}
-		if !wantArgs(s10, fs, pos, 0) {
-			return 2
 		}
 		if *out == "" || spec.Pattern == "" {
 			fmt.Fprintln(os.Stderr, "predictio trace synth: -o DIR and --pattern are required")
