@@ -16,6 +16,26 @@ type sink struct{ rows []formats.Access }
 
 func (s *sink) Append(a *formats.Access) error { s.rows = append(s.rows, *a); return nil }
 
+// checkParse checks one parse. With errPart set, err must contain it and
+// checkParse returns false: there is nothing more to check. Otherwise err
+// must be nil and the rows got must equal want.
+func checkParse(t *testing.T, err error, errPart string, got, want []formats.Access) bool {
+	t.Helper()
+	if errPart != "" {
+		if err == nil || !strings.Contains(err.Error(), errPart) {
+			t.Fatalf("error = %v, want it to contain %q", err, errPart)
+		}
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("rows = %+v\nwant %+v", got, want)
+	}
+	return true
+}
+
 func newTestImporter(s *sink, ps uint64, all bool) *importer {
 	return &importer{w: s, ps: ps, all: all, files: map[string]uint32{}, rep: ImportReport{Skipped: map[string]uint64{}}}
 }
@@ -117,17 +137,8 @@ func TestParseFio(t *testing.T) {
 			s := &sink{}
 			im := newTestImporter(s, 4096, tc.all)
 			err := parseFio(im, "x.log", strings.NewReader(tc.in))
-			if tc.errPart != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.errPart) {
-					t.Fatalf("error = %v, want it to contain %q", err, tc.errPart)
-				}
+			if !checkParse(t, err, tc.errPart, s.rows, tc.want) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(s.rows, tc.want) {
-				t.Errorf("rows = %+v\nwant %+v", s.rows, tc.want)
 			}
 			var paths []string
 			var sizes []uint64
@@ -231,17 +242,8 @@ func TestParseBlkparse(t *testing.T) {
 			s := &sink{}
 			im := newTestImporter(s, 4096, tc.all)
 			err := parseBlkparse(im, "b.txt", strings.NewReader(tc.in), tc.action)
-			if tc.errPart != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.errPart) {
-					t.Fatalf("error = %v, want it to contain %q", err, tc.errPart)
-				}
+			if !checkParse(t, err, tc.errPart, s.rows, tc.want) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(s.rows, tc.want) {
-				t.Errorf("rows = %+v\nwant %+v", s.rows, tc.want)
 			}
 		})
 	}
@@ -336,17 +338,8 @@ func TestParseCSV(t *testing.T) {
 			s := &sink{}
 			im := newTestImporter(s, 4096, false)
 			err = parseCSV(im, p, cm)
-			if tc.errPart != "" {
-				if err == nil || !strings.Contains(err.Error(), strings.Replace(tc.errPart, "t.csv", p, 1)) {
-					t.Fatalf("error = %v, want it to contain %q", err, tc.errPart)
-				}
+			if !checkParse(t, err, strings.Replace(tc.errPart, "t.csv", p, 1), s.rows, tc.want) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(s.rows, tc.want) {
-				t.Errorf("rows = %+v\nwant %+v", s.rows, tc.want)
 			}
 			var paths []string
 			for _, f := range im.fileRows {
