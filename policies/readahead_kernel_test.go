@@ -310,6 +310,37 @@ func evict(t *testing.T, f *os.File) {
 
 // bdiPages returns read_ahead_kb and max_sectors_kb of the device holding
 // f, in pages.
+// fileGeometry is what the readahead model needs to know of a file.
+type fileGeometry struct {
+	st               syscall.Stat_t
+	raPages, ioPages uint64 // the device's read_ahead_kb and max I/O, in pages
+	fsType           int64
+	small            bool // the filesystem caches order-0 folios only
+}
+
+// geometry returns f's fileGeometry, skipping the test where the device's
+// read_ahead_kb cannot be read.
+func geometry(t *testing.T, f *os.File) fileGeometry {
+	t.Helper()
+	var g fileGeometry
+	if err := syscall.Fstat(int(f.Fd()), &g.st); err != nil {
+		t.Fatal(err)
+	}
+	g.raPages, g.ioPages = bdiPages(t, f)
+	if g.raPages == 0 {
+		t.Skip("cannot read the device's read_ahead_kb from /sys/class/bdi")
+	}
+	// ext4 and XFS use large folios in the page cache since Linux 6.16
+	// (XFS earlier); other filesystems get the order-0 model.
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &sfs); err != nil {
+		t.Fatal(err)
+	}
+	g.fsType = int64(sfs.Type)
+	g.small = sfs.Type != unix.EXT4_SUPER_MAGIC && sfs.Type != unix.XFS_SUPER_MAGIC
+	return g
+}
+
 func bdiPages(t *testing.T, f *os.File) (ra, io uint64) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
@@ -410,25 +441,12 @@ func raScenarios(t *testing.T, ti *traceInstance, dir string) {
 			t.Fatal(err)
 		}
 	}
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
-		t.Fatal(err)
-	}
-	raPages, ioPages := bdiPages(t, f)
-	if raPages == 0 {
-		t.Skip("cannot read the device's read_ahead_kb from /sys/class/bdi")
-	}
-	// ext4 and XFS use large folios in the page cache since Linux 6.16
-	// (XFS earlier); other filesystems get the order-0 model.
-	var sfs unix.Statfs_t
-	if err := unix.Fstatfs(int(f.Fd()), &sfs); err != nil {
-		t.Fatal(err)
-	}
-	small := sfs.Type != unix.EXT4_SUPER_MAGIC && sfs.Type != unix.XFS_SUPER_MAGIC
+	geo := geometry(t, f)
+	st, raPages, ioPages, small := geo.st, geo.raPages, geo.ioPages, geo.small
 	if os.Getenv("PREDICTIO_RA_SMALL_FOLIOS") != "" {
 		small = true // diagnostic: how much the large-folio model matters
 	}
-	t.Logf("file %s ino %d: %d pages; bdi ra_pages %d io_pages %d; fs magic %#x, small folios %v", path, st.Ino, pages, raPages, ioPages, sfs.Type, small)
+	t.Logf("file %s ino %d: %d pages; bdi ra_pages %d io_pages %d; fs magic %#x, small folios %v", path, st.Ino, pages, raPages, ioPages, geo.fsType, small)
 
 	type scenario struct {
 		name  string
@@ -716,19 +734,8 @@ func TestReadaheadMmapMissMatchesKernel(t *testing.T) {
 	if err := f.Truncate(size); err != nil { // holes read as zeroes, through readahead
 		t.Fatal(err)
 	}
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
-		t.Fatal(err)
-	}
-	raPages, ioPages := bdiPages(t, f)
-	if raPages == 0 {
-		t.Skip("cannot read the device's read_ahead_kb from /sys/class/bdi")
-	}
-	var sfs unix.Statfs_t
-	if err := unix.Fstatfs(int(f.Fd()), &sfs); err != nil {
-		t.Fatal(err)
-	}
-	small := sfs.Type != unix.EXT4_SUPER_MAGIC && sfs.Type != unix.XFS_SUPER_MAGIC
+	geo := geometry(t, f)
+	st, raPages, ioPages, small := geo.st, geo.raPages, geo.ioPages, geo.small
 	rng := rand.New(rand.NewPCG(5, 6))
 	var touches []int64
 	for range 150 { // each miss reads ra_pages (8 MiB here) of zeroes
