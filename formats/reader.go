@@ -362,14 +362,8 @@ type HintCursor struct {
 	batch int
 	i, n  int
 
-	ts, parent, off, length []uint64
-	pid, file, pos          []uint32
-	kind                    []byte
-	childOff                []int32
-	children                []uint64
-	nameOff                 []int32
-	nameData                []byte
-	names                   map[string]string
+	hintCols // the current batch's columns, as the Writer buffers them
+	names    map[string]string
 
 	cur Hint
 	err error
