@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 
@@ -342,13 +343,7 @@ func (o *oracle) Handle(ev *Event, emit Emit) {
 		if a.file != b.file {
 			return int(a.file) - int(b.file)
 		}
-		switch {
-		case a.page < b.page:
-			return -1
-		case a.page > b.page:
-			return 1
-		}
-		return 0
+		return cmp.Compare(a.page, b.page)
 	})
 	start := 0
 	for i := 1; i <= len(o.out); i++ {

@@ -1,6 +1,9 @@
 package policies
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // Normalizer turns page lists and ranges into normalized requests: sorted,
 // deduplicated, coalesced, clipped at end of file and split into chunks of
@@ -62,15 +65,7 @@ func (n *Normalizer) Ranges(file uint32, rs []Range, eof uint64, emit Emit) {
 	n.Flush(file, eof, emit)
 }
 
-func cmpRange(a, b Range) int {
-	switch {
-	case a.First < b.First:
-		return -1
-	case a.First > b.First:
-		return 1
-	}
-	return 0
-}
+func cmpRange(a, b Range) int { return cmp.Compare(a.First, b.First) }
 
 // sortRanges sorts by First: insertion sort for the short lists policies
 // usually emit, pdqsort beyond.
