@@ -54,12 +54,9 @@ type directBackend struct {
 	pending atomic.Int64 // pages queued or being read by the prefetcher
 	wg      sync.WaitGroup
 
-	requests, pagesRequested, pagesSubmitted, pagesCached, pastEOF atomic.Uint64
-	dropped, rejected, failures, inflightMax, throttled            atomic.Uint64
-	misses, hits, late, used, wasted, prefetched, devReads         atomic.Uint64
-	droppedPages                                                   atomic.Uint64
-	firstErr                                                       atomic.Pointer[error]
-	engineInfo                                                     string
+	prefetchCounters
+	misses, hits, late, used, wasted, prefetched, devReads atomic.Uint64
+	engineInfo                                             string
 }
 
 // Token bits: the slot, and whether a prefetch issued the read.
@@ -338,36 +335,18 @@ func (d *directBackend) complete(s int32, err error) {
 }
 
 func (d *directBackend) Submit(req *policies.Request) error {
-	d.requests.Add(1)
-	if int(req.File) >= len(d.files) || d.files[req.File] == nil {
-		d.rejected.Add(1)
-		return nil
-	}
-	f := d.files[req.File]
-	eof := f.pages(d.ps)
-	var total uint64
-	for _, r := range req.Ranges {
-		d.pagesRequested.Add(uint64(r.N))
-		n, _ := clipEOF(r, eof)
-		if past := uint64(r.N) - n; past > 0 {
-			d.pastEOF.Add(past)
-		}
-		total += n
-	}
-	if total == 0 {
+	eof, total, ok := d.admit(req, d.files, d.ps)
+	if !ok {
 		return nil
 	}
 	// Bound the queued pages by a quarter of the cache, so prefetches
 	// cannot flush it faster than demand uses it.
 	if d.pending.Load()+int64(total) > int64(len(d.slots)/4) {
-		d.dropped.Add(1)
-		d.droppedPages.Add(total)
-		d.throttled.Add(1)
+		d.drop(total, true)
 		return nil
 	}
 	if len(d.queue)+len(req.Ranges) > cap(d.queue) {
-		d.dropped.Add(1)
-		d.droppedPages.Add(total)
+		d.drop(total, false)
 		return nil
 	}
 	d.pending.Add(int64(total))
@@ -451,21 +430,6 @@ func (d *directBackend) prefetcher(ew *engine.Worker) {
 func (d *directBackend) fail(err error) {
 	d.failures.Add(1)
 	d.firstErr.CompareAndSwap(nil, &err)
-}
-
-func (d *directBackend) Stats() policies.BackendStats {
-	return policies.BackendStats{
-		Requests:       d.requests.Load(),
-		PagesRequested: d.pagesRequested.Load(),
-		PagesSubmitted: d.pagesSubmitted.Load(),
-		PagesCached:    d.pagesCached.Load(),
-		PagesPastEOF:   d.pastEOF.Load(),
-		Dropped:        d.dropped.Load(),
-		Rejected:       d.rejected.Load(),
-		Failures:       d.failures.Load(),
-		InFlightMax:    d.inflightMax.Load(),
-		Throttled:      d.throttled.Load(),
-	}
 }
 
 func (d *directBackend) finish() targetStats {

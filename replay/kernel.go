@@ -113,10 +113,7 @@ type kernelBackend struct {
 	// Via says how prefetches reach the kernel.
 	via string
 
-	requests, pagesRequested, pagesSubmitted, pagesCached, pastEOF atomic.Uint64
-	dropped, rejected, failures, inflightMax, throttled            atomic.Uint64
-	droppedPages                                                   atomic.Uint64
-	firstErr                                                       atomic.Pointer[error]
+	prefetchCounters
 }
 
 // kernelOptions configure the kernel backend.
@@ -176,34 +173,16 @@ func cachedPages(fd int, off, n uint64) (uint64, error) {
 }
 
 func (b *kernelBackend) Submit(req *policies.Request) error {
-	b.requests.Add(1)
-	if int(req.File) >= len(b.files) || b.files[req.File] == nil {
-		b.rejected.Add(1)
-		return nil
-	}
-	f := b.files[req.File]
-	eof := f.pages(b.ps)
-	var total uint64
-	for _, r := range req.Ranges {
-		b.pagesRequested.Add(uint64(r.N))
-		n, _ := clipEOF(r, eof)
-		if past := uint64(r.N) - n; past > 0 {
-			b.pastEOF.Add(past)
-		}
-		total += n
-	}
-	if total == 0 {
+	eof, total, ok := b.admit(req, b.files, b.ps)
+	if !ok {
 		return nil
 	}
 	if b.inflight.Load()+int64(total) > b.limit {
-		b.dropped.Add(1)
-		b.droppedPages.Add(total)
-		b.throttled.Add(1)
+		b.drop(total, true)
 		return nil
 	}
 	if len(b.queue)+len(req.Ranges) > cap(b.queue) {
-		b.dropped.Add(1)
-		b.droppedPages.Add(total)
+		b.drop(total, false)
 		return nil
 	}
 	now := b.inflight.Add(int64(total))
@@ -398,21 +377,6 @@ func mincore(b []byte, vec []byte) error {
 		return e
 	}
 	return nil
-}
-
-func (b *kernelBackend) Stats() policies.BackendStats {
-	return policies.BackendStats{
-		Requests:       b.requests.Load(),
-		PagesRequested: b.pagesRequested.Load(),
-		PagesSubmitted: b.pagesSubmitted.Load(),
-		PagesCached:    b.pagesCached.Load(),
-		PagesPastEOF:   b.pastEOF.Load(),
-		Dropped:        b.dropped.Load(),
-		Rejected:       b.rejected.Load(),
-		Failures:       b.failures.Load(),
-		InFlightMax:    b.inflightMax.Load(),
-		Throttled:      b.throttled.Load(),
-	}
 }
 
 // finish waits for the queue to drain and returns the prefetch counts.
