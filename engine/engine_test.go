@@ -21,7 +21,7 @@ const (
 	nBlocks   = fileSize / blockSize
 )
 
-func pattern(off int64) byte { return byte(off*7 + off>>12 + 3) }
+var pattern = testenv.Pattern
 
 func scratchDir(t testing.TB) string {
 	t.Helper()
@@ -31,13 +31,7 @@ func scratchDir(t testing.TB) string {
 func knownFile(t testing.TB) *os.File {
 	t.Helper()
 	path := filepath.Join(scratchDir(t), "known")
-	b := make([]byte, fileSize)
-	for i := range b {
-		b[i] = pattern(int64(i))
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WritePattern(t, path, fileSize)
 	f, err := OpenDirect(path, os.O_RDWR)
 	if err != nil {
 		t.Fatal(err)

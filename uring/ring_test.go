@@ -19,7 +19,7 @@ const (
 	fileSize  = 1 << 20
 )
 
-func pattern(off int) byte { return byte(off*7 + off>>12 + 3) }
+func pattern(off int) byte { return testenv.Pattern(int64(off)) }
 
 // scratchDir returns a directory on a filesystem that honours O_DIRECT
 // (/tmp may be tmpfs, which does not).
@@ -32,13 +32,7 @@ func scratchDir(t testing.TB) string {
 func knownFile(t testing.TB) *os.File {
 	t.Helper()
 	path := filepath.Join(scratchDir(t), "known")
-	b := make([]byte, fileSize)
-	for i := range b {
-		b[i] = pattern(i)
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WritePattern(t, path, fileSize)
 	f, err := os.OpenFile(path, os.O_RDWR|unix.O_DIRECT, 0)
 	if err != nil {
 		t.Fatalf("open %s O_DIRECT: %v", path, err)

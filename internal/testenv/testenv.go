@@ -30,3 +30,19 @@ func ScratchDir(t testing.TB, prefix, skipMsg string) string {
 	t.Skip(skipMsg)
 	return ""
 }
+
+// Pattern is the byte at offset off of a file written by WritePattern: it
+// varies within and across 4 KiB blocks, so misplaced blocks show.
+func Pattern(off int64) byte { return byte(off*7 + off>>12 + 3) }
+
+// WritePattern writes a size-byte file of Pattern bytes to path.
+func WritePattern(t testing.TB, path string, size int) {
+	t.Helper()
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = Pattern(int64(i))
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
