@@ -10,6 +10,7 @@
 // into the events ring buffer. openat/openat2/open of targets go to the
 // opens ring buffer so user space can resolve (dev, ino) to paths.
 #include "record.h"
+#include <bpf/bpf_tracing.h>
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
@@ -117,22 +118,27 @@ static __always_inline int emit(__u8 kind, __u64 dev, __u64 ino, __u64 index, __
 		}
 	}
 
+	// Two 8-byte loads from the current task's comm: much cheaper than
+	// bpf_get_current_comm's byte-wise copy. The comm filter looks it up
+	// from the stack (before Linux 6.2 or so the verifier refuses a map
+	// key in ring buffer memory).
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 comm[2];
+	comm[0] = *(__u64 *)&task->comm[0];
+	comm[1] = *(__u64 *)&task->comm[8];
+	if (comm_filter && !bpf_map_lookup_elem(&comms, comm)) {
+		count(CNT_FILTERED);
+		return 0;
+	}
+
 	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count(CNT_DROPS);
 		return 0;
 	}
-	// Two 8-byte loads from the current task's comm: much cheaper than
-	// bpf_get_current_comm's byte-wise copy.
-	struct task_struct *task = bpf_get_current_task_btf();
 	__u64 *dst = (__u64 *)e->comm;
-	dst[0] = *(__u64 *)&task->comm[0];
-	dst[1] = *(__u64 *)&task->comm[8];
-	if (comm_filter && !bpf_map_lookup_elem(&comms, e->comm)) {
-		bpf_ringbuf_discard(e, BPF_RB_NO_WAKEUP);
-		count(CNT_FILTERED);
-		return 0;
-	}
+	dst[0] = comm[0];
+	dst[1] = comm[1];
 	e->ts = bpf_ktime_get_ns();
 	e->ino = ino;
 	e->index = index;
@@ -194,6 +200,71 @@ SEC("tracepoint/readahead/page_cache_async_ra")
 int handle_async_ra(struct trace_event_raw_page_cache_ra_op *ctx)
 {
 	return emit(KIND_RA_ASYNC, ctx->s_dev, ctx->i_ino, ctx->index, ra_pages(ctx));
+}
+
+// Kprobe fallbacks, attached only where the tracepoint of a kind is missing
+// and the kernel has kprobes (e.g. Linux 6.1, which has neither the read,
+// fault and map tracepoints of 6.11 nor the readahead ones of 6.14). They
+// read the same (dev, ino, page range) from the probed function's
+// arguments with CO-RE and emit the same events through emit().
+
+#define PAGE_SHIFT_4K 12
+
+static __always_inline int emit_host(__u8 kind, struct inode *host, __u64 index, __u64 npages)
+{
+	if (!host)
+		return 0;
+	__u64 dev = BPF_CORE_READ(host, i_sb, s_dev);
+	__u64 ino = BPF_CORE_READ(host, i_ino);
+	return emit(kind, dev, ino, index, npages);
+}
+
+// filemap_read(struct kiocb *iocb, struct iov_iter *iter, ...) (5.12+):
+// the pages [pos, pos + count) of one read request.
+SEC("kprobe/filemap_read")
+int BPF_KPROBE(kprobe_read, struct kiocb *iocb, struct iov_iter *iter)
+{
+	__u64 pos = BPF_CORE_READ(iocb, ki_pos);
+	__u64 count = BPF_CORE_READ(iter, count);
+	if (count == 0)
+		return 0;
+	__u64 first = pos >> PAGE_SHIFT_4K, last = (pos + count - 1) >> PAGE_SHIFT_4K;
+	return emit_host(KIND_READ, BPF_CORE_READ(iocb, ki_filp, f_mapping, host), first, last - first + 1);
+}
+
+// filemap_fault(struct vm_fault *vmf): the faulting page.
+SEC("kprobe/filemap_fault")
+int BPF_KPROBE(kprobe_fault, struct vm_fault *vmf)
+{
+	struct inode *host = BPF_CORE_READ(vmf, vma, vm_file, f_mapping, host);
+	return emit_host(KIND_FAULT, host, BPF_CORE_READ(vmf, pgoff), 1);
+}
+
+// filemap_map_pages(struct vm_fault *vmf, pgoff_t start, pgoff_t end): the
+// fault-around window [start, end].
+SEC("kprobe/filemap_map_pages")
+int BPF_KPROBE(kprobe_map_pages, struct vm_fault *vmf, unsigned long start, unsigned long end)
+{
+	struct inode *host = BPF_CORE_READ(vmf, vma, vm_file, f_mapping, host);
+	return emit_host(KIND_MAP, host, start, end >= start ? end - start + 1 : 1);
+}
+
+// page_cache_sync_ra(struct readahead_control *ractl, unsigned long
+// req_count): the page that triggered readahead and the request size.
+SEC("kprobe/page_cache_sync_ra")
+int BPF_KPROBE(kprobe_sync_ra, struct readahead_control *ractl, unsigned long req_count)
+{
+	struct inode *host = BPF_CORE_READ(ractl, mapping, host);
+	return emit_host(KIND_RA_SYNC, host, BPF_CORE_READ(ractl, _index), req_count ? req_count : 1);
+}
+
+// page_cache_async_ra(struct readahead_control *ractl, struct folio *folio,
+// unsigned long req_count) (5.18+).
+SEC("kprobe/page_cache_async_ra")
+int BPF_KPROBE(kprobe_async_ra, struct readahead_control *ractl, struct folio *folio, unsigned long req_count)
+{
+	struct inode *host = BPF_CORE_READ(ractl, mapping, host);
+	return emit_host(KIND_RA_ASYNC, host, BPF_CORE_READ(ractl, _index), req_count ? req_count : 1);
 }
 
 SEC("tracepoint/sched/sched_process_fork")

@@ -68,6 +68,11 @@ const (
 	RecordProgHandleOpenat   = "handle_openat"
 	RecordProgHandleOpenat2  = "handle_openat2"
 	RecordProgHandleSyncRa   = "handle_sync_ra"
+	RecordProgKprobeAsyncRa  = "kprobe_async_ra"
+	RecordProgKprobeFault    = "kprobe_fault"
+	RecordProgKprobeMapPages = "kprobe_map_pages"
+	RecordProgKprobeRead     = "kprobe_read"
+	RecordProgKprobeSyncRa   = "kprobe_sync_ra"
 	RecordVarCommFilter      = "comm_filter"
 	RecordVarDenyActive      = "deny_active"
 	RecordVarSelfTgid        = "self_tgid"
@@ -133,6 +138,11 @@ type RecordProgramSpecs struct {
 	HandleOpenat   *ebpf.ProgramSpec `ebpf:"handle_openat"`
 	HandleOpenat2  *ebpf.ProgramSpec `ebpf:"handle_openat2"`
 	HandleSyncRa   *ebpf.ProgramSpec `ebpf:"handle_sync_ra"`
+	KprobeAsyncRa  *ebpf.ProgramSpec `ebpf:"kprobe_async_ra"`
+	KprobeFault    *ebpf.ProgramSpec `ebpf:"kprobe_fault"`
+	KprobeMapPages *ebpf.ProgramSpec `ebpf:"kprobe_map_pages"`
+	KprobeRead     *ebpf.ProgramSpec `ebpf:"kprobe_read"`
+	KprobeSyncRa   *ebpf.ProgramSpec `ebpf:"kprobe_sync_ra"`
 }
 
 // RecordMapSpecs contains maps before they are loaded into the kernel.
@@ -234,6 +244,11 @@ type RecordPrograms struct {
 	HandleOpenat   *ebpf.Program `ebpf:"handle_openat"`
 	HandleOpenat2  *ebpf.Program `ebpf:"handle_openat2"`
 	HandleSyncRa   *ebpf.Program `ebpf:"handle_sync_ra"`
+	KprobeAsyncRa  *ebpf.Program `ebpf:"kprobe_async_ra"`
+	KprobeFault    *ebpf.Program `ebpf:"kprobe_fault"`
+	KprobeMapPages *ebpf.Program `ebpf:"kprobe_map_pages"`
+	KprobeRead     *ebpf.Program `ebpf:"kprobe_read"`
+	KprobeSyncRa   *ebpf.Program `ebpf:"kprobe_sync_ra"`
 }
 
 func (p *RecordPrograms) Close() error {
@@ -251,6 +266,11 @@ func (p *RecordPrograms) Close() error {
 		p.HandleOpenat,
 		p.HandleOpenat2,
 		p.HandleSyncRa,
+		p.KprobeAsyncRa,
+		p.KprobeFault,
+		p.KprobeMapPages,
+		p.KprobeRead,
+		p.KprobeSyncRa,
 	)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -97,51 +98,111 @@ func tracepointExists(events, group, name string) bool {
 	return err == nil
 }
 
-// source is one tracepoint the recorder can attach.
+// source is one tracepoint the recorder can attach, or, for access kinds,
+// the kprobe used in its place where the tracepoint is missing.
 type source struct {
 	group, name string
 	prog        string             // program name in record.bpf.c
 	kind        formats.AccessKind // 0 for non-access sources
 	minKernel   string
+	// kprobe is the kernel function probed when the tracepoint is missing
+	// (and the kernel has kprobes), with its program kprobeProg.
+	kprobe, kprobeProg string
+	viaKprobe          bool // probe says: attach the kprobe, not the tracepoint
+}
+
+// String names the source as the manifest lists it: "group:name" for a
+// tracepoint, "kprobe:function" for a kprobe fallback.
+func (s source) String() string {
+	if s.viaKprobe {
+		return "kprobe:" + s.kprobe
+	}
+	return s.group + ":" + s.name
 }
 
 // accessSources are the page-access tracepoints, in docs/record.md order.
 var accessSources = []source{
-	{"filemap", "mm_filemap_get_pages", "handle_get_pages", formats.KindRead, "6.11"},
-	{"filemap", "mm_filemap_fault", "handle_fault", formats.KindFault, "6.11"},
-	{"filemap", "mm_filemap_map_pages", "handle_map_pages", formats.KindMap, "6.11"},
-	{"filemap", "mm_filemap_add_to_page_cache", "handle_cache_add", formats.KindCacheAdd, "3.15"},
-	{"readahead", "page_cache_sync_ra", "handle_sync_ra", formats.KindReadaheadSync, "6.14"},
-	{"readahead", "page_cache_async_ra", "handle_async_ra", formats.KindReadaheadAsync, "6.14"},
+	{"filemap", "mm_filemap_get_pages", "handle_get_pages", formats.KindRead, "6.11", "filemap_read", "kprobe_read", false},
+	{"filemap", "mm_filemap_fault", "handle_fault", formats.KindFault, "6.11", "filemap_fault", "kprobe_fault", false},
+	{"filemap", "mm_filemap_map_pages", "handle_map_pages", formats.KindMap, "6.11", "filemap_map_pages", "kprobe_map_pages", false},
+	{"filemap", "mm_filemap_add_to_page_cache", "handle_cache_add", formats.KindCacheAdd, "3.15", "", "", false},
+	{"readahead", "page_cache_sync_ra", "handle_sync_ra", formats.KindReadaheadSync, "6.14", "page_cache_sync_ra", "kprobe_sync_ra", false},
+	{"readahead", "page_cache_async_ra", "handle_async_ra", formats.KindReadaheadAsync, "6.14", "page_cache_async_ra", "kprobe_async_ra", false},
 }
 
-// probeAccessSources returns the access tracepoints present in the tracefs
-// events directory and names the missing ones with their kernel minimum.
-// It fails, wrapping ErrNotSupported, when none is present.
-func probeAccessSources(events string) (present []source, missing []string, err error) {
+// probeAccessSources returns the access sources to attach: each tracepoint
+// present in the tracefs events directory, else its kprobe fallback when
+// hasKprobe (nil: no kprobes) says the function can be probed. It names
+// the kinds that have neither, with their kernel minimum, and fails,
+// wrapping ErrNotSupported, when no kind has a source.
+func probeAccessSources(events string, hasKprobe func(fn string) bool) (present []source, missing []string, err error) {
 	for _, s := range accessSources {
-		if tracepointExists(events, s.group, s.name) {
+		switch {
+		case tracepointExists(events, s.group, s.name):
 			present = append(present, s)
-		} else {
-			missing = append(missing, s.group+":"+s.name+" (Linux "+s.minKernel+")")
+		case s.kprobe != "" && hasKprobe != nil && hasKprobe(s.kprobe):
+			s.viaKprobe = true
+			present = append(present, s)
+		default:
+			m := s.group + ":" + s.name + " (Linux " + s.minKernel + ")"
+			if s.kprobe != "" {
+				m += " and kprobe " + s.kprobe
+			}
+			missing = append(missing, m)
 		}
 	}
 	if len(present) == 0 {
-		return nil, missing, fmt.Errorf("probe tracepoints: none of the access tracepoints exist: %s: %w; see docs/record.md for the kernel each needs",
+		return nil, missing, fmt.Errorf("probe tracepoints: none of the access tracepoints (or their kprobe fallbacks) exist: %s: %w; see docs/record.md for the kernel each needs",
 			strings.Join(missing, ", "), ErrNotSupported)
 	}
 	return present, missing, nil
 }
 
+// kprobeFuncs returns a function telling whether a kernel function can be
+// kprobed: the kernel has kprobes (the kprobe PMU or tracefs kprobe_events,
+// CONFIG_KPROBE_EVENTS) and the function is a text symbol in
+// /proc/kallsyms. It returns nil when the kernel has no kprobes (as on
+// kernels built without CONFIG_KPROBES).
+func kprobeFuncs(events string) func(string) bool {
+	_, err1 := os.Stat("/sys/bus/event_source/devices/kprobe/type")
+	_, err2 := os.Stat(filepath.Join(filepath.Dir(events), "kprobe_events"))
+	if err1 != nil && err2 != nil {
+		return nil
+	}
+	want := make(map[string]bool)
+	for _, s := range accessSources {
+		if s.kprobe != "" {
+			want[s.kprobe] = false
+		}
+	}
+	f, err := os.Open("/proc/kallsyms")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// address type name [module]
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 3 || (fields[1] != "T" && fields[1] != "t") {
+			continue
+		}
+		if _, ok := want[fields[2]]; ok {
+			want[fields[2]] = true
+		}
+	}
+	return func(fn string) bool { return want[fn] }
+}
+
 // helperSources follow processes and opens; they are optional.
 var helperSources = []source{
-	{"sched", "sched_process_fork", "handle_fork", 0, "4.14"},
-	{"sched", "sched_process_exit", "handle_exit", 0, "4.14"},
-	{"syscalls", "sys_enter_openat", "handle_openat", 0, "4.14"},
-	{"syscalls", "sys_enter_openat2", "handle_openat2", 0, "5.6"},
-	{"syscalls", "sys_enter_open", "handle_open", 0, "4.14"},
-	{"syscalls", "sys_enter_execve", "handle_execve", 0, "4.14"},
-	{"syscalls", "sys_enter_execveat", "handle_execveat", 0, "4.14"},
+	{"sched", "sched_process_fork", "handle_fork", 0, "4.14", "", "", false},
+	{"sched", "sched_process_exit", "handle_exit", 0, "4.14", "", "", false},
+	{"syscalls", "sys_enter_openat", "handle_openat", 0, "4.14", "", "", false},
+	{"syscalls", "sys_enter_openat2", "handle_openat2", 0, "5.6", "", "", false},
+	{"syscalls", "sys_enter_open", "handle_open", 0, "4.14", "", "", false},
+	{"syscalls", "sys_enter_execve", "handle_execve", 0, "4.14", "", "", false},
+	{"syscalls", "sys_enter_execveat", "handle_execveat", 0, "4.14", "", "", false},
 }
 
 // cgroup2Mount returns the mount point of the cgroup v2 hierarchy, or "".

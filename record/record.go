@@ -19,7 +19,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -282,14 +281,23 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, fmt.Errorf("load bpf spec: %w", err)
 	}
 	sum := &Summary{Bundle: cfg.Output}
-	attach, missing, err := probeAccessSources(events)
+	attach, missing, err := probeAccessSources(events, kprobeFuncs(events))
 	if err != nil {
 		return nil, err
 	}
 	sum.Missing = missing
 	for _, s := range accessSources {
-		if !slices.Contains(attach, s) {
+		keepTP, keepKP := false, false
+		for _, a := range attach {
+			if a.name == s.name {
+				keepTP, keepKP = !a.viaKprobe, a.viaKprobe
+			}
+		}
+		if !keepTP {
 			delete(spec.Programs, s.prog)
+		}
+		if s.kprobeProg != "" && !keepKP {
+			delete(spec.Programs, s.kprobeProg)
 		}
 	}
 	for _, s := range helperSources {
@@ -419,19 +427,28 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 
 	// Attach.
 	for _, s := range attach {
-		prog := coll.Programs[s.prog]
+		name := s.prog
+		if s.viaKprobe {
+			name = s.kprobeProg
+		}
+		prog := coll.Programs[name]
 		if prog == nil {
 			continue
 		}
-		l, err := link.Tracepoint(s.group, s.name, prog, nil)
+		var l link.Link
+		if s.viaKprobe {
+			l, err = link.Kprobe(s.kprobe, prog, nil)
+		} else {
+			l, err = link.Tracepoint(s.group, s.name, prog, nil)
+		}
 		if err != nil {
 			if s.kind != 0 {
-				return nil, fmt.Errorf("attach %s:%s: %w", s.group, s.name, err)
+				return nil, fmt.Errorf("attach %s: %w", s, err)
 			}
 			continue // optional helper
 		}
 		r.links = append(r.links, l)
-		sum.Sources = append(sum.Sources, s.group+":"+s.name)
+		sum.Sources = append(sum.Sources, s.String())
 	}
 	if cfg.bench != nil {
 		if err := cfg.bench.attach(r); err != nil {

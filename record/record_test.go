@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -81,10 +82,28 @@ func requireRecorder(t testing.TB, sources ...string) {
 		t.Fatal(err)
 	}
 	ev := tracefsEvents()
+	var kp func(string) bool
 	for _, s := range sources {
 		g, n, _ := strings.Cut(s, ":")
-		if !tracepointExists(ev, g, n) {
+		if tracepointExists(ev, g, n) {
+			continue
+		}
+		fallback := ""
+		for _, a := range accessSources {
+			if a.group == g && a.name == n {
+				fallback = a.kprobe
+			}
+		}
+		if fallback == "" {
 			t.Skipf("kernel lacks tracepoint %s", s)
+		}
+		if kp == nil {
+			if kp = kprobeFuncs(ev); kp == nil {
+				kp = func(string) bool { return false }
+			}
+		}
+		if !kp(fallback) {
+			t.Skipf("kernel lacks tracepoint %s and its kprobe fallback kprobe:%s", s, fallback)
 		}
 	}
 }
@@ -102,7 +121,7 @@ func diskDir(t testing.TB) string {
 }
 
 // coldFile writes size bytes to a new file, evicts it and verifies with
-// cachestat that no page is cached.
+// cachestat (mincore before Linux 6.5) that no page is cached.
 func coldFile(t testing.TB, dir string, size int) string {
 	t.Helper()
 	p := filepath.Join(dir, "data.bin")
@@ -138,19 +157,49 @@ func evict(t testing.TB, p string) {
 		if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
 			t.Fatal(err)
 		}
-		var cs unix.Cachestat_t
-		if err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &cs, 0); err != nil {
-			if errors.Is(err, unix.ENOSYS) {
-				t.Skip("kernel lacks cachestat(2) (Linux 6.5) to verify the file is cold")
-			}
-			t.Fatal(err)
-		}
-		if cs.Cache == 0 {
+		if cachedPages(t, f) == 0 {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("%s still has cached pages after POSIX_FADV_DONTNEED", p)
+}
+
+// cachedPages counts f's pages in the page cache: with cachestat(2)
+// (Linux 6.5), or on older kernels with mincore(2) of a shared read-only
+// mapping of the whole file (the caller must own the file or be root).
+func cachedPages(t testing.TB, f *os.File) uint64 {
+	t.Helper()
+	var cs unix.Cachestat_t
+	err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &cs, 0)
+	if err == nil {
+		return cs.Cache
+	}
+	if !errors.Is(err, unix.ENOSYS) {
+		t.Fatal(err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() == 0 {
+		return 0
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatalf("kernel lacks cachestat(2) (Linux 6.5); mmap for mincore: %v", err)
+	}
+	defer unix.Munmap(m)
+	vec := make([]byte, (len(m)+4095)/4096)
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		err := error(e)
+		t.Fatalf("kernel lacks cachestat(2) (Linux 6.5); mincore: %v", err)
+	}
+	var n uint64
+	for _, v := range vec {
+		n += uint64(v & 1)
+	}
+	return n
 }
 
 type recorded struct {
@@ -280,8 +329,38 @@ func TestScan(t *testing.T) {
 	if r.sum.Dropped != 0 {
 		t.Errorf("%d events dropped", r.sum.Dropped)
 	}
-	if !slices.Contains(r.man.Recording.EventSources, "filemap:mm_filemap_get_pages") {
-		t.Errorf("manifest event_sources %q lacks filemap:mm_filemap_get_pages", r.man.Recording.EventSources)
+	if !slices.Contains(r.man.Recording.EventSources, "filemap:mm_filemap_get_pages") &&
+		!slices.Contains(r.man.Recording.EventSources, "kprobe:filemap_read") {
+		t.Errorf("manifest event_sources %q lacks filemap:mm_filemap_get_pages and its fallback kprobe:filemap_read", r.man.Recording.EventSources)
+	}
+	// Readahead: a cold sequential scan starts with synchronous readahead
+	// at page 0 and goes on asynchronously (PG_readahead hits), whichever
+	// source of the kind was attached (tracepoint, or kprobe fallback).
+	srcs := r.man.Recording.EventSources
+	for _, ra := range []struct {
+		kind   formats.AccessKind
+		tp, kp string
+	}{
+		{formats.KindReadaheadSync, "readahead:page_cache_sync_ra", "kprobe:page_cache_sync_ra"},
+		{formats.KindReadaheadAsync, "readahead:page_cache_async_ra", "kprobe:page_cache_async_ra"},
+	} {
+		if !slices.Contains(srcs, ra.tp) && !slices.Contains(srcs, ra.kp) {
+			t.Logf("kernel has neither %s nor %s; %s not checked", ra.tp, ra.kp, ra.kind)
+			continue
+		}
+		n, first := 0, false
+		for _, a := range r.accesses {
+			if a.FileID == id && a.Kind == ra.kind {
+				n++
+				first = first || a.FirstPage == 0
+			}
+		}
+		if n == 0 {
+			t.Errorf("no %s events for the cold scan", ra.kind)
+		}
+		if ra.kind == formats.KindReadaheadSync && !first {
+			t.Errorf("%d %s events, none at page 0", n, ra.kind)
+		}
 	}
 	if r.man.Counters.Events != uint64(len(r.accesses)) || r.man.Counters.Events == 0 {
 		t.Errorf("manifest counts %d events, bundle has %d", r.man.Counters.Events, len(r.accesses))
@@ -362,12 +441,13 @@ func TestPIDDescendants(t *testing.T) {
 	dir := diskDir(t)
 	p := coldFile(t, dir, 4<<20)
 	// The child is this test binary (busybox sh may run cat inside the
-	// shell process).
+	// shell process), and it is not the last command (busybox sh execs
+	// the last command of -c in place of the shell instead of forking).
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh := exec.Command("sh", "-c", "read x; PREDICTIO_RECORD_HELPER=scan PREDICTIO_RECORD_FILE="+p+" "+exe+" > /dev/null")
+	sh := exec.Command("sh", "-c", "read x; PREDICTIO_RECORD_HELPER=scan PREDICTIO_RECORD_FILE="+p+" "+exe+" > /dev/null; x=$?")
 	in, err := sh.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -501,7 +581,7 @@ func TestCommAndMinSize(t *testing.T) {
 
 func TestProbeAccessSources(t *testing.T) {
 	dir := t.TempDir()
-	_, missing, err := probeAccessSources(dir)
+	_, missing, err := probeAccessSources(dir, nil)
 	if !errors.Is(err, ErrNotSupported) || len(missing) != len(accessSources) {
 		t.Fatalf("no tracepoints: err %v, missing %v", err, missing)
 	}
@@ -514,9 +594,24 @@ func TestProbeAccessSources(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, "filemap", "mm_filemap_get_pages", "id"), []byte("1\n"), 0o644)
-	present, missing, err := probeAccessSources(dir)
+	present, missing, err := probeAccessSources(dir, nil)
 	if err != nil || len(present) != 1 || present[0].name != "mm_filemap_get_pages" || len(missing) != len(accessSources)-1 {
 		t.Errorf("one tracepoint: present %v, missing %v, err %v", present, missing, err)
+	}
+	// Kprobe fallback: the tracepoint wins where it exists; a missing
+	// tracepoint whose function can be probed is attached as a kprobe.
+	present, missing, err = probeAccessSources(dir, func(fn string) bool { return fn == "filemap_read" || fn == "filemap_fault" })
+	var names []string
+	for _, p := range present {
+		names = append(names, p.String())
+	}
+	if err != nil || !slices.Equal(names, []string{"filemap:mm_filemap_get_pages", "kprobe:filemap_fault"}) || len(missing) != len(accessSources)-2 {
+		t.Errorf("kprobe fallback: present %v, missing %v, err %v", names, missing, err)
+	}
+	for _, m := range missing {
+		if strings.Contains(m, "map_pages") && !strings.Contains(m, "kprobe filemap_map_pages") {
+			t.Errorf("missing %q does not name the kprobe fallback", m)
+		}
 	}
 }
 

@@ -157,6 +157,8 @@ cat >"$ir/init" <<EOF
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
+# cgroup v2, so the record tests follow commands and --cgroup as on a host
+mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null || echo "@@VM cgroup2 mount failed"
 for m in $(for m in $vmods; do basename "$m"; done | tr '\n' ' '); do
 	[ -f /lib/modules/\$m.ko ] && insmod /lib/modules/\$m.ko
 done
