@@ -83,21 +83,14 @@ func Info(dir string, top int) (*Summary, error) {
 		dense         []uint64 // accesses per file id
 		densePages    []uint64
 		sparse        = map[uint32][2]uint64{}
-		first, last   uint64
-		haveTS        bool
+		span          tsSpan
 		events, pages uint64
 	)
 	err = forEachAccess(b, func(a *formats.Access) error {
 		events++
 		pages += uint64(a.NPages)
 		kinds[a.Kind]++
-		if !haveTS || a.TS < first {
-			first = a.TS
-		}
-		if !haveTS || a.TS > last {
-			last = a.TS
-		}
-		haveTS = true
+		span.see(a.TS)
 		if a.FileID < denseLimit {
 			if int(a.FileID) >= len(dense) {
 				n := max(int(a.FileID)+1, 2*len(dense), 1024)
@@ -121,13 +114,7 @@ func Info(dir string, top int) (*Summary, error) {
 	err = forEachHint(b, func(h *formats.Hint) error {
 		s.Hints++
 		hintKinds[h.Kind]++
-		if !haveTS || h.TS < first {
-			first = h.TS
-		}
-		if !haveTS || h.TS > last {
-			last = h.TS
-		}
-		haveTS = true
+		span.see(h.TS)
 		return nil
 	})
 	if err != nil {
@@ -144,8 +131,8 @@ func Info(dir string, top int) (*Summary, error) {
 			s.HintKinds[HintKindName(formats.HintKind(k))] = n
 		}
 	}
-	if haveTS {
-		s.FirstTSNS, s.LastTSNS, s.DurationNS = first, last, last-first
+	if span.ok {
+		s.FirstTSNS, s.LastTSNS, s.DurationNS = span.first, span.last, span.last-span.first
 	} else if m.End.MonotonicNS > m.Start.MonotonicNS {
 		s.DurationNS = m.End.MonotonicNS - m.Start.MonotonicNS
 	}
@@ -244,4 +231,20 @@ func sortedKeys(m map[string]uint64) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// tsSpan is the first and last of the timestamps it has seen, if any (ok).
+type tsSpan struct {
+	first, last uint64
+	ok          bool
+}
+
+func (s *tsSpan) see(ts uint64) {
+	if !s.ok || ts < s.first {
+		s.first = ts
+	}
+	if !s.ok || ts > s.last {
+		s.last = ts
+	}
+	s.ok = true
 }
