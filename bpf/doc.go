@@ -8,7 +8,9 @@
 //
 // The programs need Linux 5.11 (ring buffer, CAP_BPF/CAP_PERFMON,
 // bpf_get_current_task_btf in tracepoint programs), kernel BTF, and the
-// tracepoints named in docs/record.md.
+// tracepoints named in docs/record.md; on kernels that predate those
+// tracepoints (Linux 6.1) the kprobe_* programs of record.bpf.c, attached
+// to the functions the tracepoints sit in, stand in for them.
 package bpf
 
 //go:generate go tool bpf2go -tags linux -target amd64 -type event -type open_event Record record.bpf.c -- -I. -Wall -Werror

@@ -2,7 +2,9 @@
 // eBPF, plus the hints instrumented programs send, into a trace bundle.
 //
 // Run attaches the programs of package bpf to the filemap and readahead
-// tracepoints (Linux 6.11+ for the read/fault/map kinds, see docs/record.md),
+// tracepoints (Linux 6.11+ for the read/fault/map kinds, 6.14+ for
+// readahead; older kernels with kprobes get kprobe fallbacks on the
+// functions those tracepoints sit in, see docs/record.md),
 // follows the target processes, streams the ring buffer into a
 // formats.Writer and resolves every file to a path at the end. It needs
 // CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), and CAP_SYS_ADMIN to mount
