@@ -602,7 +602,7 @@ func TestVMChurn(t *testing.T) {
 func TestVMUnload(t *testing.T) {
 	needModule(t)
 	if !inVM() {
-		t.Skip("unload test removes the module: runs only in the VM (PREDICTIO_VM=1, kmod/vmtest/run.sh)")
+		t.Skip("unload test removes the module, which needs a kernel with loadable modules: runs in the qemu VM (PREDICTIO_VM=1, kmod/vmtest/run.sh)")
 	}
 	tf := makeFile(t, dataDir(t), 32768)
 	tf.cold(t)
@@ -666,7 +666,7 @@ var kernelLogBad = []string{"BUG:", "WARNING:", "Oops", "KASAN", "general protec
 // runs last in the VM (test order is file order).
 func TestVMKernelLog(t *testing.T) {
 	if !inVM() {
-		t.Skip("reads the whole kernel log of the test VM: runs only in the VM (PREDICTIO_VM=1, kmod/vmtest/run.sh)")
+		t.Skip("checks the kernel log of the module test VM; this kernel has no loadable modules: runs in the qemu VM (PREDICTIO_VM=1, kmod/vmtest/run.sh)")
 	}
 	buf := make([]byte, 1<<20)
 	n, err := unix.Klogctl(unix.SYSLOG_ACTION_READ_ALL, buf)

@@ -38,7 +38,7 @@ func runBin(t *testing.T, bin string, args ...string) (stdout, stderr string, co
 // user would: help, -h, every example, exit codes and error messages.
 func TestTraceCLI(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the binary")
+		t.Skip("-short: skips building and running the binary")
 	}
 	tmp := t.TempDir()
 	bin := filepath.Join(tmp, "predictio")
