@@ -240,6 +240,10 @@ func (s *hintServer) serve() {
 			}
 		}
 		s.r.wmu.Unlock()
+		// A client that keeps sending never lets the receive time out.
+		if s.quit.Load() {
+			return
+		}
 	}
 }
 
