@@ -70,7 +70,7 @@ type Request struct {
 	Op     Op
 	File   int    // index into the files given to New
 	Off    int64  // byte offset
-	Len    int    // bytes; at most the buffer size for reads and writes
+	Len    int    // bytes; at most the buffer size for reads and writes, 0..4 GiB-1 for fadvise (0: to end of file)
 	Advice int    // OpFadvise only
 	Token  uint64 // returned in the Completion
 	Data   []byte // OpWrite only: copied into the pool buffer when non-nil

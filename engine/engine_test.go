@@ -266,6 +266,10 @@ func TestBadInput(t *testing.T) {
 		{Op: OpRead, Len: 2 * blockSize},
 		{Op: OpRead, Len: 0},
 		{Op: Op(9), Len: blockSize},
+		// fadvise takes a 32-bit length; 4 GiB must not wrap to 0 (the
+		// whole file) nor -1 to 4 GiB-1.
+		{Op: OpFadvise, Len: 1 << 32, Advice: unix.FADV_DONTNEED},
+		{Op: OpFadvise, Len: -1, Advice: unix.FADV_DONTNEED},
 	} {
 		if err := w.Submit(r); err == nil {
 			t.Errorf("Submit accepted %+v", r)

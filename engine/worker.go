@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/predictio/predictio/uring"
@@ -147,6 +148,11 @@ func (w *Worker) Submit(req Request) error {
 	}
 	if req.Op != OpFadvise && (req.Len <= 0 || req.Len > w.e.cfg.bufSize) {
 		return fmt.Errorf("submit %s %s: length %d out of range 1..%d (the buffer size)", req.Op, w.e.names[req.File], req.Len, w.e.cfg.bufSize)
+	}
+	if req.Op == OpFadvise && (req.Len < 0 || uint64(req.Len) > math.MaxUint32) {
+		// The SQE's length is 32 bits: 4 GiB would wrap to 0, which
+		// fadvise reads as "to the end of the file".
+		return fmt.Errorf("submit %s %s: length %d out of range 0..%d", req.Op, w.e.names[req.File], req.Len, uint32(math.MaxUint32))
 	}
 	if req.Op > OpFadvise {
 		return fmt.Errorf("submit: unknown op %d", req.Op)
