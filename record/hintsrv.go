@@ -53,8 +53,17 @@ type hintServer struct {
 	cpu      atomic.Uint64 // CPU ns of the serving thread, set when serve returns
 
 	// Used by the serve goroutine only.
-	paths  map[uint32]map[string]pathCheck
-	groups map[uint32][]uint32
+	paths  map[credKey]map[string]pathCheck
+	groups map[uint32]procGroupsAt
+}
+
+// credKey is who sent a hint: the path check depends on the gid and (through
+// the supplementary groups) the pid as well as the uid.
+type credKey struct{ pid, uid, gid uint32 }
+
+type procGroupsAt struct {
+	groups []uint32
+	at     time.Time
 }
 
 type pathCheck struct {
@@ -98,8 +107,8 @@ func newHintServer(path string, r *recorder, uids []uint32) (*hintServer, error)
 	s := &hintServer{
 		fd: fd, path: path, r: r,
 		allowed: map[uint32]bool{0: true, uint32(os.Getuid()): true},
-		paths:   make(map[uint32]map[string]pathCheck),
-		groups:  make(map[uint32][]uint32),
+		paths:   make(map[credKey]map[string]pathCheck),
+		groups:  make(map[uint32]procGroupsAt),
 	}
 	for _, u := range uids {
 		s.allowed[u] = true
@@ -362,10 +371,14 @@ func (s *hintServer) handle(buf []byte, n int, flags int32, cred *unix.Ucred, fd
 
 // checkPath resolves a hint's path for the sender, with a short-lived cache.
 func (s *hintServer) checkPath(cred *unix.Ucred, path []byte) (*fileEntry, int) {
-	byPath := s.paths[cred.Uid]
+	ck := credKey{pid: uint32(cred.Pid), uid: cred.Uid, gid: cred.Gid}
+	byPath := s.paths[ck]
 	if byPath == nil {
+		if len(s.paths) > 4096 {
+			clear(s.paths)
+		}
 		byPath = make(map[string]pathCheck)
-		s.paths[cred.Uid] = byPath
+		s.paths[ck] = byPath
 	}
 	if c, ok := byPath[string(path)]; ok && time.Since(c.at) < pathCheckTTL {
 		return c.entry, c.rej
@@ -404,12 +417,16 @@ func (s *hintServer) canRead(cred *unix.Ucred, st *unix.Stat_t) bool {
 	}
 	inGroup := st.Gid == cred.Gid
 	if !inGroup {
-		groups, ok := s.groups[uint32(cred.Pid)]
-		if !ok {
-			groups = procGroups(uint32(cred.Pid))
-			s.groups[uint32(cred.Pid)] = groups
+		// Pids are reused: the groups are kept only as long as path checks.
+		pg, ok := s.groups[uint32(cred.Pid)]
+		if !ok || time.Since(pg.at) >= pathCheckTTL {
+			if len(s.groups) > 4096 {
+				clear(s.groups)
+			}
+			pg = procGroupsAt{groups: procGroups(uint32(cred.Pid)), at: time.Now()}
+			s.groups[uint32(cred.Pid)] = pg
 		}
-		for _, g := range groups {
+		for _, g := range pg.groups {
 			if g == st.Gid {
 				inGroup = true
 				break

@@ -1,6 +1,7 @@
 package record
 
 import (
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -53,5 +54,36 @@ func TestHintServeStopsUnderLoad(t *testing.T) {
 	}
 	if s.rejects().Total() == 0 {
 		t.Fatal("no datagram was rejected; the sender never reached the server")
+	}
+}
+
+// TestHintPathCheckPerSender checks that a cached "readable" verdict for one
+// sender is not reused for another sender with the same uid but a gid that
+// may not read the file.
+func TestHintPathCheckPerSender(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_CHOWN) to give the test file another group")
+	}
+	dir := t.TempDir()
+	f := filepath.Join(dir, "group-only")
+	if err := os.WriteFile(f, []byte("x"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	const uid, gid, other = 4242, 4343, 4444
+	if err := os.Chown(f, 0, gid); err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{out: &memSink{}, files: newFileTable(filter{}, nil, "")}
+	s, err := newHintServer(filepath.Join(dir, "hints.sock"), r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	pid := int32(os.Getpid())
+	if _, rej := s.checkPath(&unix.Ucred{Pid: pid, Uid: uid, Gid: gid}, []byte(f)); rej >= 0 {
+		t.Fatalf("uid %d gid %d: rejected (%d), want readable", uid, gid, rej)
+	}
+	if _, rej := s.checkPath(&unix.Ucred{Pid: pid, Uid: uid, Gid: other}, []byte(f)); rej != rejUnreadable {
+		t.Fatalf("uid %d gid %d: got %d, want rejUnreadable (%d)", uid, other, rej, rejUnreadable)
 	}
 }
