@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -143,6 +144,10 @@ type Ring struct {
 	features uint32
 	closed   atomic.Bool
 	mmaps    [][]byte
+	// mapMu orders Stats' reads of the shared counters before Close's
+	// munmap; lastDropped and lastSQDrop keep the counts after Close.
+	mapMu                   sync.Mutex
+	lastDropped, lastSQDrop uint32
 
 	// SQ, shared with the kernel.
 	sqHead    *uint32
@@ -285,7 +290,11 @@ func (r *Ring) Close() error {
 	if r == nil || r.closed.Swap(true) {
 		return ErrClosed
 	}
+	r.mapMu.Lock()
+	r.lastDropped = atomic.LoadUint32(r.cqOverflow)
+	r.lastSQDrop = atomic.LoadUint32(r.sqDropped)
 	r.unmap()
+	r.mapMu.Unlock()
 	r.sqes, r.cqes = nil, nil
 	if err := unix.Close(r.fd); err != nil {
 		return fmt.Errorf("close io_uring: %w", err)
@@ -311,7 +320,8 @@ func (r *Ring) CQEntries() uint32 { return r.cqEntries }
 // SQPoll reports whether the ring has a kernel SQ polling thread.
 func (r *Ring) SQPoll() bool { return r.flags&SetupSQPoll != 0 }
 
-// Stats returns the ring's counters; safe from any goroutine.
+// Stats returns the ring's counters; safe from any goroutine, also while
+// another closes the ring (after Close it reports the final counts).
 func (r *Ring) Stats() Stats {
 	s := Stats{
 		Enters:       r.stats.enters.Load(),
@@ -323,10 +333,14 @@ func (r *Ring) Stats() Stats {
 		Reaped:       r.stats.reaped.Load(),
 		Registers:    r.stats.registers.Load(),
 	}
-	if !r.closed.Load() {
+	r.mapMu.Lock()
+	if r.closed.Load() {
+		s.Dropped, s.SQDropped = uint64(r.lastDropped), uint64(r.lastSQDrop)
+	} else {
 		s.Dropped = uint64(atomic.LoadUint32(r.cqOverflow))
 		s.SQDropped = uint64(atomic.LoadUint32(r.sqDropped))
 	}
+	r.mapMu.Unlock()
 	return s
 }
 
