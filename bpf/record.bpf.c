@@ -288,14 +288,20 @@ int handle_exit(struct trace_event_raw_sched_process_exit *ctx)
 		return 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)pid_tgid, tgid = pid_tgid >> 32;
-	if (tid != tgid) {
-		// A thread: its tid was added by the fork handler.
+	// A thread's tid was added by the fork handler.
+	if (tid != tgid)
 		bpf_map_delete_elem(&pids, &tid);
-		return 0;
-	}
-	bool dead = true;
-	if (bpf_core_field_exists(ctx->group_dead))
+	// The group dies with whichever thread exits last, often not the
+	// leader (exit_group from another thread, or a leader that exited
+	// first). On kernels whose tracepoint lacks group_dead, do_exit
+	// has already decremented signal->live when the tracepoint fires.
+	bool dead;
+	if (bpf_core_field_exists(ctx->group_dead)) {
 		dead = BPF_CORE_READ(ctx, group_dead);
+	} else {
+		struct task_struct *task = bpf_get_current_task_btf();
+		dead = BPF_CORE_READ(task, signal, live.counter) == 0;
+	}
 	if (dead)
 		bpf_map_delete_elem(&pids, &tgid);
 	return 0;
