@@ -291,8 +291,10 @@ func (e *Engine) Worker(i int) *Worker { return e.workers[i] }
 func (e *Engine) Workers() int { return len(e.workers) }
 
 // Mlocked reports whether every buffer pool was mlocked; when not, MlockErr
-// says why (the pools are still registered and usable: since Linux 5.12
-// registered buffers are charged to the memory cgroup, not RLIMIT_MEMLOCK).
+// says why (the pools are still usable: registered buffers are pinned by the
+// kernel anyway). Registering the pools as fixed buffers counts them against
+// RLIMIT_MEMLOCK unless the process has CAP_IPC_LOCK; New then fails with
+// ENOMEM and WithFixedBuffers(false) avoids it.
 func (e *Engine) Mlocked() bool { return e.mlocked }
 
 // MlockErr is the first mlock failure, or nil.

@@ -14,7 +14,7 @@
 //	r, err := uring.New(64)                       // or uring.New(64, uring.WithSQPoll(time.Second))
 //	defer r.Close()
 //	sqe := r.GetSQE()                              // nil when the SQ is full
-//	sqe.PrepRead(int32(f.Fd()), buf, 4096, 0)
+//	sqe.PrepRead(int32(f.Fd()), buf, 4096)         // len(buf) bytes at offset 4096
 //	sqe.UserData = 7
 //	r.SubmitAndWait(1)                             // one io_uring_enter (none with an awake SQPOLL thread)
 //	var cqes [8]uring.CQE

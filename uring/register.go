@@ -27,8 +27,10 @@ func (r *Ring) register(op, nr uintptr, arg unsafe.Pointer) error {
 // RegisterBuffers registers bufs as fixed buffers 0..len(bufs)-1 for
 // PrepReadFixed and PrepWriteFixed; the kernel pins their pages once instead
 // of per request. The memory must stay mapped until UnregisterBuffers or
-// Close. Linux 5.1; pinned pages are charged to the memory cgroup instead of
-// RLIMIT_MEMLOCK since 5.12.
+// Close. Linux 5.1. Unlike the ring memory itself (charged to the memory
+// cgroup since 5.12), the pinned pages still count against RLIMIT_MEMLOCK
+// unless the ring was created by a task with CAP_IPC_LOCK; over the limit
+// the kernel refuses with ENOMEM.
 func (r *Ring) RegisterBuffers(bufs [][]byte) error {
 	if len(bufs) == 0 {
 		return fmt.Errorf("register io_uring buffers: no buffers")
@@ -42,6 +44,13 @@ func (r *Ring) RegisterBuffers(bufs [][]byte) error {
 		iov[i].SetLen(len(b))
 	}
 	if err := r.register(registerBuffers, uintptr(len(iov)), unsafe.Pointer(&iov[0])); err != nil {
+		if err == unix.ENOMEM {
+			var n int
+			for _, b := range bufs {
+				n += len(b)
+			}
+			return fmt.Errorf("register %d io_uring buffers (%d bytes): %w (pinned buffers count against RLIMIT_MEMLOCK without CAP_IPC_LOCK: raise ulimit -l, run with CAP_IPC_LOCK or use fewer/smaller buffers)", len(bufs), n, err)
+		}
 		return fmt.Errorf("register %d io_uring buffers: %w", len(bufs), err)
 	}
 	return nil
