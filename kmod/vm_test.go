@@ -521,6 +521,49 @@ func TestVMReject(t *testing.T) {
 	}
 }
 
+// TestVMRegisterFault registers a file with the argument on a read-only
+// page: the module reads the fd, cannot write the slot back, and must
+// return EFAULT without keeping the slot or the file reference.
+func TestVMRegisterFault(t *testing.T) {
+	needModule(t)
+	tf := makeFile(t, dataDir(t), 16)
+	b := openBackend(t)
+	ps := os.Getpagesize()
+	mem, err := unix.Mmap(-1, 0, ps, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	r := (*register)(unsafe.Pointer(&mem[0]))
+	r.FD = int32(tf.f.Fd())
+	r.Slot = 1<<32 - 1
+	if err := unix.Mprotect(mem, unix.PROT_READ); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		b.mu.Lock()
+		err := b.ioctl(iocRegisterFD, unsafe.Pointer(r))
+		b.mu.Unlock()
+		if !errors.Is(err, unix.EFAULT) {
+			t.Fatalf("register with a read-only argument: %v, want EFAULT", err)
+		}
+	}
+	// The failed registrations left no slot behind: the first real one
+	// gets slot 0, and entries for slot 1 are refused.
+	if err := b.Register(1, tf.f); err != nil {
+		t.Fatal(err)
+	}
+	if s := mustSlot(t, b, 1); s != 0 {
+		t.Errorf("slot after failed registrations = %d, want 0", s)
+	}
+	if err := b.SubmitEntries([]Entry{{Slot: 1, Count: 1, First: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if c := waitIdle(t, b); c.RejectedSlot != 1 {
+		t.Errorf("entry for the slot of a failed registration: rejected_slot %d, want 1", c.RejectedSlot)
+	}
+}
+
 // TestVMChurn has two contexts prefetch the same file while it is
 // truncated and one of them unregisters it, and checks that every page is
 // accounted for and the cache holds nothing past the new end of file.

@@ -557,10 +557,20 @@ static long pio_register(struct pio_ctx *ctx, void __user *arg)
 	}
 	reg.slot = i;
 	if (copy_to_user(arg, &reg, sizeof(reg))) {
+		bool ours;
+
+		/*
+		 * Another thread may have unregistered slot i (dropping this
+		 * registration's reference) and reused it while we faulted:
+		 * undo only a slot that still holds this file.
+		 */
 		spin_lock(&ctx->slot_lock);
-		ctx->slots[i] = NULL;
+		ours = ctx->slots[i] == f;
+		if (ours)
+			ctx->slots[i] = NULL;
 		spin_unlock(&ctx->slot_lock);
-		fput(f);
+		if (ours)
+			fput(f);
 		return -EFAULT;
 	}
 	return 0;
