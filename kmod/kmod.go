@@ -268,10 +268,11 @@ var ErrClosed = errors.New("kmod backend closed")
 // Counters reads the module's counters for this backend.
 func (b *Backend) Counters() (Counters, error) {
 	var c Counters
+	// Hold mu across the ioctl: a concurrent Close could otherwise close
+	// b.fd and let the number be reused by another file.
 	b.mu.Lock()
-	closed := b.dev == nil
-	b.mu.Unlock()
-	if closed {
+	defer b.mu.Unlock()
+	if b.dev == nil {
 		return c, fmt.Errorf("read predictio stats: %w", ErrClosed)
 	}
 	if err := b.ioctl(iocStats, unsafe.Pointer(&c)); err != nil {
