@@ -135,6 +135,9 @@ func (tf *tableFile) parse() (err error) {
 	return nil
 }
 
+// maxDictEntries bounds a dictionary with its deltas (a variable for tests).
+var maxDictEntries int64 = maxBatchRows
+
 // addDictionary applies a DictionaryBatch message.
 func (tf *tableFile) addDictionary(dec *batchDecoder, m message) (err error) {
 	defer catch(&err, "read "+tf.name+": dictionary")
@@ -149,11 +152,17 @@ func (tf *tableFile) addDictionary(dec *batchDecoder, m message) (err error) {
 	if err := dec.load(rb, m.body); err != nil {
 		return fmt.Errorf("read %s: dictionary %d: %w", tf.name, id, err)
 	}
+	delta := m.hdr.u8(2, 0) != 0
+	// Each message is bounded by maxBatchRows; deltas must be too, or a
+	// small file of many compressed deltas expands to gigabytes.
+	if n := int64(dec.rows); delta && int64(len(tf.dicts[id]))+n > maxDictEntries {
+		return tf.errf("dictionary %d: delta of %d entries makes %d, more than %d", id, n, int64(len(tf.dicts[id]))+n, maxDictEntries)
+	}
 	vals, err := decodeStrings(dec, 0, 0)
 	if err != nil {
 		return fmt.Errorf("read %s: dictionary %d: %w", tf.name, id, err)
 	}
-	if m.hdr.u8(2, 0) != 0 {
+	if delta {
 		tf.dicts[id] = append(tf.dicts[id], vals...)
 	} else {
 		tf.dicts[id] = vals
