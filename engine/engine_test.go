@@ -306,3 +306,43 @@ func BenchmarkRead(b *testing.B) {
 		})
 	}
 }
+
+// TestCloseDeferTaskrunBackoffFromOtherThread closes a DEFER_TASKRUN engine
+// with completions still pending from a goroutine that is not the ring's
+// issuer: the kernel refuses its flush (EEXIST), and HarvestBackoff must
+// give up instead of spinning forever.
+func TestCloseDeferTaskrunBackoffFromOtherThread(t *testing.T) {
+	f := knownFile(t)
+	e, err := New([]*os.File{f}, WithDeferTaskrun(), WithHarvest(HarvestBackoff), WithQueueDepth(4),
+		WithHandler(func(*Completion) {}))
+	if errors.Is(err, uring.ErrNotSupported) {
+		t.Skipf("kernel lacks io_uring: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	submitted := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		w := e.Worker(0)
+		for i := 0; i < 4; i++ {
+			if err := w.Submit(Request{Op: OpRead, Off: int64(i) * blockSize, Len: blockSize}); err != nil {
+				submitted <- err
+				return
+			}
+		}
+		submitted <- w.Flush()
+	}()
+	if err := <-submitted; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // let the reads complete into deferred task work
+	closed := make(chan error, 1)
+	go func() { closed <- e.Close() }()
+	select {
+	case err := <-closed:
+		t.Logf("Close: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close from a non-issuer thread hung in HarvestBackoff")
+	}
+}

@@ -229,7 +229,7 @@ func (w *Worker) Poll() (int, error) {
 	if err := w.Flush(); err != nil {
 		return 0, err
 	}
-	return w.reap(), nil
+	return w.reap()
 }
 
 // Harvest hands queued requests to the kernel and handles completions until
@@ -249,7 +249,11 @@ func (w *Worker) Harvest(min int) (int, error) {
 			return 0, err
 		}
 		for tries := 0; ; tries++ {
-			if n := w.reap(); n > 0 {
+			n, err := w.reap()
+			if err != nil {
+				return done, err
+			}
+			if n > 0 {
 				done += n
 				tries = 0
 			}
@@ -304,7 +308,11 @@ func (w *Worker) ready() error {
 }
 
 // reap handles every ready completion, flushing kernel-held ones first.
-func (w *Worker) reap() int { return w.handle(w.ring.Reap(w.cqes)) }
+// Completions copied out are handled even when the flush failed.
+func (w *Worker) reap() (int, error) {
+	n, err := w.ring.Reap(w.cqes)
+	return w.handle(n), err
+}
 
 // reapReady handles the completions already in the CQ, without a syscall.
 func (w *Worker) reapReady() int { return w.handle(w.ring.ReapNoEnter(w.cqes)) }

@@ -18,7 +18,7 @@
 //	sqe.UserData = 7
 //	r.SubmitAndWait(1)                             // one io_uring_enter (none with an awake SQPOLL thread)
 //	var cqes [8]uring.CQE
-//	n := r.Reap(cqes[:])                           // non-blocking copy-out of completions
+//	n, err := r.Reap(cqes[:])                      // non-blocking copy-out of completions
 //	if err := cqes[0].Err(); err != nil { ... }    // negated errno -> unix.Errno
 //
 // A Ring is owned by one goroutine: GetSQE, Submit, SubmitAndWait and Reap

@@ -506,24 +506,30 @@ func (r *Ring) copyOut(dst []CQE, head, tail uint32) int {
 // Reap copies up to len(dst) ready CQEs into dst, marks them consumed and
 // returns how many; it never blocks. When the CQ is empty but the kernel
 // holds overflowed CQEs (IORING_SQ_CQ_OVERFLOW) or pending task work
-// (IORING_SQ_TASKRUN), it makes one io_uring_enter to flush them first.
-func (r *Ring) Reap(dst []CQE) int {
-	if r.closed.Load() || len(dst) == 0 {
-		return 0
+// (IORING_SQ_TASKRUN), it makes one io_uring_enter to flush them first and
+// returns that call's error (for example EEXIST when another thread than a
+// single-issuer ring's issuer flushes), so a polling loop does not spin on a
+// flush that can never succeed. A closed ring returns ErrClosed.
+func (r *Ring) Reap(dst []CQE) (int, error) {
+	if r.closed.Load() {
+		return 0, ErrClosed
+	}
+	if len(dst) == 0 {
+		return 0, nil
 	}
 	head := atomic.LoadUint32(r.cqHead)
 	tail := atomic.LoadUint32(r.cqTail)
 	if head == tail {
 		if atomic.LoadUint32(r.sqFlags)&(sqCQOverflow|sqTaskrun) == 0 {
-			return 0
+			return 0, nil
 		}
 		r.stats.flushes.Add(1)
 		if _, err := r.enter(0, 0, enterGetEvents); err != nil {
-			return 0
+			return 0, fmt.Errorf("flush io_uring completions: %w", err)
 		}
 		tail = atomic.LoadUint32(r.cqTail)
 	}
-	return r.copyOut(dst, head, tail)
+	return r.copyOut(dst, head, tail), nil
 }
 
 // FlagString names setup flags, e.g. "sqpoll|attach_wq".

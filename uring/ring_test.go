@@ -72,7 +72,10 @@ func waitAll(t testing.TB, r *Ring, n int) []CQE {
 	buf := make([]CQE, 16)
 	deadline := time.Now().Add(10 * time.Second)
 	for len(out) < n {
-		got := r.Reap(buf)
+		got, err := r.Reap(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
 		out = append(out, buf[:got]...)
 		if got == 0 {
 			if time.Now().After(deadline) {
@@ -229,7 +232,7 @@ func TestExactEnterCount(t *testing.T) {
 		t.Fatalf("after SubmitAndWait(4): %d ready", got)
 	}
 	cqes := make([]CQE, 8)
-	if n := r.Reap(cqes); n != 4 {
+	if n, err := r.Reap(cqes); err != nil || n != 4 {
 		t.Fatalf("reaped %d", n)
 	}
 	if s := r.Stats(); s.Enters != 1 || s.WaitEnters != 1 {
@@ -341,7 +344,10 @@ func TestCQOverflow(t *testing.T) {
 	seen := map[uint64]bool{}
 	buf := make([]CQE, 3)
 	for tries := 0; len(seen) < total && tries < 100; tries++ {
-		n := r.Reap(buf)
+		n, err := r.Reap(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, c := range buf[:n] {
 			if seen[c.UserData] {
 				t.Fatalf("duplicate completion %d", c.UserData)
@@ -462,8 +468,8 @@ func TestClosedRing(t *testing.T) {
 	if _, err := r.SubmitAndWait(1); !errors.Is(err, ErrClosed) {
 		t.Errorf("SubmitAndWait: %v", err)
 	}
-	if n := r.Reap(make([]CQE, 4)); n != 0 {
-		t.Errorf("Reap: %d", n)
+	if n, err := r.Reap(make([]CQE, 4)); n != 0 || !errors.Is(err, ErrClosed) {
+		t.Errorf("Reap: %d, %v", n, err)
 	}
 	if r.CQReady() != 0 {
 		t.Error("CQReady on closed ring")
@@ -505,7 +511,11 @@ func BenchmarkNop(b *testing.B) {
 			b.Fatal(err)
 		}
 		for got := 0; got < 32; {
-			got += r.Reap(cqes)
+			n, err := r.Reap(cqes)
+			if err != nil {
+				b.Fatal(err)
+			}
+			got += n
 		}
 	}
 }
