@@ -177,8 +177,11 @@ type Ring struct {
 }
 
 // Stats are a ring's counters. Enters counts every io_uring_enter syscall
-// the Ring made (SubmitEnters + WaitEnters + Wakeups + FlushEnters, retries
-// after EINTR included); Registers counts io_uring_register calls.
+// the Ring made, retries after EINTR included. It equals SubmitEnters +
+// WaitEnters + Wakeups + FlushEnters except that a wakeup folded into
+// SubmitAndWait's wait is counted in both WaitEnters and Wakeups (so with
+// SQPOLL the sum can exceed Enters), and EINTR retries are counted only in
+// Enters. Registers counts io_uring_register calls.
 type Stats struct {
 	Enters       uint64 // all io_uring_enter calls
 	SubmitEnters uint64 // enters that only submitted (no SQPOLL)
