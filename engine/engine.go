@@ -73,7 +73,7 @@ type Request struct {
 	Len    int    // bytes; at most the buffer size for reads and writes, 0..4 GiB-1 for fadvise (0: to end of file)
 	Advice int    // OpFadvise only
 	Token  uint64 // returned in the Completion
-	Data   []byte // OpWrite only: copied into the pool buffer when non-nil
+	Data   []byte // OpWrite only: copied into the pool buffer when non-nil; then len(Data) must be Len
 }
 
 // Completion is a finished request, passed to the Handler.

@@ -270,6 +270,9 @@ func TestBadInput(t *testing.T) {
 		// whole file) nor -1 to 4 GiB-1.
 		{Op: OpFadvise, Len: 1 << 32, Advice: unix.FADV_DONTNEED},
 		{Op: OpFadvise, Len: -1, Advice: unix.FADV_DONTNEED},
+		// A short Data would write the pool buffer's stale tail (the
+		// bytes of an earlier request) to the file.
+		{Op: OpWrite, Len: blockSize, Data: make([]byte, 100)},
 	} {
 		if err := w.Submit(r); err == nil {
 			t.Errorf("Submit accepted %+v", r)

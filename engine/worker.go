@@ -154,6 +154,9 @@ func (w *Worker) Submit(req Request) error {
 		// fadvise reads as "to the end of the file".
 		return fmt.Errorf("submit %s %s: length %d out of range 0..%d", req.Op, w.e.names[req.File], req.Len, uint32(math.MaxUint32))
 	}
+	if req.Op == OpWrite && req.Data != nil && len(req.Data) != req.Len {
+		return fmt.Errorf("submit %s %s: %d bytes of data for length %d", req.Op, w.e.names[req.File], len(req.Data), req.Len)
+	}
 	if req.Op > OpFadvise {
 		return fmt.Errorf("submit: unknown op %d", req.Op)
 	}
