@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -340,6 +341,9 @@ func TestCloseDeferTaskrunBackoffFromOtherThread(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond) // let the reads complete into deferred task work
+	if _, err := e.Worker(0).Harvest(1); !errors.Is(err, unix.EEXIST) || !strings.Contains(err.Error(), "worker 0") {
+		t.Errorf("Harvest from a non-issuer thread: %v, want EEXIST naming the worker", err)
+	}
 	closed := make(chan error, 1)
 	go func() { closed <- e.Close() }()
 	select {

@@ -222,8 +222,10 @@ func (w *Worker) Flush() error {
 	if err := w.ready(); err != nil {
 		return err
 	}
-	_, err := w.ring.Submit()
-	return err
+	if _, err := w.ring.Submit(); err != nil {
+		return fmt.Errorf("engine worker %d: flush: %w", w.id, err)
+	}
+	return nil
 }
 
 // Poll hands queued requests to the kernel and handles the completions that
@@ -243,6 +245,14 @@ func (w *Worker) Harvest(min int) (int, error) {
 	if err := w.ready(); err != nil {
 		return 0, err
 	}
+	n, err := w.harvest(min)
+	if err != nil {
+		return n, fmt.Errorf("engine worker %d: harvest: %w", w.id, err)
+	}
+	return n, nil
+}
+
+func (w *Worker) harvest(min int) (int, error) {
 	if min > w.InFlight() {
 		min = w.InFlight()
 	}
