@@ -122,6 +122,18 @@ func diskDir(t testing.TB) string {
 
 // coldFile writes size bytes to a new file, evicts it and verifies with
 // cachestat (mincore before Linux 6.5) that no page is cached.
+// warmFile is coldFile read back into the page cache. Tests about whom a
+// recording follows use it: reads of cached pages always fire
+// mm_filemap_get_pages, so their read coverage does not depend on I/O timing.
+func warmFile(t testing.TB, dir string, size int) string {
+	t.Helper()
+	p := coldFile(t, dir, size)
+	if _, err := os.ReadFile(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func coldFile(t testing.TB, dir string, size int) string {
 	t.Helper()
 	p := filepath.Join(dir, "data.bin")
@@ -311,12 +323,32 @@ func TestScan(t *testing.T) {
 	requireRecorder(t, "filemap:mm_filemap_get_pages", "filemap:mm_filemap_add_to_page_cache")
 	const size = 64 << 20
 	dir := diskDir(t)
-	p := coldFile(t, dir, size)
-	r := record(t, context.Background(), Config{Command: []string{"cat", p}})
-	id := r.fileID(t, p)
 	npages := size / 4096
-	if c, n := r.coverage(id, formats.KindRead, npages); c != npages {
-		t.Errorf("read accesses cover %d of %d pages (%d events)", c, npages, n)
+	// The kernel fires mm_filemap_get_pages only on filemap_get_pages's
+	// success path: a lookup that had to wait for a folio still under
+	// readahead I/O (filemap_update_page returning AOP_TRUNCATED_PAGE) hands
+	// its pages to read(2) without the event, so a cold scan can, depending
+	// on I/O timing, lack the first pages of a read call (docs/record.md).
+	// Such a shortfall is logged and the cold scan recorded again, up to
+	// three times; every attempt must still have cache_add for every page.
+	var (
+		p  string
+		r  *recorded
+		id uint32
+	)
+	for attempt := 1; ; attempt++ {
+		p = coldFile(t, dir, size)
+		r = record(t, context.Background(), Config{Command: []string{"cat", p}})
+		id = r.fileID(t, p)
+		c, n := r.coverage(id, formats.KindRead, npages)
+		if c == npages {
+			break
+		}
+		if attempt == 3 {
+			t.Errorf("read accesses cover %d of %d pages (%d events), short in 3 attempts", c, npages, n)
+			break
+		}
+		t.Logf("attempt %d: read accesses cover %d of %d pages (%d events): lookups that waited for readahead I/O go untraced; recording again", attempt, c, npages, n)
 	}
 	if c, n := r.coverage(id, formats.KindCacheAdd, npages); c != npages {
 		t.Errorf("cache_add events cover %d of %d pages (%d events)", c, npages, n)
@@ -381,7 +413,7 @@ func TestScan(t *testing.T) {
 func TestScanByPid(t *testing.T) {
 	requireRecorder(t, "filemap:mm_filemap_get_pages")
 	const size = 16 << 20
-	p := coldFile(t, diskDir(t), size)
+	p := warmFile(t, diskDir(t), size)
 	r := record(t, context.Background(), Config{Command: []string{"cat", p}, noCgroup: true})
 	if r.man.Recording.Target != "command" {
 		t.Errorf("target %q", r.man.Recording.Target)
@@ -425,7 +457,7 @@ func TestMmapFaults(t *testing.T) {
 func TestDescendants(t *testing.T) {
 	requireRecorder(t, "filemap:mm_filemap_get_pages")
 	dir := diskDir(t)
-	p := coldFile(t, dir, 4<<20)
+	p := warmFile(t, dir, 4<<20)
 	script := fmt.Sprintf("sh -c 'cat %s > /dev/null'; true", p)
 	r := record(t, context.Background(), Config{Command: []string{"sh", "-c", script}})
 	id := r.fileID(t, p)
@@ -439,7 +471,7 @@ func TestDescendants(t *testing.T) {
 func TestPIDDescendants(t *testing.T) {
 	requireRecorder(t, "filemap:mm_filemap_get_pages", "sched:sched_process_fork")
 	dir := diskDir(t)
-	p := coldFile(t, dir, 4<<20)
+	p := warmFile(t, dir, 4<<20)
 	// The child is this test binary (busybox sh may run cat inside the
 	// shell process), and it is not the last command (busybox sh execs
 	// the last command of -c in place of the shell instead of forking).
@@ -495,7 +527,7 @@ func TestCgroupTarget(t *testing.T) {
 	}
 	defer os.Remove(cg)
 	dir := diskDir(t)
-	p := coldFile(t, dir, 2<<20)
+	p := warmFile(t, dir, 2<<20)
 	sh := exec.Command("sh", "-c", "echo $$ > "+cg+"/cgroup.procs; read x; cat "+p+" > /dev/null")
 	in, _ := sh.StdinPipe()
 	if err := sh.Start(); err != nil {
