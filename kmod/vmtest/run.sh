@@ -187,7 +187,11 @@ else
 		echo "@@TRACEPOINTS \$g: \$(ls /sys/kernel/tracing/events/\$g 2>/dev/null | grep -v -e enable -e filter | tr '\n' ' ')"
 	done
 	if [ -x /record.test ]; then
-		/record.test -test.v -test.count=1 -test.timeout 5m
+		# The hint tests are left out here: the hint socket does not depend
+		# on the kernel's tracepoints (they run natively on the host), and
+		# TestHints once left this 6.1 TCG guest in soft lockups (see
+		# docs/kmod.md, "Known issues").
+		/record.test -test.v -test.count=1 -test.timeout 5m -test.skip '^TestHint'
 		echo "@@RESULT record rc=\$?"
 	fi
 	if [ -x /predictio ]; then
