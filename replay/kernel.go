@@ -109,7 +109,8 @@ type kernelBackend struct {
 	vec      []byte
 	eng      *engine.Engine // FADVISE through one engine worker; nil: syscalls
 	ew       *engine.Worker
-	emap     []int // file index -> engine file index
+	emap     []int         // file index -> engine file index
+	limits   []adviseLimit // per file: pages one advise call reads
 	// Via says how prefetches reach the kernel.
 	via string
 
@@ -137,6 +138,12 @@ func newKernelBackend(files []*openFile, ps int, o kernelOptions) *kernelBackend
 		useRA:           o.readahead,
 	}
 	b.noCstat = !cachestatWorks(files)
+	b.limits = make([]adviseLimit, len(files))
+	for i, f := range files {
+		if f != nil {
+			b.limits[i] = adviseLimitFor(f.fd, ps)
+		}
+	}
 	b.via = "posix_fadvise(WILLNEED)"
 	if o.readahead {
 		b.via = "readahead(2)"
@@ -144,6 +151,12 @@ func newKernelBackend(files []*openFile, ps int, o kernelOptions) *kernelBackend
 		b.via = "io_uring FADVISE(WILLNEED) through the engine"
 	} else {
 		b.via += fmt.Sprintf(" (engine unavailable: %v)", err)
+	}
+	for _, l := range b.limits {
+		if l.pages != 0 {
+			b.via += fmt.Sprintf(", ranges split at the kernel's per-call limit (first file: %d KiB, %s)", l.pages*uint64(ps)>>10, l.source)
+			break
+		}
 	}
 	b.wg.Add(1)
 	go b.service()
@@ -339,17 +352,30 @@ func (b *kernelBackend) cached(n uint64) {
 
 // willneed has the kernel read pages [first, first+n) of f into the page
 // cache: an io_uring FADVISE(WILLNEED) when the ring is up, else
-// posix_fadvise or readahead(2).
+// posix_fadvise or readahead(2). Each call reads at most the file's advise
+// limit (the kernel ignores the rest of a longer range), so the range goes
+// in calls of at most that many pages.
 func (b *kernelBackend) willneed(f *openFile, file uint32, first, n uint64) {
-	ps := uint64(b.ps)
 	b.track.prefetched(file, first, n)
-	if b.ew != nil {
-		err := b.ew.Submit(engine.Request{Op: engine.OpFadvise, File: b.emap[file], Off: int64(first * ps), Len: int(n * ps), Advice: unix.FADV_WILLNEED, Token: n})
-		if err != nil {
+	step := max(b.limits[file].pages, 1)
+	for n > 0 {
+		c := min(n, step)
+		if err := b.advise1(f, file, first, c); err != nil {
 			b.inflight.Add(-int64(n))
-			b.fail(fmt.Errorf("read ahead %s pages %d+%d: %w", f.path, first, n, err))
+			b.fail(fmt.Errorf("read ahead %s pages %d+%d: %w", f.path, first, c, err))
+			return
 		}
-		return
+		first, n = first+c, n-c
+	}
+}
+
+// advise1 issues one advise call for pages [first, first+n), n at most the
+// advise limit. A synchronous call's pages leave the in-flight count here;
+// an io_uring one's when it completes (onComplete).
+func (b *kernelBackend) advise1(f *openFile, file uint32, first, n uint64) error {
+	ps := uint64(b.ps)
+	if b.ew != nil {
+		return b.ew.Submit(engine.Request{Op: engine.OpFadvise, File: b.emap[file], Off: int64(first * ps), Len: int(n * ps), Advice: unix.FADV_WILLNEED, Token: n})
 	}
 	var err error
 	if b.useRA {
@@ -360,12 +386,12 @@ func (b *kernelBackend) willneed(f *openFile, file uint32, first, n uint64) {
 	} else {
 		err = unix.Fadvise(f.fd, int64(first*ps), int64(n*ps), unix.FADV_WILLNEED)
 	}
-	b.inflight.Add(-int64(n))
 	if err != nil {
-		b.fail(fmt.Errorf("read ahead %s pages %d+%d: %w", f.path, first, n, err))
-		return
+		return err
 	}
+	b.inflight.Add(-int64(n))
 	b.pagesSubmitted.Add(n)
+	return nil
 }
 
 func mincore(b []byte, vec []byte) error {
