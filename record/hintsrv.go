@@ -207,6 +207,11 @@ func (s *hintServer) serve() {
 	var h formats.Hint
 	var fds [16]int32
 	offset, offsetAt := clockOffset(), monoNow()
+	// last is the previous hint's timestamp. The socket queue is FIFO, so
+	// arrival times never go backwards; a converted one that does is the
+	// offset estimate's error (microseconds where reading the clocks is
+	// slow, as under emulation) and is raised to its predecessor's.
+	var last uint64
 	for {
 		for i := range hdrs {
 			hdrs[i].hdr.SetControllen(oobLen)
@@ -238,6 +243,8 @@ func (s *hintServer) serve() {
 			if rt > offset && uint64(rt-offset) <= mono {
 				ts = uint64(rt - offset)
 			}
+			ts = max(ts, last)
+			last = ts
 			rej := s.handle(buf, int(hdrs[i].n), mh.Flags, cred, fds[:nfds], ts, &msg, &h)
 			for _, fd := range fds[:nfds] {
 				unix.Close(int(fd))
