@@ -31,6 +31,10 @@ if [ -n "$race_pkgs" ]; then go test -count=1 -race -timeout 20m $race_pkgs; fi
 if [ -x kmod/vmtest/run.sh ]; then
 	echo "== kernel module and 6.1 tests under qemu"
 	kmod/vmtest/run.sh
+	# The newest 6.12 cloud kernel too: the read/fault/map tracepoints of a
+	# kernel other than the host's, and the module on a newer API.
+	echo "== kernel module and 6.12 tests under qemu"
+	PREDICTIO_VM_KVER=6.12 kmod/vmtest/run.sh
 fi
 echo "== interop (DuckDB, polars)"; scripts/interop-check.sh
 echo "== all tests passed"

@@ -15,7 +15,8 @@
 #
 # Needs: apt-get, dpkg-deb, gcc-12, make, qemu-system-x86_64,
 # busybox (static), cpio, gzip, mkfs.ext4, go. Environment:
-#   PREDICTIO_VM_KVER   kernel release (default 6.1.0-57-cloud-amd64)
+#   PREDICTIO_VM_KVER   kernel release (default 6.1.0-57-cloud-amd64), or a
+#                       series such as 6.12 for the newest Debian cloud kernel of it
 #   PREDICTIO_VM_ACCEL  qemu accelerator (default tcg; kvm where it works)
 #   PREDICTIO_VM_TCG_THREAD  TCG threading, single or multi (default single:
 #                       multi-threaded TCG can keep executing a stale int3 after
@@ -53,6 +54,21 @@ need=(apt-get dpkg-deb gcc-12 make qemu-system-x86_64 busybox cpio gzip mkfs.ext
 for c in "${need[@]}"; do
 	command -v "$c" >/dev/null || { echo "vmtest: $c not found: run scripts/setup.sh (see docs/kmod.md)" >&2; exit 1; }
 done
+
+# A bare series ("6.12") means the newest cloud kernel of that series that
+# Debian's linux-image-SERIES-cloud-amd64 metapackage depends on.
+if [[ $kver =~ ^[0-9]+\.[0-9]+$ ]]; then
+	series=$kver
+	meta=linux-image-$series-cloud-amd64
+	apt-cache show "$meta" >/dev/null 2>&1 || apt-get update -q >/dev/null || true
+	kver=$(apt-cache depends "$meta" 2>/dev/null | awk '/Depends: linux-image-/ {sub("linux-image-", "", $2); print $2; exit}')
+	if [ -z "$kver" ]; then
+		echo "vmtest: PREDICTIO_VM_KVER=$series: no package $meta in the apt sources (add bookworm-backports for 6.12)" >&2
+		exit 1
+	fi
+	log "kernel series $series: $kver"
+	root=$cache/root-$kver
+fi
 
 # 1. Kernel image and headers, cached. Debian drops superseded kernel ABIs
 # from the archive; without PREDICTIO_VM_KVER, fall back to the 6.1 cloud
@@ -226,6 +242,7 @@ mkfs.ext4 -q -F "$build/disk.img"
 # 6. Boot.
 log "booting $kver ($accelopt)"
 console=$cache/console-$mode.log
+[ -n "${PREDICTIO_VM_KVER:-}" ] && console=$cache/console-$mode-$kver.log
 set +e
 timeout --foreground "$vmtimeout" qemu-system-x86_64 \
 	-accel "$accelopt" -cpu max -smp "${PREDICTIO_VM_SMP:-2}" -m 2G \
