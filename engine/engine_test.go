@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/predictio/predictio/internal/testenv"
 	"github.com/predictio/predictio/uring"
@@ -352,4 +353,66 @@ func TestCloseDeferTaskrunBackoffFromOtherThread(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close from a non-issuer thread hung in HarvestBackoff")
 	}
+}
+
+// TestCloseKeepsUnregisteredBuffersInFlight closes an engine whose requests
+// are still in flight (a non-issuer thread cannot drain a DEFER_TASKRUN
+// ring). Registered buffers are pinned, so they are unmapped; unregistered
+// ones stay mapped, because a read the kernel is still executing copies
+// into them by address.
+func TestCloseKeepsUnregisteredBuffersInFlight(t *testing.T) {
+	for _, fixed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fixed=%v", fixed), func(t *testing.T) {
+			f := knownFile(t)
+			e, err := New([]*os.File{f}, WithDeferTaskrun(), WithFixedBuffers(fixed), WithQueueDepth(4),
+				WithHandler(func(*Completion) {}))
+			if errors.Is(err, uring.ErrNotSupported) {
+				t.Skipf("kernel lacks io_uring: %v", err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := e.Worker(0)
+			addr := uintptr(unsafe.Pointer(&w.mem[0]))
+			submitted := make(chan error, 1)
+			go func() {
+				runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+				for i := 0; i < 4; i++ {
+					if err := w.Submit(Request{Op: OpRead, Off: int64(i) * blockSize, Len: blockSize}); err != nil {
+						submitted <- err
+						return
+					}
+				}
+				submitted <- w.Flush()
+			}()
+			if err := <-submitted; err != nil {
+				t.Fatal(err)
+			}
+			if !isMapped(t, addr) {
+				t.Fatalf("buffer pool at %#x not in /proc/self/maps before Close", addr)
+			}
+			if err := e.Close(); err != nil {
+				t.Logf("Close: %v", err)
+			}
+			if got := isMapped(t, addr); got == fixed {
+				t.Errorf("after Close with %d requests in flight, buffers (fixed %v) mapped: %v, want %v", w.InFlight(), fixed, got, !fixed)
+			}
+		})
+	}
+}
+
+// isMapped reports whether addr lies in a mapping of this process.
+func isMapped(t *testing.T, addr uintptr) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var lo, hi uint64
+		if _, err := fmt.Sscanf(line, "%x-%x", &lo, &hi); err == nil && uint64(addr) >= lo && uint64(addr) < hi {
+			return true
+		}
+	}
+	return false
 }

@@ -67,6 +67,7 @@ type Worker struct {
 	fixedB bool
 	closed bool
 	stats  Stats
+	kept   []byte // buffers left mapped by close, see there
 }
 
 func newWorker(e *Engine, id int, entries uint32, fds []int32, ropts []uring.Option) (*Worker, error) {
@@ -381,6 +382,7 @@ func (w *Worker) close() error {
 		return nil
 	}
 	var errs []error
+	keep := false
 	if w.ring != nil {
 		if !w.ring.Disabled() {
 			// A single-issuer ring refuses waits from other threads
@@ -389,9 +391,21 @@ func (w *Worker) close() error {
 				errs = append(errs, err)
 			}
 		}
+		// The kernel tears a ring down asynchronously after close, and a
+		// request already executing (an io-wq buffered read) copies into
+		// its buffer by virtual address unless the buffers are registered
+		// (pinned). Unmapping them now could let such a late read land in
+		// whatever is mapped there next, so with requests left in flight
+		// and unregistered buffers the pages stay mapped: a leak, on an
+		// error path only.
+		keep = w.InFlight() > 0 && !w.fixedB
 		errs = append(errs, w.ring.Close())
 	}
 	w.closed = true
+	if w.mem != nil && keep {
+		w.kept = w.mem
+		w.mem = nil
+	}
 	if w.mem != nil {
 		unix.Munlock(w.mem)
 		errs = append(errs, unix.Munmap(w.mem))
