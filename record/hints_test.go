@@ -48,6 +48,11 @@ func sendRaw(t *testing.T, sock string, b []byte, uid uint32) {
 func TestHints(t *testing.T) {
 	requireRecorder(t)
 	dir := diskDir(t)
+	// Searchable by the uid nobody senders below (the kernel's access
+	// check walks the path as the sender).
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	data := filepath.Join(dir, "index.db")
 	if err := os.WriteFile(data, make([]byte, 1<<20), 0o644); err != nil {
 		t.Fatal(err)

@@ -55,6 +55,11 @@ type hintServer struct {
 	// Used by the serve goroutine only.
 	paths  map[credKey]map[string]pathCheck
 	groups map[uint32]procGroupsAt
+	// access checks paths with the kernel as the sender; nil where this
+	// process cannot switch a thread's credentials (accessErr says why),
+	// and the file's mode bits are used instead.
+	access    *accessChecker
+	accessErr error
 }
 
 // credKey is who sent a hint: the path check depends on the gid and (through
@@ -113,6 +118,7 @@ func newHintServer(path string, r *recorder, uids []uint32) (*hintServer, error)
 	for _, u := range uids {
 		s.allowed[u] = true
 	}
+	s.access, s.accessErr = newAccessChecker()
 	return s, nil
 }
 
@@ -143,6 +149,9 @@ func (s *hintServer) stop() { s.quit.Store(true) }
 func (s *hintServer) close() {
 	unix.Close(s.fd)
 	os.Remove(s.path)
+	if s.access != nil {
+		s.access.close()
+	}
 }
 
 func (s *hintServer) rejects() HintRejects {
@@ -398,7 +407,7 @@ func (s *hintServer) checkPath(cred *unix.Ucred, path []byte) (*fileEntry, int) 
 		c.rej = rejBadFile // relative paths are ambiguous for a daemon
 	case unix.Stat(p, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG:
 		c.rej = rejBadFile
-	case !s.canRead(cred, &st):
+	case !s.mayRead(cred, p, &st):
 		c.rej = rejUnreadable
 	default:
 		key := statKey(&st)
@@ -413,32 +422,45 @@ func (s *hintServer) checkPath(cred *unix.Ucred, path []byte) (*fileEntry, int) 
 	return c.entry, c.rej
 }
 
-// canRead applies the file's permission bits to the sender's uid, gid and
-// supplementary groups. Root reads everything.
-func (s *hintServer) canRead(cred *unix.Ucred, st *unix.Stat_t) bool {
+// mayRead reports whether the sender may read path: the kernel's own check
+// as the sender (accessChecker: directory search permission, ACLs), or,
+// where that is unavailable, the file's mode bits. Root reads everything.
+func (s *hintServer) mayRead(cred *unix.Ucred, path string, st *unix.Stat_t) bool {
 	if cred.Uid == 0 {
 		return true
 	}
+	groups := s.senderGroups(uint32(cred.Pid))
+	if s.access != nil {
+		if ok, err := s.access.check(cred.Uid, cred.Gid, groups, path); err == nil {
+			return ok
+		}
+	}
+	return modeAllows(cred, groups, st)
+}
+
+// senderGroups returns the supplementary groups of pid, cached as long as
+// path checks (pids are reused).
+func (s *hintServer) senderGroups(pid uint32) []uint32 {
+	pg, ok := s.groups[pid]
+	if !ok || time.Since(pg.at) >= pathCheckTTL {
+		if len(s.groups) > 4096 {
+			clear(s.groups)
+		}
+		pg = procGroupsAt{groups: procGroups(pid), at: time.Now()}
+		s.groups[pid] = pg
+	}
+	return pg.groups
+}
+
+// modeAllows applies the file's permission bits to the sender's uid, gid
+// and supplementary groups.
+func modeAllows(cred *unix.Ucred, groups []uint32, st *unix.Stat_t) bool {
 	if st.Uid == cred.Uid {
 		return st.Mode&unix.S_IRUSR != 0
 	}
 	inGroup := st.Gid == cred.Gid
-	if !inGroup {
-		// Pids are reused: the groups are kept only as long as path checks.
-		pg, ok := s.groups[uint32(cred.Pid)]
-		if !ok || time.Since(pg.at) >= pathCheckTTL {
-			if len(s.groups) > 4096 {
-				clear(s.groups)
-			}
-			pg = procGroupsAt{groups: procGroups(uint32(cred.Pid)), at: time.Now()}
-			s.groups[uint32(cred.Pid)] = pg
-		}
-		for _, g := range pg.groups {
-			if g == st.Gid {
-				inGroup = true
-				break
-			}
-		}
+	for _, g := range groups {
+		inGroup = inGroup || g == st.Gid
 	}
 	if inGroup {
 		return st.Mode&unix.S_IRGRP != 0
