@@ -89,7 +89,6 @@ type MarkovBuilder struct {
 	runs     map[int]struct{}
 	files    map[string]*builderFile
 	warnings []string
-	maxRun   int
 }
 
 type builderFile struct {

@@ -115,7 +115,6 @@ type fileTable struct {
 	denyOn      atomic.Bool
 	fallbackDir string
 	interps     map[string]string // executable -> ELF interpreter
-	denied      atomic.Uint64
 }
 
 func newFileTable(filt filter, deny *ebpf.Map, fallbackDir string) *fileTable {

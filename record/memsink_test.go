@@ -1,14 +1,11 @@
 package record
 
 import (
-	"sync"
-
 	"github.com/predictio/predictio/formats"
 )
 
 // memSink is an in-memory bundleWriter for tests that only need rows.
 type memSink struct {
-	mu       sync.Mutex
 	man      formats.Manifest
 	files    []formats.File
 	accesses []formats.Access

@@ -2,7 +2,6 @@ package replay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -584,5 +583,3 @@ func sleepUntil(t time.Time) {
 		runtime.Gosched()
 	}
 }
-
-var errNoDirect = errors.New("direct backend unavailable")

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 
 	"github.com/predictio/predictio/formats"
 )
@@ -109,14 +108,4 @@ func forEachHint(b *formats.Bundle, fn func(h *formats.Hint) error) error {
 func openBundle(dir string) (*formats.Bundle, error) {
 	// formats.Open errors already say "open bundle" and name the file.
 	return formats.Open(dir)
-}
-
-// joinNotes appends notes, skipping empty ones.
-func joinNotes(dst []string, notes ...string) []string {
-	for _, n := range notes {
-		if strings.TrimSpace(n) != "" {
-			dst = append(dst, n)
-		}
-	}
-	return dst
 }

@@ -29,9 +29,6 @@ var commands = map[string]*command{}
 
 func register(c *command) { commands[c.name] = c }
 
-// exitNotImplemented is the exit status of subcommands whose issue has not landed.
-const exitNotImplemented = 2
-
 func main() {
 	os.Exit(run(os.Args[1:]))
 }
@@ -124,16 +121,4 @@ func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 func fail(code int, err error) int {
 	fmt.Fprintf(os.Stderr, "predictio: %v\n", err)
 	return code
-}
-
-// notImplemented is the body of subcommands whose issue has not landed.
-func notImplemented(c *command) func([]string) int {
-	return func(args []string) int {
-		fs := newFlagSet(c, c.name)
-		if code, ok := parseFlags(fs, args); !ok {
-			return code
-		}
-		fmt.Fprintf(os.Stderr, "predictio %s: not implemented yet\n", c.name)
-		return exitNotImplemented
-	}
 }

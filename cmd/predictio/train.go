@@ -48,7 +48,7 @@ func runTrain(c *command, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "markov":
 	default:
-		return usageErr(fmt.Errorf("unknown model kind %q; the only kind is markov: predictio train markov -o MODEL BUNDLE...", args[0]))
+		return usageErr(fmt.Errorf("unknown model kind %q; the only kind is markov (predictio train markov -o MODEL BUNDLE)", args[0]))
 	}
 	fs := newFlagSet(c, "train markov")
 	fs.SetOutput(stderr)
