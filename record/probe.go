@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/internal/blockdev"
 )
 
 // Capability numbers (linux/capability.h).
@@ -272,15 +273,11 @@ func filesystems(files []formats.File) []formats.Filesystem {
 				break
 			}
 		}
-		q := fmt.Sprintf("/sys/dev/block/%d:%d/", maj, min)
-		if _, err := os.Stat(q + "queue"); err != nil {
-			q += "../" // a partition: the queue is its disk's
+		if v, err := blockdev.Attr("/sys", uint32(maj), uint32(min), "queue/rotational"); err == nil {
+			fs.Rotational = v == "1"
 		}
-		if v, err := os.ReadFile(q + "queue/rotational"); err == nil {
-			fs.Rotational = strings.TrimSpace(string(v)) == "1"
-		}
-		if v, err := os.ReadFile(q + "queue/logical_block_size"); err == nil {
-			fmt.Sscanf(strings.TrimSpace(string(v)), "%d", &fs.LogicalBlockSize)
+		if v, err := blockdev.Uint("/sys", uint32(maj), uint32(min), "queue/logical_block_size"); err == nil {
+			fs.LogicalBlockSize = int(v)
 		}
 		out = append(out, fs)
 	}

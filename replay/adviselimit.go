@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/predictio/predictio/internal/blockdev"
 )
 
 // defaultAdviseBytes is the advise limit used where sysfs does not say:
@@ -45,29 +47,14 @@ func adviseLimitFor(fd int, ps int) adviseLimit {
 // given, for tests.
 func adviseLimitSysfs(sysfs string, major, minor uint32, ps int) adviseLimit {
 	dev := fmt.Sprintf("%d:%d", major, minor)
-	devDir := filepath.Join(sysfs, "dev", "block", dev)
-	// The bdi and the queue hang off the whole disk; a partition's sysfs
-	// directory sits inside its disk's (resolve the link first: a lexical
-	// ".." would climb out of /sys/dev/block instead).
-	dirs := []string{devDir}
-	if real, err := filepath.EvalSymlinks(devDir); err == nil {
-		dirs = append(dirs, filepath.Dir(real))
-	}
-	raKB, raOK := readKB(filepath.Join(sysfs, "class", "bdi", dev, "read_ahead_kb"))
+	raKB, err := readKB(filepath.Join(sysfs, "class", "bdi", dev, "read_ahead_kb"))
+	raOK := err == nil
 	if !raOK {
-		for _, d := range dirs {
-			if raKB, raOK = readKB(filepath.Join(d, "bdi", "read_ahead_kb")); raOK {
-				break
-			}
-		}
+		raKB, err = blockdev.Uint(sysfs, major, minor, "bdi/read_ahead_kb")
+		raOK = err == nil
 	}
-	var ioKB uint64
-	ioOK := false
-	for _, d := range dirs {
-		if ioKB, ioOK = readKB(filepath.Join(d, "queue", "max_sectors_kb")); ioOK {
-			break
-		}
-	}
+	ioKB, err := blockdev.Uint(sysfs, major, minor, "queue/max_sectors_kb")
+	ioOK := err == nil
 	if !raOK && !ioOK {
 		return adviseLimit{pages: defaultAdviseBytes / uint64(ps), source: "default 128 KiB (no block device " + dev + " in sysfs)"}
 	}
@@ -83,11 +70,10 @@ func adviseLimitSysfs(sysfs string, major, minor uint32, ps int) adviseLimit {
 }
 
 // readKB reads one unsigned decimal sysfs value.
-func readKB(path string) (uint64, bool) {
+func readKB(path string) (uint64, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, false
+		return 0, err
 	}
-	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	return v, err == nil
+	return strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 }
