@@ -326,21 +326,7 @@ func TestCloseDeferTaskrunBackoffFromOtherThread(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	submitted := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		w := e.Worker(0)
-		for i := 0; i < 4; i++ {
-			if err := w.Submit(Request{Op: OpRead, Off: int64(i) * blockSize, Len: blockSize}); err != nil {
-				submitted <- err
-				return
-			}
-		}
-		submitted <- w.Flush()
-	}()
-	if err := <-submitted; err != nil {
-		t.Fatal(err)
-	}
+	submitFromIssuer(t, e.Worker(0), 4)
 	time.Sleep(50 * time.Millisecond) // let the reads complete into deferred task work
 	if _, err := e.Worker(0).Harvest(1); !errors.Is(err, unix.EEXIST) || !strings.Contains(err.Error(), "worker 0") {
 		t.Errorf("Harvest from a non-issuer thread: %v, want EEXIST naming the worker", err)
@@ -374,20 +360,7 @@ func TestCloseKeepsUnregisteredBuffersInFlight(t *testing.T) {
 			}
 			w := e.Worker(0)
 			addr := uintptr(unsafe.Pointer(&w.mem[0]))
-			submitted := make(chan error, 1)
-			go func() {
-				runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-				for i := 0; i < 4; i++ {
-					if err := w.Submit(Request{Op: OpRead, Off: int64(i) * blockSize, Len: blockSize}); err != nil {
-						submitted <- err
-						return
-					}
-				}
-				submitted <- w.Flush()
-			}()
-			if err := <-submitted; err != nil {
-				t.Fatal(err)
-			}
+			submitFromIssuer(t, w, 4)
 			if !isMapped(t, addr) {
 				t.Fatalf("buffer pool at %#x not in /proc/self/maps before Close", addr)
 			}
@@ -415,4 +388,26 @@ func isMapped(t *testing.T, addr uintptr) bool {
 		}
 	}
 	return false
+}
+
+// submitFromIssuer submits n block reads to w from a goroutine locked to a
+// thread of its own, which becomes the ring's issuer (a DEFER_TASKRUN ring
+// is enabled by its first submitter); the test's own thread is then not
+// the issuer and cannot drain it.
+func submitFromIssuer(t *testing.T, w *Worker, n int) {
+	t.Helper()
+	submitted := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		for i := 0; i < n; i++ {
+			if err := w.Submit(Request{Op: OpRead, Off: int64(i) * blockSize, Len: blockSize}); err != nil {
+				submitted <- err
+				return
+			}
+		}
+		submitted <- w.Flush()
+	}()
+	if err := <-submitted; err != nil {
+		t.Fatal(err)
+	}
 }

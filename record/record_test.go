@@ -301,19 +301,28 @@ func (r *recorded) fileID(t testing.TB, path string) uint32 {
 	return 0
 }
 
-// coverage marks the pages of file id covered by accesses of kind k.
-func (r *recorded) coverage(id uint32, k formats.AccessKind, npages int) (covered int, events int) {
-	seen := make([]bool, npages)
+// covered marks the pages of file id below npages that accesses of kind k
+// cover, and counts those accesses.
+func (r *recorded) covered(id uint32, k formats.AccessKind, npages int) (seen []bool, events int) {
+	seen = make([]bool, npages)
 	for _, a := range r.accesses {
 		if a.FileID != id || a.Kind != k {
 			continue
 		}
 		events++
 		for p := a.FirstPage; p < a.FirstPage+uint64(a.NPages) && p < uint64(npages); p++ {
-			if !seen[p] {
-				seen[p] = true
-				covered++
-			}
+			seen[p] = true
+		}
+	}
+	return seen, events
+}
+
+// coverage counts the pages of file id covered by accesses of kind k.
+func (r *recorded) coverage(id uint32, k formats.AccessKind, npages int) (covered int, events int) {
+	seen, events := r.covered(id, k, npages)
+	for _, c := range seen {
+		if c {
+			covered++
 		}
 	}
 	return covered, events
@@ -322,15 +331,7 @@ func (r *recorded) coverage(id uint32, k formats.AccessKind, npages int) (covere
 // readGaps returns the runs [first, end) of pages of file id below npages
 // that no read access covers.
 func (r *recorded) readGaps(id uint32, npages int) [][2]uint64 {
-	seen := make([]bool, npages)
-	for _, a := range r.accesses {
-		if a.FileID != id || a.Kind != formats.KindRead {
-			continue
-		}
-		for p := a.FirstPage; p < a.FirstPage+uint64(a.NPages) && p < uint64(npages); p++ {
-			seen[p] = true
-		}
-	}
+	seen, _ := r.covered(id, formats.KindRead, npages)
 	var gaps [][2]uint64
 	for p := 0; p < npages; {
 		if seen[p] {
