@@ -67,7 +67,6 @@ type Worker struct {
 	fixedB bool
 	closed bool
 	stats  Stats
-	kept   []byte // buffers left mapped by close, see there
 }
 
 func newWorker(e *Engine, id int, entries uint32, fds []int32, ropts []uring.Option) (*Worker, error) {
@@ -402,11 +401,7 @@ func (w *Worker) close() error {
 		errs = append(errs, w.ring.Close())
 	}
 	w.closed = true
-	if w.mem != nil && keep {
-		w.kept = w.mem
-		w.mem = nil
-	}
-	if w.mem != nil {
+	if w.mem != nil && !keep {
 		unix.Munlock(w.mem)
 		errs = append(errs, unix.Munmap(w.mem))
 		w.mem = nil
