@@ -55,6 +55,7 @@ type Stage struct {
 	st      Stats
 	r       reader
 	out     output
+	acc     access
 	hdr     []byte
 
 	d        *policies.Dispatcher // set during Dispatch
@@ -131,7 +132,8 @@ func (s *Stage) Process(ev *policies.Event, sink Sink) {
 	if _, no := s.skip[ev.File]; no {
 		return
 	}
-	a := access{first: ev.Access.Page, n: max(uint64(ev.Access.NPages), 1), kind: ev.Access.Kind}
+	a := &s.acc // a field, not a local: passed to an interface method it would escape
+	*a = access{first: ev.Access.Page, n: max(uint64(ev.Access.NPages), 1), kind: ev.Access.Kind}
 	if a.first+a.n < a.first {
 		return
 	}
@@ -147,7 +149,7 @@ func (s *Stage) Process(ev *policies.Event, sink Sink) {
 	s.st.Accesses++
 	s.r.c = f.c
 	s.out = output{src: ev, name: f.adapter, sink: sink, st: &s.st, warn: s.cfg.Warn}
-	f.p.handle(&a, &s.r, &s.out)
+	f.p.handle(a, &s.r, &s.out)
 	s.out = output{}
 	s.r = reader{}
 }
