@@ -12,6 +12,8 @@
 #                               sqlite3 shell (strace), "OFFSET LENGTH" a line
 #   sqlite/*.dbstat             their B-tree structure as SQLite's dbstat
 #                               table reports it: path, page, page type
+#   sqlite/without-rowid-key.bundle  the first key scan recorded by
+#                               predictio record (needs root; timestamps vary)
 #   lmdb/small.mdb.gz           data.mdb of 3000 entries of 1 KiB, random order (mdb_load)
 #   lmdb/big.mdb.gz             data.mdb of 300 entries of 9000 bytes (overflow runs)
 #   lmdb/*.pages                the pages a cold range scan by lmdb-scan
@@ -68,6 +70,16 @@ scan rowid-rowid "$tmp/rowid.db" rowid rowid 300 600
 scan rowid-key "$tmp/rowid.db" rowid key 300 300
 scan without-rowid-64k-key "$tmp/without-rowid-64k.db" without-rowid key 500 1000
 scan without-rowid-1k-key "$tmp/without-rowid-1k.db" without-rowid key 20 100
+# The same key scan recorded by predictio record (root, eBPF): the kernel's
+# view of it, with readahead and page-cache inserts.
+if [ "$(id -u)" -eq 0 ] && go build -o "$tmp/predictio" ./cmd/predictio; then
+	q=$("$w" sqlite-scan -layout without-rowid -by key -start 100 -n 200)
+	"$w" evict "$tmp/without-rowid.db"
+	"$tmp/predictio" record -o "$out/sqlite/without-rowid-key.bundle" -- \
+		sqlite3 -batch "$tmp/without-rowid.db" "PRAGMA mmap_size=0" "PRAGMA cache_size=-2048" "$q" >/dev/null
+else
+	echo "make-adapter-testdata: not root or no predictio; no recorded bundle" >&2
+fi
 # The structure SQLite itself reports (dbstat): path, page, type.
 for db in without-rowid rowid without-rowid-1k without-rowid-64k; do
 	sqlite3 -batch "$tmp/$db.db" "SELECT name, path, pageno, pagetype FROM dbstat WHERE name != 'sqlite_schema' ORDER BY name, path" |
