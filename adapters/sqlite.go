@@ -30,6 +30,37 @@ const (
 	poolIndex = 1
 )
 
+// isSQLiteWAL reports whether hdr starts a write-ahead log: magic
+// 0x377f0682 or 0x377f0683 and file format 3007000 (fileformat2 section
+// 4.1).
+func isSQLiteWAL(hdr []byte) bool {
+	if len(hdr) < 32 {
+		return false
+	}
+	m := binary.BigEndian.Uint32(hdr)
+	return (m == 0x377f0682 || m == 0x377f0683) && binary.BigEndian.Uint32(hdr[4:]) == 3007000
+}
+
+// sqliteWAL is a database's -wal file. It derives nothing: it is
+// recognized so that reads of it are reported, since every page read from
+// it is one the database file's B-tree pages may name but the program no
+// longer reads from the database file.
+type sqliteWAL struct {
+	pageSize uint32
+	reads    uint64
+}
+
+func (w *sqliteWAL) handle(a *access, r *reader, o *output) {
+	if w.reads == 0 {
+		o.warnf("a SQLite write-ahead log is being read: pages with frames there are read from it, not from the database file, so predictions for them are wasted until a checkpoint")
+	}
+	w.reads++
+}
+
+func (w *sqliteWAL) status() string {
+	return fmt.Sprintf("SQLite write-ahead log, page size %d, %d accesses", w.pageSize, w.reads)
+}
+
 // sqlitePending is the byte offset of SQLite's lock-byte page.
 const sqlitePending = 0x40000000
 
@@ -95,6 +126,9 @@ func parseSQLiteHeader(hdr []byte) (h sqliteHeader, ok bool, err error) {
 }
 
 func newSQLite(hdr []byte, size uint64, cfg *Config) (parser, error) {
+	if isSQLiteWAL(hdr) {
+		return &sqliteWAL{pageSize: binary.BigEndian.Uint32(hdr[8:])}, nil
+	}
 	h, ok, err := parseSQLiteHeader(hdr)
 	if !ok || err != nil {
 		return nil, err

@@ -528,6 +528,40 @@ func TestSQLiteWAL(t *testing.T) {
 	}
 }
 
+// TestSQLiteWALFile checks that a -wal file is recognized and reported,
+// and derives nothing. The header is the one Debian's sqlite3 writes (a
+// live -wal file of 4 KiB pages starts 377f0682 002de218 00001000).
+func TestSQLiteWALFile(t *testing.T) {
+	hdr := make([]byte, 32)
+	binary.BigEndian.PutUint32(hdr, 0x377f0682)
+	binary.BigEndian.PutUint32(hdr[4:], 3007000)
+	binary.BigEndian.PutUint32(hdr[8:], 4096)
+	path := writeTempFile(t, "db-wal", append(hdr, make([]byte, 8192)...))
+	var warns []string
+	out, s := run(t, Config{Warn: func(m string) { warns = append(warns, m) }}, path,
+		[]policies.Event{*accessEv(1, formats.KindRead, 0), *accessEv(1, formats.KindRead, 1)})
+	st := s.Status()
+	if len(out) != 0 || len(st) != 1 || !strings.Contains(st[0].Detail, "write-ahead log") || !strings.Contains(st[0].Detail, "2 accesses") {
+		t.Errorf("events %v status %+v", out, st)
+	}
+	if len(warns) != 1 || !strings.Contains(warns[0], "write-ahead log") {
+		t.Errorf("warnings %q", warns)
+	}
+	binary.BigEndian.PutUint32(hdr[4:], 3007001)
+	if isSQLiteWAL(hdr) {
+		t.Error("a WAL header of another format version was recognized")
+	}
+}
+
+func writeTempFile(t *testing.T, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // TestSQLiteSkippedPages checks that pointer-map pages of an auto-vacuum
 // database, the lock-byte page and freelist trunks are never parsed as
 // B-tree pages, although their first byte can look like a page type.
