@@ -15,7 +15,6 @@ import (
 // ggufBuilder writes GGUF files for tests, in either byte order.
 type ggufBuilder struct {
 	bo  binary.AppendByteOrder
-	buf []byte
 	nkv uint64
 	kvs []byte
 }
@@ -51,7 +50,7 @@ type testTensor struct {
 }
 
 // file returns the file: header, KVs, tensor infos with offsets packed at
-// the alignment, padding, and zeroed data of dataBytes (0: none).
+// the alignment, padding, and, with withData, zeroed tensor data.
 func (b *ggufBuilder) file(version uint32, ts []testTensor, align uint64, withData bool) []byte {
 	out := append([]byte("GGUF"), b.u32(nil, version)...)
 	out = b.u64(out, uint64(len(ts)))
@@ -61,8 +60,7 @@ func (b *ggufBuilder) file(version uint32, ts []testTensor, align uint64, withDa
 	for _, t := range ts {
 		out = b.str(out, t.name)
 		out = b.u32(out, uint32(len(t.ne)))
-		var ne [4]uint64
-		ne = [4]uint64{1, 1, 1, 1}
+		ne := [4]uint64{1, 1, 1, 1}
 		for i, d := range t.ne {
 			out = b.u64(out, d)
 			if i < len(ne) {
