@@ -15,5 +15,5 @@ var (
 	ErrIncomplete = errors.New("incomplete bundle")
 	// ErrMissingFiles means accesses or hints reference file ids that
 	// files.arrow lacks (see Bundle.CheckReferences).
-	ErrMissingFiles = errors.New("accesses reference missing files")
+	ErrMissingFiles = errors.New("rows reference missing files")
 )

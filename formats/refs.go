@@ -54,10 +54,12 @@ func (e *MissingFilesError) Error() string {
 // rows and ids are missing and what to do, or the error that stopped it.
 // simulate and replay call it before they use a bundle: a row whose file is
 // unknown has no size, path or identity.
+//
+// Every error it returns names the bundle directory.
 func (b *Bundle) CheckReferences() error {
 	files, err := b.Files()
 	if err != nil {
-		return err
+		return fmt.Errorf("check bundle %s: %w", b.dir, err)
 	}
 	var known idSet
 	for i := range files {
@@ -118,10 +120,10 @@ func (b *Bundle) CheckReferences() error {
 		return rows, bad, nil
 	}
 	if e.AccessRows, e.Accesses, err = scan(AccessesFile, acFile, acTS, accessesCols, false); err != nil {
-		return err
+		return fmt.Errorf("check bundle %s: %w", b.dir, err)
 	}
 	if e.HintRows, e.Hints, err = scan(HintsFile, hcFile, hcTS, hintsCols, true); err != nil {
-		return err
+		return fmt.Errorf("check bundle %s: %w", b.dir, err)
 	}
 	if len(missing) == 0 {
 		return nil

@@ -50,7 +50,8 @@ func (p *problems) result() []error {
 // file_id references exist and are unique, and that read, fault and map
 // accesses lie within the file's size. One kind of problem is listed at most
 // 20 times, then counted. A problem caused by a writer that did not finish
-// wraps ErrIncomplete; damaged data wraps ErrCorrupt.
+// wraps ErrIncomplete, damaged data ErrCorrupt, and a reference to a file
+// files.arrow lacks ErrMissingFiles.
 func Verify(dir string) []error {
 	var p problems
 	m, err := readManifest(dir, ManifestFile)
@@ -195,7 +196,7 @@ func (v *verifier) access(n uint64, a *Access) {
 	size, ok := v.size[a.FileID]
 	switch {
 	case !ok:
-		p.add(t+" file_id", "%s: row %d: file_id %d is not in %s", t, n, a.FileID, FilesFile)
+		p.add(t+" file_id", "%s: row %d: file_id %d is not in %s: %w", t, n, a.FileID, FilesFile, ErrMissingFiles)
 	case v.pathOnly[a.FileID] && a.Kind != KindOpen && a.Kind != KindStat:
 		p.add(t+" path-only", "%s: row %d: a %s row references file_id %d, whose ino 0 and mode 0 make it a path-only row (a path that did not exist), which only failed open and stat rows may reference; a file that was accessed needs its ino or the type bits of its mode (formats.ModeRegular)", t, n, a.Kind, a.FileID)
 	case v.pathOnly[a.FileID] && a.Ret >= 0:
@@ -251,7 +252,7 @@ func (v *verifier) hints(b *Bundle) {
 		v.inRecording(t, n, h.TS, "ts_ns")
 		if v.filesOK && h.FileID != 0 {
 			if _, ok := v.size[h.FileID]; !ok {
-				v.p.add(t+" file_id", "%s: row %d: file_id %d is not in %s", t, n, h.FileID, FilesFile)
+				v.p.add(t+" file_id", "%s: row %d: file_id %d is not in %s: %w", t, n, h.FileID, FilesFile, ErrMissingFiles)
 			}
 		}
 		if s := h.Source; s != "" && s != HintSourceApp && (!strings.HasPrefix(s, HintSourceAdapter) || len(s) == len(HintSourceAdapter)) {
