@@ -47,7 +47,8 @@ func WithBatchRows(n int) WriterOption {
 // batch holding them is about to be written. fn returns the file's row as
 // far as it is known then (its Path may still be empty); the Writer adds it
 // with that id. A recorder that learns paths late passes its file table's
-// lookup here and need not call AddFile at all.
+// lookup here and need not call AddFile at all; an AddFile of an id the
+// resolver already gave fails as a duplicate (check HasFile first).
 func WithFileResolver(fn func(id uint32) File) WriterOption {
 	return func(c *writerConfig) { c.resolve = fn }
 }
