@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -142,6 +143,7 @@ func init() {
 		fs := newFlagSet(&s.command, "trace info")
 		asJSON := fs.Bool("json", false, "print JSON (keys: events, hints, files, duration_ns, bytes_per_event, dropped, kinds, top_files, ...)")
 		top := fs.Int("top", 10, "number of files to list by access count")
+		limit(fs, "top", 0, 1<<20)
 		pos, code, ok := s.parse(fs, args, 1)
 		if !ok {
 			return code
@@ -199,6 +201,7 @@ func init() {
 		fs.StringVar(&o.Table, "table", "accesses", "table: accesses, hints or files")
 		fs.StringVar(&o.Format, "format", "csv", "output format: csv or jsonl")
 		fs.IntVar(&o.Limit, "limit", 0, "print at most N rows (0: all)")
+		limit(fs, "limit", 1, math.MaxInt).orZero("all")
 		pos, code, ok := s3.parse(fs, args, 1)
 		if !ok {
 			return code
@@ -258,6 +261,7 @@ func init() {
 		fs.StringVar(&o.Ops, "ops", "read", "operations to import: read, or all (reads and writes)")
 		fs.StringVar(&o.Action, "action", "Q", "blkparse action to import: Q (queued), D (issued) or C (completed)")
 		fs.IntVar(&o.PageSize, "page-size", 0, "page size for byte-to-page conversion (default: this machine's)")
+		limit(fs, "page-size", 512, 1<<30).powerOfTwo().orZero("this machine's")
 		pos, code, ok := s5.parse(fs, args, 1)
 		if !ok {
 			return code
@@ -432,6 +436,13 @@ func init() {
 		fs.IntVar(&spec.Run, "run", 0, "run of --pattern sparse or btree: runs share the sequence of --seed (sparse: 90% of it) and differ in the rest")
 		fs.Int64Var(&spec.Seed, "seed", 1, "random seed")
 		fs.Uint64Var(&spec.ThinkNS, "think-ns", 2000, "mean time between accesses in ns")
+		limit(fs, "events", 1, 1_000_000_000)
+		limit(fs, "files", 1, 1<<20)
+		limit[uint64](fs, "file-pages", 1, 1<<40).orZero("events/files for seq, else 262144")
+		limit[uint64](fs, "stride", 1, 1<<40).orZero("16, or 64 for btree")
+		limit(fs, "run", 0, 1_000_000)
+		limit[int64](fs, "seed", math.MinInt64, math.MaxInt64)
+		limit[uint64](fs, "think-ns", 1, 1_000_000_000)
 		_, code, ok := s10.parse(fs, args, 0)
 		if !ok {
 			return code
