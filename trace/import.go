@@ -103,7 +103,7 @@ func Import(src, out string, o ImportOptions) (*ImportReport, error) {
 
 	w, err := formats.Create(out)
 	if err != nil {
-		return nil, fmt.Errorf("import: create bundle %s: %w", out, err)
+		return nil, fmt.Errorf("import: %w", err)
 	}
 	im := &importer{
 		w: w, ps: ps, all: o.Ops == "all",

@@ -73,7 +73,7 @@ func Info(dir string, top int) (*Summary, error) {
 	}
 	files, err := b.Files()
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", filepath.Join(dir, formats.FilesFile), err)
+		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	s.Files = uint64(len(files))
 	denseLimit := uint32(min(max(2*len(files), 1024), maxDenseFileID))

@@ -32,7 +32,7 @@ func rewrite(in, out string, rw rewriter) (copyCounts, error) {
 	defer b.Close()
 	w, err := formats.Create(out)
 	if err != nil {
-		return cc, fmt.Errorf("create bundle %s: %w", out, err)
+		return cc, err // "create bundle: mkdir OUT: ..."
 	}
 	fail := func(err error) (copyCounts, error) {
 		w.Abort()
@@ -41,7 +41,7 @@ func rewrite(in, out string, rw rewriter) (copyCounts, error) {
 	}
 	files, err := b.Files()
 	if err != nil {
-		return fail(fmt.Errorf("read %s: %w", formats.FilesFile, err))
+		return fail(err)
 	}
 	for i := range files {
 		f := &files[i]

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -294,7 +295,8 @@ func TestFlagRangesIssue15(t *testing.T) {
 		{[]string{"replay", "--repeat", "-3", "/nonexistent"}, "flag --repeat -3 is out of range: want 1 to 10000"},
 		{[]string{"replay", "--qd", "-1", "/nonexistent"}, "flag --qd -1 is out of range: want 1 to 4096"},
 		{[]string{"replay", "--speed", "1e-300", "/nonexistent"}, "flag --speed 1e-300 is out of range: want 0.001 to 1000000"},
-		{[]string{"record", "--duration", "-5s", "-o", "/nonexistent", "--", "true"}, "flag --duration -5s is out of range: want 0 (until the target ends) or 1ms to 8760h"},
+		// Were the check missing, this would record true into a temp dir.
+		{[]string{"record", "--duration", "-5s", "-o", filepath.Join(t.TempDir(), "b"), "--", "true"}, "flag --duration -5s is out of range: want 0 (until the target ends) or 1ms to 8760h"},
 		{[]string{"replay", "--speed", "1e999", "/nonexistent"}, "flag --speed: want 0.001 to 1000000"},
 	} {
 		_, stderr, code := cli(t, c.args...)

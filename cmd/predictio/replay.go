@@ -107,7 +107,7 @@ func runReplay(c *command, args []string) int {
 		m, err := policies.Load(f)
 		f.Close()
 		if err != nil {
-			return fail(1, fmt.Errorf("replay: load model %s: %w", model, err))
+			return fail(1, fmt.Errorf("replay: %s: %w", model, err)) // "load markov model: ..."
 		}
 		opt.Markov = m
 	}
