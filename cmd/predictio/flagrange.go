@@ -44,6 +44,8 @@ type bound struct {
 	in func(v any) (ok, isZero bool)
 	// integer converts v to a uint64 for the power-of-two check.
 	integer func(v any) (uint64, bool)
+	flag    *flag.Flag
+	usage   string // the flag's usage without the range
 }
 
 var (
@@ -82,6 +84,9 @@ func limit[T number](fs *flag.FlagSet, name string, lo, hi T) *bound {
 			return uint64(x), true
 		},
 	}
+	b.flag = f
+	b.usage = f.Usage
+	b.document()
 	boundsMu.Lock()
 	defer boundsMu.Unlock()
 	if bounds[fs] == nil {
@@ -92,10 +97,13 @@ func limit[T number](fs *flag.FlagSet, name string, lo, hi T) *bound {
 }
 
 // orZero also allows 0, which means what (e.g. "no limit", "default 256").
-func (b *bound) orZero(what string) *bound { b.zero = what; return b }
+func (b *bound) orZero(what string) *bound { b.zero = what; b.document(); return b }
 
 // powerOfTwo also requires a power of two (0 stays allowed by orZero).
-func (b *bound) powerOfTwo() *bound { b.pow2 = true; return b }
+func (b *bound) powerOfTwo() *bound { b.pow2 = true; b.document(); return b }
+
+// document appends the range to the flag's usage, for -h.
+func (b *bound) document() { b.flag.Usage = b.usage + " [" + b.want() + "]" }
 
 // want describes the allowed values: "1 to 4096", "0 (no limit) or 1ms to 8760h".
 func (b *bound) want() string {

@@ -244,6 +244,9 @@ func TestFlagRanges(t *testing.T) {
 					t.Errorf("%s: numeric flag without a declared range; add limit(fs, %q, lo, hi) after its definition", id, f.Name)
 					return
 				}
+				if !strings.Contains(f.Usage, "["+b.want()+"]") {
+					t.Errorf("%s: -h does not show the range: %q", id, f.Usage)
+				}
 				for _, v := range inside(b) {
 					if err := fs.Set(f.Name, v); err != nil {
 						t.Errorf("%s %s: %v", id, v, err)
@@ -298,6 +301,7 @@ func TestFlagRangesIssue15(t *testing.T) {
 		// Were the check missing, this would record true into a temp dir.
 		{[]string{"record", "--duration", "-5s", "-o", filepath.Join(t.TempDir(), "b"), "--", "true"}, "flag --duration -5s is out of range: want 0 (until the target ends) or 1ms to 8760h"},
 		{[]string{"replay", "--speed", "1e999", "/nonexistent"}, "flag --speed: want 0.001 to 1000000"},
+		{[]string{"trace", "synth", "-o", filepath.Join(t.TempDir(), "b"), "--pattern", "btree", "--stride", "1"}, "flag --stride 1 is out of range for --pattern btree"},
 	} {
 		_, stderr, code := cli(t, c.args...)
 		if code != 2 || !strings.Contains(stderr, c.want) {

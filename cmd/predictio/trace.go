@@ -451,6 +451,10 @@ func init() {
 			fmt.Fprintln(os.Stderr, "predictio trace synth: -o DIR and --pattern are required")
 			return 2
 		}
+		if spec.Pattern == "btree" && spec.Stride == 1 {
+			fmt.Fprintln(os.Stderr, "predictio trace synth: flag --stride 1 is out of range for --pattern btree: want 0 (fanout 64) or a fanout of 2 or more")
+			return 2
+		}
 		if err := trace.Synth(*out, spec); err != nil {
 			return traceFail(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -130,6 +131,29 @@ func TestFaultFS(t *testing.T) {
 		}
 	})
 
+	t.Run("mmap", func(t *testing.T) {
+		m := MountT(t, files, Options{})
+		f, err := os.Open(m.Path("data"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		b, err := unix.Mmap(int(f.Fd()), 0, fileSize, unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatalf("mmap: %v", err)
+		}
+		defer unix.Munmap(b)
+		if got, want := b[badOff-page], testenv.Pattern(badOff-page); got != want {
+			t.Errorf("mapped byte at %d is %d, want %d", badOff-page, got, want)
+		}
+		if !faults(func() { sink = b[badOff+100] }) {
+			t.Errorf("touching the bad page through a mapping did not fault (SIGBUS)")
+		}
+		if faults(func() { sink = b[badOff+page] }) {
+			t.Errorf("touching the page after the bad one faulted")
+		}
+	})
+
 	t.Run("read-only", func(t *testing.T) {
 		m := MountT(t, files, Options{})
 		if _, err := os.OpenFile(m.Path("data"), os.O_WRONLY, 0); !errors.Is(err, unix.EROFS) {
@@ -165,4 +189,24 @@ func TestRangeOverlaps(t *testing.T) {
 			t.Errorf("%+v.overlaps(%d, %d) = %v", r, c.off, c.n, got)
 		}
 	}
+}
+
+// sink keeps a load from a mapping from being optimized away.
+var sink byte
+
+// faults reports whether f panicked with a memory fault (SIGBUS or SIGSEGV
+// on a mapping, turned into a panic by debug.SetPanicOnFault).
+func faults(f func()) (faulted bool) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if e, ok := r.(interface{ Addr() uintptr }); ok && e.Addr() != 0 {
+				faulted = true
+				return
+			}
+			panic(r)
+		}
+	}()
+	f()
+	return false
 }
