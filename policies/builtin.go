@@ -190,7 +190,9 @@ func (p *markovPolicy) Handle(ev *Event, emit Emit) {
 	prob := 1.0
 	if !p.random && p.reuse(f, state) {
 		for _, q := range f.probs {
-			prob *= q
+			if q != 1 { // x*1 == x exactly: skipping keeps the product bit for bit
+				prob *= q
+			}
 		}
 	} else {
 		f.walk = append(f.walk[:0], state)
@@ -227,9 +229,14 @@ func (p *markovPolicy) reuse(f *markovFile, state uint64) bool {
 func (p *markovPolicy) extend(f *markovFile, prob float64) {
 	state := f.walk[len(f.walk)-1]
 	for d := len(f.probs); d < p.depth; d++ {
-		ts := f.model.Next(state)
 		var t *Transition
-		if p.random {
+		s := f.model.states.slot(state)
+		if s == nil {
+			break
+		}
+		ts := f.model.states.trans[s.off : s.off+s.n]
+		switch {
+		case p.random:
 			u := p.rng.Float64()
 			cum := 0.0
 			for i := range ts {
@@ -242,7 +249,9 @@ func (p *markovPolicy) extend(f *markovFile, prob float64) {
 			if t != nil && inWalk(f.walk, t.Next) {
 				t = nil
 			}
-		} else {
+		case !inWalk(f.walk, s.first.Next):
+			t = &s.first // ts[0], read from the slot: ts stays untouched
+		default:
 			for i := range ts {
 				if !inWalk(f.walk, ts[i].Next) {
 					t = &ts[i]
