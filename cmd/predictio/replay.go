@@ -78,9 +78,11 @@ func runReplay(c *command, args []string) int {
 	limit(fs, "repeat", 1, 10000)
 	limit(fs, "inflight", 1, 1<<24)
 	limit(fs, "qd", 1, 4096)
+	noVerify := addNoVerifyFlag(fs, os.Stderr)
 	if code, ok := parseInterspersed(fs, args); !ok {
 		return code
 	}
+	noVerify()
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return 2
@@ -185,9 +187,11 @@ func runReplay(c *command, args []string) int {
 
 func runMaterialize(c *command, args []string) int {
 	fs := newFlagSet(c, "replay materialize")
+	noVerify := addNoVerifyFlag(fs, os.Stderr)
 	if code, ok := parseInterspersed(fs, args); !ok {
 		return code
 	}
+	noVerify()
 	if fs.NArg() != 2 {
 		fs.Usage()
 		return 2

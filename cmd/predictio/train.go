@@ -61,10 +61,12 @@ func runTrain(c *command, args []string, stdout, stderr io.Writer) int {
 	noOracle := fs.Bool("no-oracle", false, "leave the oracle out of the --holdout report")
 	jsonOut := fs.Bool("json", false, "print the training summary (and holdout reports) as JSON")
 	limit(fs, "holdout", 1, 1<<16).orZero("no holdout")
+	noVerify := addNoVerifyFlag(fs, stderr)
 	pos, code, ok := parseArgs(fs, args[1:])
 	if !ok {
 		return code
 	}
+	noVerify()
 	if *out == "" {
 		return usageErr(errors.New("-o MODEL is required"))
 	}
