@@ -106,12 +106,6 @@ type openFile struct {
 	ino   uint64
 }
 
-// pages returns the file's size in ps-byte pages, rounded up: the page
-// number of end of file.
-func (f *openFile) pages(ps int) uint64 {
-	return (f.size + uint64(ps) - 1) / uint64(ps)
-}
-
 // openFiles opens every file the replay touches. direct opens O_DIRECT
 // files instead of mappings.
 func openFiles(t *trace, paths []string, direct bool) ([]*openFile, error) {
