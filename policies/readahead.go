@@ -19,15 +19,6 @@ const (
 	maxPagecacheOrder = 9
 )
 
-// Mapping protection bits of FileAccess.Prot, as in the bundle's prot
-// column (formats 1.1).
-const (
-	ProtRead   uint8 = 1 << 0
-	ProtWrite  uint8 = 1 << 1
-	ProtExec   uint8 = 1 << 2
-	ProtShared uint8 = 1 << 3
-)
-
 // maxUnboundedRead bounds a read of a file whose end is unknown: 1<<20
 // pages, 4 GiB with 4 KiB pages.
 const maxUnboundedRead = 1 << 20
@@ -140,8 +131,8 @@ type ReadaheadConfig struct {
 type FaultInfo struct {
 	// Page is the faulting file page (vmf->pgoff).
 	Page uint64
-	// Prot is the mapping's protection (ProtRead, ProtExec, ...); 0 is
-	// unknown and treated as a plain read mapping.
+	// Prot is the mapping's protection (formats.ProtRead, ProtExec, ...);
+	// 0 is unknown and treated as a plain read mapping.
 	Prot uint8
 	// MapFirst and MapPages are the mapping's file range (vm_pgoff and the
 	// VMA's length in pages); MapPages 0 is unknown (no clamp).
@@ -452,7 +443,7 @@ func (r *Readahead) readAround(f *raFile, fi FaultInfo, eof uint64, emit Emit) {
 	ra := f.raPages
 	st := &f.st
 	page := fi.Page
-	if r.era == era618 && fi.Prot&ProtExec != 0 {
+	if r.era == era618 && fi.Prot&formats.ProtExec != 0 {
 		// VM_EXEC: exec_folio_order() is 0 on x86-64, so the window
 		// starts at the fault; it ends ra_pages later or at the end of
 		// the mapping, and has no async part.

@@ -330,17 +330,16 @@ type mmapPlan struct {
 
 // raResult is what one clean run of a scenario produced.
 type raResult struct {
-	evs       []traceEvent
-	kern      []kernelRA
-	kernPos   []int
-	model     []kernelRA
-	m         *Readahead
-	calls     []readCall
-	vec       []byte
-	faults    int // fault events that were not retries
-	attempts  int
-	lossy     int // read calls whose first lookup the recording lacks
-	lookupRun bool
+	evs      []traceEvent
+	kern     []kernelRA
+	kernPos  []int
+	model    []kernelRA
+	m        *Readahead
+	calls    []readCall
+	vec      []byte
+	faults   int // fault events that were not retries
+	attempts int
+	lossy    int // read calls whose first lookup the recording lacks
 }
 
 const (
@@ -588,6 +587,8 @@ func runScenario(t *testing.T, tr *raTracer, dir string, sc raScenario) (kern, m
 	if sc.check != nil {
 		sc.check(t, r)
 	}
+	// One line per scenario for the table in docs/policies.md.
+	t.Logf("validation: Linux %s %s: %d/%d decisions; lookups %d/%d; attempts %d", RunningKernel(), t.Name(), m, len(r.kern), lookMatched, lookKern, r.attempts)
 	return len(r.kern), m, lookKern, lookMatched
 }
 
@@ -714,16 +715,16 @@ func doTouches(t *testing.T, g *os.File, size int64, p *mmapPlan) {
 func feedFaults(t *testing.T, tr *raTracer, r *raResult, p *mmapPlan) int {
 	prot := uint8(0)
 	if p.prot&unix.PROT_READ != 0 {
-		prot |= ProtRead
+		prot |= formats.ProtRead
 	}
 	if p.prot&unix.PROT_WRITE != 0 {
-		prot |= ProtWrite
+		prot |= formats.ProtWrite
 	}
 	if p.prot&unix.PROT_EXEC != 0 {
-		prot |= ProtExec
+		prot |= formats.ProtExec
 	}
 	if p.flags&unix.MAP_SHARED != 0 {
-		prot |= ProtShared
+		prot |= formats.ProtShared
 	}
 	mapPages := p.pages
 	if mapPages == 0 {

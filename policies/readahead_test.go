@@ -212,12 +212,12 @@ func TestReadaheadExecFault(t *testing.T) {
 		fi     FaultInfo
 		want   raWin
 	}{
-		{KernelVersion{6, 18}, FaultInfo{Page: 5000, Prot: ProtRead}, raWin{RAMmap, 5000, 3976, 2048, 512}},
-		{KernelVersion{6, 18}, FaultInfo{Page: 5000, Prot: ProtRead | ProtExec}, raWin{RAExec, 5000, 5000, 2048, 0}},
-		{KernelVersion{6, 18}, FaultInfo{Page: 5000, Prot: ProtRead | ProtExec, MapFirst: 4000, MapPages: 1500}, raWin{RAExec, 5000, 5000, 500, 0}},
-		{KernelVersion{6, 16}, FaultInfo{Page: 1290, Prot: ProtExec, MapFirst: 1000, MapPages: 300}, raWin{RAExec, 1290, 1290, 10, 0}},
-		{KernelVersion{6, 12}, FaultInfo{Page: 5000, Prot: ProtRead | ProtExec}, raWin{RAMmap, 5000, 3976, 2048, 512}},
-		{KernelVersion{6, 1}, FaultInfo{Page: 5000, Prot: ProtRead | ProtExec, MapFirst: 4000, MapPages: 1500}, raWin{RAMmap, 5000, 3976, 2048, 512}},
+		{KernelVersion{6, 18}, FaultInfo{Page: 5000, Prot: formats.ProtRead}, raWin{RAMmap, 5000, 3976, 2048, 512}},
+		{KernelVersion{6, 18}, FaultInfo{Page: 5000, Prot: formats.ProtRead | formats.ProtExec}, raWin{RAExec, 5000, 5000, 2048, 0}},
+		{KernelVersion{6, 18}, FaultInfo{Page: 5000, Prot: formats.ProtRead | formats.ProtExec, MapFirst: 4000, MapPages: 1500}, raWin{RAExec, 5000, 5000, 500, 0}},
+		{KernelVersion{6, 16}, FaultInfo{Page: 1290, Prot: formats.ProtExec, MapFirst: 1000, MapPages: 300}, raWin{RAExec, 1290, 1290, 10, 0}},
+		{KernelVersion{6, 12}, FaultInfo{Page: 5000, Prot: formats.ProtRead | formats.ProtExec}, raWin{RAMmap, 5000, 3976, 2048, 512}},
+		{KernelVersion{6, 1}, FaultInfo{Page: 5000, Prot: formats.ProtRead | formats.ProtExec, MapFirst: 4000, MapPages: 1500}, raWin{RAMmap, 5000, 3976, 2048, 512}},
 	} {
 		m, ws := raRecorder(ReadaheadConfig{Kernel: c.kernel, RAPages: 2048, FilePages: func(uint32) uint64 { return pages }})
 		var reqs []Request
