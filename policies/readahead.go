@@ -163,11 +163,14 @@ type FaultInfo struct {
 // sharing one file description (the model keeps one file_ra_state per
 // file).
 type Readahead struct {
-	cfg   ReadaheadConfig
-	era   raEra
-	files fileTable[raFile]
-	norm  Normalizer
-	dec   RADecision
+	cfg ReadaheadConfig
+	era raEra
+	// ioAuto: IOPages was 0, so a file's io_pages is its ra_pages unless
+	// FileRA knows the device's.
+	ioAuto bool
+	files  fileTable[raFile]
+	norm   Normalizer
+	dec    RADecision
 	// Decisions counts decisions by kind.
 	Decisions [numRAKinds]uint64
 }
@@ -199,7 +202,8 @@ func NewReadahead(cfg ReadaheadConfig) *Readahead {
 	if cfg.RAPages == 0 {
 		cfg.RAPages = DefaultReadaheadKB * 1024 / DefaultPageSize
 	}
-	if cfg.IOPages == 0 {
+	ioAuto := cfg.IOPages == 0
+	if ioAuto {
 		cfg.IOPages = cfg.RAPages
 	}
 	if cfg.PageSize <= 0 {
@@ -208,7 +212,7 @@ func NewReadahead(cfg ReadaheadConfig) *Readahead {
 	if cfg.Kernel == (KernelVersion{}) {
 		cfg.Kernel = RunningKernel()
 	}
-	r := &Readahead{cfg: cfg, era: eraOf(cfg.Kernel)}
+	r := &Readahead{cfg: cfg, era: eraOf(cfg.Kernel), ioAuto: ioAuto}
 	r.norm.MaxPages = cfg.MaxPages
 	return r
 }
@@ -274,7 +278,9 @@ func (r *Readahead) params(f *raFile) {
 		kb := uint64(r.cfg.PageSize) / 1024
 		if p.ReadAheadKB > 0 && kb > 0 {
 			f.raPages = max(uint64(p.ReadAheadKB)/kb, 1)
-			f.ioPages = f.raPages
+			if r.ioAuto {
+				f.ioPages = f.raPages
+			}
 		}
 		if p.MaxSectorsKB > 0 && kb > 0 {
 			f.ioPages = max(uint64(p.MaxSectorsKB)/kb, 1)

@@ -376,6 +376,8 @@ func TestReadaheadFileRA(t *testing.T) {
 		{"readahead:io_kb=0", 3, 200, 32},     // explicit io_kb 0: io_pages = ra_pages
 		{"readahead:kb=256", 3, 300, 256},     // device io_pages with an explicit kb
 		{"readahead:kb=64,io_kb=64", 3, 4, 8}, // both explicit
+		{"readahead:io_kb=2048", 2, 300, 300}, // the device's ra_pages 128, explicit io_pages 512
+		{"readahead:io_kb=2048", 2, 600, 512},
 	} {
 		if got := firstWindow(c.spec, c.file, c.req); got != c.want {
 			t.Errorf("%s, file %d, %d-page read: window %d pages, want %d", c.spec, c.file, c.req, got, c.want)
@@ -413,5 +415,29 @@ func TestReadaheadSpecKernel(t *testing.T) {
 	}
 	if _, err := Build("readahead:kernel=soon", env); err == nil || !strings.Contains(err.Error(), "kernel") {
 		t.Errorf("kernel=soon: %v", err)
+	}
+}
+
+// TestReadaheadNextMiss61 checks Linux 6.1's page_cache_next_miss, which
+// returns the last index it looked at, not one past it, when it finds no
+// gap: a marked page followed by ra_pages cached ones still gets a window
+// there; on 6.12 the same hit is too far from the gap and reads nothing.
+func TestReadaheadNextMiss61(t *testing.T) {
+	for _, c := range []struct {
+		kernel KernelVersion
+		want   []raWin
+	}{
+		{KernelVersion{6, 1}, []raWin{{RAAsync, 10, 42, 32, 32}}},
+		{KernelVersion{6, 12}, []raWin{{RAAsync, 10, 0, 0, 0}}},
+	} {
+		m, ws := raRecorder(ReadaheadConfig{Kernel: c.kernel, RAPages: 32, Folios: FoliosSmall, FilePages: func(uint32) uint64 { return 1000 }})
+		f := m.file(1)
+		for p := uint64(0); p < 100; p++ {
+			m.insert(f, p, 0, p == 10)
+		}
+		m.Read(1, 10, 1, func(*Request) {})
+		if !slices.Equal(*ws, c.want) {
+			t.Errorf("Linux %v: windows %v, want %v", c.kernel, *ws, c.want)
+		}
 	}
 }
