@@ -52,7 +52,7 @@ func Merge(out string, ins []string, opts ...formats.OpenOption) (*MergeReport, 
 	}
 	w, err := formats.Create(out)
 	if err != nil {
-		return nil, fmt.Errorf("merge: create bundle %s: %w", out, err)
+		return nil, fmt.Errorf("merge: %w", err)
 	}
 	fail := func(err error) (*MergeReport, error) {
 		w.Abort()
@@ -409,6 +409,7 @@ func bundleStart(dir string, opts []formats.OpenOption) (uint64, error) {
 			first, have = ts, true
 		}
 	}
+	// formats' errors name the table file and the batch.
 	c, err := b.Accesses()
 	if err != nil {
 		return 0, err
@@ -416,8 +417,7 @@ func bundleStart(dir string, opts []formats.OpenOption) (uint64, error) {
 	if c.Next() {
 		peek(c.At().TS)
 	}
-	err = errors.Join(c.Err(), c.Close())
-	if err != nil {
+	if err := errors.Join(c.Err(), c.Close()); err != nil {
 		return 0, err
 	}
 	hc, err := b.Hints()

@@ -40,8 +40,8 @@ func hasTable(dir, name string) bool {
 	return err == nil
 }
 
-// forEachAccess streams every access row of b to fn. Errors of the reader
-// name the table file themselves.
+// forEachAccess streams every access row of b to fn. Its errors are
+// formats' own, which name the table file and the batch.
 func forEachAccess(b *formats.Bundle, fn func(a *formats.Access) error) error {
 	c, err := b.Accesses()
 	if err != nil {
@@ -56,7 +56,7 @@ func forEachAccess(b *formats.Bundle, fn func(a *formats.Access) error) error {
 	return c.Err()
 }
 
-// forEachHint streams every hint row of b to fn.
+// forEachHint streams every hint row of b to fn, with formats' errors.
 func forEachHint(b *formats.Bundle, fn func(h *formats.Hint) error) error {
 	c, err := b.Hints()
 	if err != nil {
