@@ -6,7 +6,8 @@ import "github.com/predictio/predictio/formats"
 func (ev *Event) FromAccess(a *formats.Access) {
 	*ev = Event{
 		Kind: EventFileAccess, TS: a.TS, PID: a.PID, TID: a.TID, File: a.FileID,
-		Access: FileAccess{Kind: a.Kind, Page: a.FirstPage, NPages: a.NPages},
+		Access: FileAccess{Kind: a.Kind, Page: a.FirstPage, NPages: a.NPages,
+			Prot: a.Prot, MapFirst: a.MapFirstPage, MapPages: a.MapPages, Op: a.Op},
 	}
 }
 

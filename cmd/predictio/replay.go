@@ -30,6 +30,7 @@ func init() {
 			"predictio replay --root /var/tmp/sparse.files --backend direct --cache 16384 --ab baseline,oracle --repeat 3 --json /var/tmp/sparse.bundle",
 	}
 	c.run = func(args []string) int { return runReplay(c, args) }
+	c.subcommands = []string{"materialize"}
 	register(c)
 }
 
@@ -73,9 +74,15 @@ func runReplay(c *command, args []string) int {
 	fs.StringVar(&device, "device", "", "device preset for the predicted speedup ("+strings.Join(simulate.PresetNames(), ", ")+"); default: this machine's measured figures")
 	fs.BoolVar(&noPredict, "no-predict", false, "do not compute simulate's predicted speedup")
 	fs.StringVar(&progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
+	limit(fs, "speed", 0.001, 1e6)
+	limit(fs, "repeat", 1, 10000)
+	limit(fs, "inflight", 1, 1<<24)
+	limit(fs, "qd", 1, 4096)
+	noVerify := addNoVerifyFlag(fs, os.Stderr)
 	if code, ok := parseInterspersed(fs, args); !ok {
 		return code
 	}
+	noVerify()
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return 2
@@ -102,7 +109,7 @@ func runReplay(c *command, args []string) int {
 		m, err := policies.Load(f)
 		f.Close()
 		if err != nil {
-			return fail(1, fmt.Errorf("replay: load model %s: %w", model, err))
+			return fail(1, fmt.Errorf("replay: %s: %w", model, err)) // "load markov model: ..."
 		}
 		opt.Markov = m
 	}
@@ -180,9 +187,11 @@ func runReplay(c *command, args []string) int {
 
 func runMaterialize(c *command, args []string) int {
 	fs := newFlagSet(c, "replay materialize")
+	noVerify := addNoVerifyFlag(fs, os.Stderr)
 	if code, ok := parseInterspersed(fs, args); !ok {
 		return code
 	}
+	noVerify()
 	if fs.NArg() != 2 {
 		fs.Usage()
 		return 2
