@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/predictio/predictio/formats"
 )
 
 // Adapter names, as accepted by ParseList and reported in Stats and
@@ -63,8 +65,9 @@ func ParseList(s string) ([]string, error) {
 }
 
 // Source returns the hints.arrow source label of events derived by the
-// adapter name: "adapter:sqlite", "adapter:lmdb" or "adapter:gguf".
-func Source(name string) string { return "adapter:" + name }
+// adapter name: "adapter:sqlite", "adapter:lmdb" or "adapter:gguf"
+// (formats.HintSourceAdapter and the name).
+func Source(name string) string { return formats.HintSourceAdapter + name }
 
 // Defaults of Config fields left zero.
 const (

@@ -316,11 +316,11 @@ func (o *output) warnf(format string, args ...any) {
 	}
 }
 
-// ToHint sets h to the hints.arrow row of a derived event and reports
-// whether ev is of a kind that has one. The children slice is shared with
-// ev. The caller sets the row's source to Source(adapter).
-func ToHint(ev *policies.Event, h *formats.Hint) bool {
-	*h = formats.Hint{TS: ev.TS, PID: ev.PID, FileID: ev.File}
+// ToHint sets h to the hints.arrow row of an event the adapter derived,
+// with its source (Source(adapter)), and reports whether ev is of a kind
+// that has one. The children slice is shared with ev.
+func ToHint(ev *policies.Event, adapter string, h *formats.Hint) bool {
+	*h = formats.Hint{TS: ev.TS, PID: ev.PID, TID: ev.TID, FileID: ev.File, Source: Source(adapter)}
 	switch ev.Kind {
 	case policies.EventTreeChildEnter:
 		h.Kind = formats.HintTreeChildEnter

@@ -226,12 +226,15 @@ func TestStageDispatch(t *testing.T) {
 
 func TestToHint(t *testing.T) {
 	for _, ev := range []policies.Event{
-		{Kind: policies.EventTreeChildEnter, TS: 5, PID: 2, File: 9, Tree: policies.TreeChildEnter{ParentPage: 4, Position: 3, Children: []uint64{7, 8}}},
+		{Kind: policies.EventTreeChildEnter, TS: 5, PID: 2, TID: 4, File: 9, Tree: policies.TreeChildEnter{ParentPage: 4, Position: 3, Children: []uint64{7, 8}}},
 		{Kind: policies.EventTensorLayout, TS: 6, PID: 2, File: 9, Tensor: policies.TensorLayout{Name: "blk.0.attn_q.weight", Offset: 4096, Length: 99}},
 	} {
 		var h formats.Hint
-		if !ToHint(&ev, &h) {
+		if !ToHint(&ev, SQLite, &h) {
 			t.Fatalf("ToHint(%v) = false", ev)
+		}
+		if h.Source != "adapter:sqlite" || h.TID != ev.TID {
+			t.Errorf("hint source %q tid %d", h.Source, h.TID)
 		}
 		var back policies.Event
 		if !back.FromHint(&h) || back.Kind != ev.Kind || back.TS != ev.TS || back.File != ev.File ||
@@ -240,7 +243,7 @@ func TestToHint(t *testing.T) {
 			t.Errorf("round trip of %+v gave %+v", ev, back)
 		}
 	}
-	if ToHint(&policies.Event{Kind: policies.EventFileAccess}, &formats.Hint{}) {
+	if ToHint(&policies.Event{Kind: policies.EventFileAccess}, SQLite, &formats.Hint{}) {
 		t.Error("a FileAccess became a hint")
 	}
 }
