@@ -113,6 +113,16 @@ func (r *reader) readAt(p []byte, off uint64) error {
 	return err
 }
 
+// readEarlier is readAt of bytes the program read before (outside the
+// access being handled, they count as PagesEarlier).
+func (r *reader) readEarlier(p []byte, off uint64) error {
+	lo, hi := r.eLo, r.eHi
+	r.eLo, r.eHi = off/r.ps, (off+uint64(len(p))+r.ps-1)/r.ps
+	err := r.readAt(p, off)
+	r.eLo, r.eHi = lo, hi
+	return err
+}
+
 func (r *reader) account(off uint64, n int) {
 	r.st.Reads++
 	if n <= 0 {

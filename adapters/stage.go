@@ -28,6 +28,10 @@ type Stats struct {
 	Reads, PagesHit, PagesEarlier, PagesIO uint64
 	// Malformed counts pages, cells and fields the parsers rejected.
 	Malformed uint64
+	// Lookups counts the table leaves read that the SQLite adapter
+	// matched to an entry of an index page being scanned (the table
+	// lookups of an index scan).
+	Lookups uint64
 }
 
 // FileStatus describes a recognized file.

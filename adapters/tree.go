@@ -182,7 +182,7 @@ func (t *tracker) enter(l link, o *output) int {
 	if s.last == j {
 		return s.dir(t.confirm)
 	}
-	dir := s.step(j, t.confirm, t.ahead, t.lenient)
+	dir := s.step(j, j-s.last, t.confirm, t.ahead, t.lenient)
 	if dir == 0 {
 		return 0
 	}
@@ -193,12 +193,11 @@ func (t *tracker) enter(l link, o *output) int {
 	return dir
 }
 
-// step moves the cursor to position j and returns the direction of the
-// scan it is then in (0: none). A scan is confirm adjacent steps in one
-// direction; once established and when lenient, a step may skip up to
-// ahead positions in the scan's direction.
-func (c *cursor) step(j, confirm int32, ahead int, lenient bool) int {
-	d := j - c.last
+// step moves the cursor to position j, d steps from the last one, and
+// returns the direction of the scan it is then in (0: none). A scan is
+// confirm adjacent steps in one direction; once established and when
+// lenient, a step may skip up to ahead positions in the scan's direction.
+func (c *cursor) step(j, d, confirm int32, ahead int, lenient bool) int {
 	switch {
 	case c.last == noLast:
 		c.run = 0

@@ -1,0 +1,599 @@
+package adapters
+
+import (
+	"encoding/binary"
+	"math"
+	"slices"
+)
+
+// Table lookups of an index scan. An index of a rowid table ends each
+// record with the row's rowid; a scan through the index (WHERE key BETWEEN
+// ...) reads the index leaves in key order and, for each entry, the table
+// leaf holding that rowid: random reads when rowids are unrelated to the
+// key. When an index leaf is read, its entries' rowids become a lookup
+// list, each mapped to the table page that holds it through the table's
+// interior pages that the program has read (a rowidMap). The table leaves
+// the program then reads give the scan's position in the list, and each
+// step emits the next entries' table pages.
+
+// rowidMap holds the table B-tree interior pages (0x05) the program has
+// read, decoded: per page its cells' rowid keys and left children in cell
+// order, then the right-most pointer with the key math.MaxInt64. It maps a
+// rowid to the child page holding it without reading anything.
+//
+// Entries live in a ring of at most maxRowidEntries, allocated on first
+// use and grown as needed; the oldest are overwritten first, but a node a
+// descent uses in the older half of the ring is copied to its head, so the
+// root and the upper levels, used by every descent, stay. A directory maps
+// each page to its latest copy, and remembers pages whose copy was
+// overwritten: pages the program read and the adapter may read again.
+type rowidMap struct {
+	keys  []int64
+	kids  []uint32
+	head  uint64 // position after the last entry written, counted from the start
+	dir   []mapNode
+	inUse int // directory entries in use
+	tk    []int64
+	tc    []uint32
+}
+
+// mapNode locates a page's entries: positions [at, at+n) of the ring.
+type mapNode struct {
+	page uint32
+	n    uint32
+	at   uint64
+}
+
+const (
+	minRowidEntries = 1 << 13
+	maxRowidEntries = 1 << 18 // 3 MiB: the level above the leaves of a 1 GB table of 1 KiB rows
+	maxNodeEntries  = 1 << 14 // a 64 KiB interior page holds fewer than 9400 cells
+	minMapDir       = 1 << 8
+	maxMapDir       = 1 << 15 // pages remembered, held or not
+	mapProbe        = 32
+)
+
+// held reports whether e's entries are still in the ring.
+func (m *rowidMap) held(e *mapNode) bool {
+	return e.page != 0 && m.head-e.at <= uint64(len(m.keys))
+}
+
+func mapHash(page uint32) uint64 { return (uint64(page) * 0x9e3779b97f4a7c15) >> 24 }
+
+// lookup returns the directory entry of page, held or not, nil when the
+// map never held it (or forgot it).
+func (m *rowidMap) lookup(page uint32) *mapNode {
+	if len(m.dir) == 0 || page == 0 {
+		return nil
+	}
+	mask := uint64(len(m.dir) - 1)
+	h := mapHash(page)
+	for i := range uint64(mapProbe) {
+		e := &m.dir[(h+i)&mask]
+		if e.page == 0 {
+			return nil
+		}
+		if e.page == page {
+			return e
+		}
+	}
+	return nil
+}
+
+// dropped reports whether the map held page and overwrote it.
+func (m *rowidMap) dropped(page uint32) bool {
+	e := m.lookup(page)
+	return e != nil && !m.held(e)
+}
+
+func (m *rowidMap) entries(e *mapNode) ([]int64, []uint32) {
+	at := e.at % uint64(len(m.keys))
+	return m.keys[at : at+uint64(e.n)], m.kids[at : at+uint64(e.n)]
+}
+
+// child returns the child of page whose subtree holds rowid, ok false when
+// the map does not hold page.
+func (m *rowidMap) child(page uint32, rowid int64) (uint32, bool) {
+	e := m.lookup(page)
+	if e == nil || !m.held(e) {
+		return 0, false
+	}
+	keys, kids := m.entries(e)
+	// The first key ≥ rowid: a cell's left child holds the rowids up to
+	// its key; the right-most pointer's key is math.MaxInt64.
+	lo, hi := 0, len(keys)-1
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if keys[mid] < rowid {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	c := kids[lo]
+	if m.head-e.at > uint64(len(m.keys))/2 {
+		// In use and getting old: copy it to the head.
+		m.tk = append(m.tk[:0], keys...)
+		m.tc = append(m.tc[:0], kids...)
+		m.add(page, m.tk, m.tc)
+	}
+	return c, true
+}
+
+// add records the entries of interior page page: keys and kids have one
+// entry per cell, then the right-most pointer. A page held with the same
+// entries is left where it is.
+func (m *rowidMap) add(page uint32, keys []int64, kids []uint32) {
+	n := len(kids)
+	if n == 0 || n != len(keys) || n > maxNodeEntries || page == 0 {
+		return
+	}
+	if m.keys == nil {
+		m.keys = make([]int64, minRowidEntries)
+		m.kids = make([]uint32, minRowidEntries)
+		m.dir = make([]mapNode, minMapDir)
+	}
+	if e := m.lookup(page); e != nil && m.held(e) && m.head-e.at <= uint64(len(m.keys))/2 {
+		if k, c := m.entries(e); slices.Equal(k, keys) && slices.Equal(c, kids) {
+			return
+		}
+	}
+	for {
+		c := uint64(len(m.keys))
+		pos := m.head % c
+		if pos+uint64(n) <= c {
+			break
+		}
+		if c < maxRowidEntries {
+			m.grow() // before the ring first wraps, so positions stay put
+			continue
+		}
+		m.head += c - pos // skip to the ring's start
+	}
+	at := m.head
+	pos := at % uint64(len(m.keys))
+	copy(m.keys[pos:], keys)
+	copy(m.kids[pos:], kids)
+	m.head += uint64(n)
+	m.insert(mapNode{page: page, n: uint32(n), at: at})
+}
+
+func (m *rowidMap) grow() {
+	c := 2 * len(m.keys)
+	keys, kids := make([]int64, c), make([]uint32, c)
+	copy(keys, m.keys)
+	copy(kids, m.kids)
+	m.keys, m.kids = keys, kids
+}
+
+// insert puts e in the directory: over the entry of the same page, else in
+// the free entry ending its probe chain, else over the oldest entry no
+// longer held. Entries are never removed, so a lookup may stop at the
+// first free one.
+func (m *rowidMap) insert(e mapNode) {
+	if m.inUse >= len(m.dir)/2 && len(m.dir) < maxMapDir {
+		m.growDir()
+	}
+	mask := uint64(len(m.dir) - 1)
+	h := mapHash(e.page)
+	var reuse *mapNode
+	for i := range uint64(mapProbe) {
+		x := &m.dir[(h+i)&mask]
+		switch {
+		case x.page == e.page:
+			*x = e
+			return
+		case x.page == 0:
+			*x = e
+			m.inUse++
+			return
+		case !m.held(x) && (reuse == nil || x.at < reuse.at):
+			reuse = x
+		}
+	}
+	if reuse == nil {
+		reuse = &m.dir[h&mask]
+	}
+	*reuse = e
+}
+
+func (m *rowidMap) growDir() {
+	old := m.dir
+	m.dir = make([]mapNode, 2*len(old))
+	m.inUse = 0
+	for i := range old {
+		if old[i].page != 0 {
+			m.insert(old[i])
+		}
+	}
+}
+
+// lookupSlots is the number of index pages whose lookup lists a file
+// keeps; the least recently used is replaced.
+const lookupSlots = 8
+
+// lookupList is the table rows an index page's entries look up, in cell
+// order.
+type lookupList struct {
+	cursor
+	page  uint32 // the index page
+	table uint32 // root page of the table
+	gen   uint32 // 0: free
+	used  uint64
+	up    link // where the index page sits in its parent's list
+	near  bool // the scan came within Ahead of the list's end
+	rows  []int64
+	pages []uint32 // per row, the first page of its descent the adapter has not parsed: its table leaf once known
+}
+
+// lookups is a file's lookup state.
+type lookups struct {
+	lists [lookupSlots]lookupList
+	gen   uint32
+	clock uint64
+	rows  rowidMap
+	keys  []int64  // scratch: keys of the table interior page being parsed
+	pages []uint32 // scratch: its children
+	buf   []byte   // a table interior page read again
+	// done is the last scan that came near the end of its list: the next
+	// index page of that table, when it follows in its parent, starts in
+	// the scan at once.
+	done struct {
+		table uint32
+		up    link
+		dir   int
+	}
+}
+
+// resolve returns, for rowid in the table rooted at root, the first page
+// on the way from the root to its leaf that the map does not hold: the
+// leaf itself once the interior pages above it are known. With r set, an
+// interior page the map held and dropped is read again (the program read
+// it before); without, the descent stops there. A cycle or a deeper tree
+// stops at maxDepth levels.
+func (f *sqliteFile) resolve(root uint32, rowid int64, r *reader) uint32 {
+	m := &f.look.rows
+	p := root
+	for range maxDepth {
+		c, ok := m.child(p, rowid)
+		if !ok && r != nil && m.dropped(p) && f.reread(p, r) {
+			c, ok = m.child(p, rowid)
+		}
+		if !ok || c == p {
+			return p
+		}
+		p = c
+	}
+	return p
+}
+
+// reread reads table interior page p, which the program read before, into
+// the map again.
+func (f *sqliteFile) reread(p uint32, r *reader) bool {
+	l := &f.look
+	if l.buf == nil {
+		l.buf = make([]byte, f.pageSize)
+	}
+	if p > f.pages || r.readEarlier(l.buf, uint64(p-1)*uint64(f.pageSize)) != nil {
+		return false
+	}
+	h := 0
+	if p == 1 {
+		h = 100
+	}
+	pg := l.buf[:f.usable]
+	if pg[h] != sqliteTableInterior {
+		r.st.Malformed++ // it was one when the program read it
+		return false
+	}
+	if _, _, ok := f.cells(pg, h, p, r.st); !ok {
+		return false
+	}
+	l.rows.add(p, l.keys, l.pages)
+	return true
+}
+
+// addTableInterior records a table interior page the program read, and
+// maps again the rows whose descent stopped at it.
+func (f *sqliteFile) addTableInterior(page uint32) {
+	l := &f.look
+	l.rows.add(page, l.keys, l.pages)
+	for i := range l.lists {
+		ls := &l.lists[i]
+		if ls.gen == 0 {
+			continue
+		}
+		for j, p := range ls.pages {
+			if p == page {
+				ls.pages[j] = f.resolve(ls.table, ls.rows[j], nil)
+			}
+		}
+	}
+}
+
+// slot returns the list to reuse for index page page: its own, a free
+// one, or the least recently used.
+func (l *lookups) slot(page uint32) *lookupList {
+	var free, lru *lookupList
+	for i := range l.lists {
+		ls := &l.lists[i]
+		switch {
+		case ls.gen != 0 && ls.page == page:
+			return ls
+		case ls.gen == 0:
+			if free == nil {
+				free = ls
+			}
+		case lru == nil || ls.used < lru.used:
+			lru = ls
+		}
+	}
+	if free != nil {
+		return free
+	}
+	return lru
+}
+
+// addIndexLeaf makes the lookup list of index leaf k (its usable bytes in
+// pg, header at h) of an index of the table rooted at table. in is where
+// the leaf was entered from. When the leaf follows one whose scan came
+// near its end, the scan continues here at once.
+func (f *sqliteFile) addIndexLeaf(k uint32, pg []byte, h int, table uint32, in link, r *reader, o *output) {
+	l := &f.look
+	ls := l.slot(k)
+	rows := ls.rows[:0]
+	n := int(binary.BigEndian.Uint16(pg[h+3:]))
+	ptrs := h + 8
+	for i := range min(n, maxKids) {
+		off := int(binary.BigEndian.Uint16(pg[ptrs+2*i:]))
+		if off < ptrs+2*n || off >= len(pg) {
+			continue // counted by cells
+		}
+		p, vl := sqliteVarint(pg[off:])
+		if vl == 0 || p > f.local(p, false) || uint64(len(pg)-off-vl) < p {
+			continue // the rowid is in the overflow pages, or the cell is malformed
+		}
+		rowid, ok := sqliteRecordRowid(pg[off+vl : off+vl+int(p)])
+		if !ok {
+			r.st.Malformed++
+			continue
+		}
+		rows = append(rows, rowid)
+	}
+	if len(rows) == 0 {
+		return
+	}
+	l.gen++
+	if l.gen == 0 {
+		l.gen = 1
+	}
+	l.clock++
+	*ls = lookupList{cursor: cursor{last: noLast}, page: k, table: table, gen: l.gen, used: l.clock, up: in, rows: rows, pages: ls.pages[:0]}
+	for _, r := range rows {
+		ls.pages = append(ls.pages, f.resolve(table, r, nil))
+	}
+	d := &l.done
+	if d.dir == 0 || d.table != table || !f.follows(in, d.up, d.dir) {
+		return
+	}
+	dir := d.dir
+	d.dir = 0
+	start := int32(0)
+	if dir < 0 {
+		start = int32(len(rows) - 1)
+	}
+	ls.last, ls.run = start, int32(dir)*max(f.t.confirm, 1)
+	f.emitLookups(ls, start, dir, r, o)
+}
+
+// follows reports whether position in comes right after prev in a scan
+// in direction dir: the next child of the same parent (past the overflow
+// entries of the parent's own cells), or the first child of a parent when
+// prev was the last of its own.
+func (f *sqliteFile) follows(in, prev link, dir int) bool {
+	s := f.t.slotAt(in)
+	if s == nil {
+		return false
+	}
+	if in.gen == prev.gen && in.pool == prev.pool && in.slot == prev.slot {
+		m := (int(in.pos) - int(prev.pos)) * dir
+		return m >= 1 && m <= 3
+	}
+	first := 0
+	if dir < 0 {
+		first = len(s.kids) - 1
+	}
+	return int(in.pos) == first
+}
+
+// readTableLeaf handles a read of table leaf k (its usable bytes in pg,
+// header at h) that is a lookup of an index scan: the scan steps to its
+// position, and the row's overflow chain is requested.
+func (f *sqliteFile) readTableLeaf(k uint32, pg []byte, h int, r *reader, o *output) {
+	ls, j := f.look.find(k, f.t.ahead, f.t.confirm)
+	if ls == nil {
+		return
+	}
+	f.look.clock++
+	ls.used = f.look.clock
+	o.st.Lookups++
+	if d := ls.distance(j); ls.last == noLast || d != 0 {
+		if dir := ls.step(j, d, f.t.confirm, f.t.ahead, true); dir != 0 {
+			f.emitLookups(ls, j, dir, r, o)
+		}
+	}
+	f.rowOverflow(k, pg, h, ls.rows[j], o)
+}
+
+// Positions in a lookup list are counted in distinct pages: entries in a
+// row whose rows share a table leaf are read with one read, so such a run
+// is one step.
+
+// find returns the lookup list and position that a read of page k is:
+// within Ahead pages after the position of a list in a scan, else the
+// position nearest the last one entered of the most recently used list
+// holding k.
+func (l *lookups) find(k uint32, ahead int, confirm int32) (*lookupList, int32) {
+	for i := range l.lists {
+		ls := &l.lists[i]
+		dir := ls.dir(confirm)
+		if ls.gen == 0 || ls.last == noLast || dir == 0 {
+			continue
+		}
+		prev, n := ls.pages[ls.last], 0
+		for j := int(ls.last); j >= 0 && j < len(ls.pages); j += dir {
+			if p := ls.pages[j]; p != prev {
+				if n++; n > ahead {
+					break
+				}
+				prev = p
+			}
+			if prev == k {
+				return ls, int32(j)
+			}
+		}
+	}
+	var best *lookupList
+	bestJ := int32(-1)
+	for i := range l.lists {
+		ls := &l.lists[i]
+		if ls.gen == 0 || (best != nil && ls.used < best.used) {
+			continue
+		}
+		if j := ls.nearest(k); j >= 0 {
+			best, bestJ = ls, j
+		}
+	}
+	return best, bestJ
+}
+
+// nearest returns the position of page k nearest the last one entered
+// (from the start when none was), -1 when k is not in the list.
+func (ls *lookupList) nearest(k uint32) int32 {
+	from := max(ls.last, 0)
+	n := int32(len(ls.pages))
+	for d := int32(0); from+d < n || from-d >= 0; d++ {
+		if j := from + d; j < n && ls.pages[j] == k {
+			return j
+		}
+		if j := from - d; j >= 0 && ls.pages[j] == k {
+			return j
+		}
+	}
+	return -1
+}
+
+// distance returns the steps from the last position entered to j, in
+// distinct pages, negative backwards: 0 when j is on the same page.
+func (ls *lookupList) distance(j int32) int32 {
+	if ls.last == noLast {
+		return 0
+	}
+	dir := int32(1)
+	if j < ls.last {
+		dir = -1
+	}
+	n := int32(0)
+	prev := ls.pages[ls.last]
+	for k := ls.last + dir; k != j+dir; k += dir {
+		if ls.pages[k] != prev {
+			n++
+			prev = ls.pages[k]
+		}
+	}
+	return n * dir
+}
+
+// emitLookups emits the table pages of the Ahead entries after position j
+// of ls in direction dir, and when they reach the list's end, continues
+// the scan in the index page's parent so the next index page is
+// requested, and remembers the scan for that page's list. Entries whose
+// descent stopped at an interior page the map dropped are mapped again
+// first, reading that page (the program read it before).
+func (f *sqliteFile) emitLookups(ls *lookupList, j int32, dir int, r *reader, o *output) {
+	t := &f.t
+	t.out = t.out[:0]
+	prev, n := ls.pages[j], 0
+	k := int(j) + dir
+	for ; k >= 0 && k < len(ls.pages); k += dir {
+		if f.look.rows.dropped(ls.pages[k]) {
+			ls.pages[k] = f.resolve(ls.table, ls.rows[k], r)
+		}
+		p := ls.pages[k]
+		if p == prev {
+			continue
+		}
+		if n == t.ahead {
+			break
+		}
+		n++
+		prev = p
+		first, cnt := t.osPages(p, 1)
+		for q := first; q < first+cnt && len(t.out) < MaxHintChildren; q++ {
+			t.out = append(t.out, q)
+		}
+	}
+	if len(t.out) > 0 {
+		parent, _ := t.osPages(ls.page, 1)
+		o.tree(parent, uint32(j), t.out)
+	}
+	if (k < 0 || k >= len(ls.pages)) && !ls.near {
+		ls.near = true
+		t.propagate(ls.up, dir, o)
+		d := &f.look.done
+		d.table, d.up, d.dir = ls.table, ls.up, dir
+	}
+}
+
+// rowOverflow emits the first overflow page of the row rowid in table leaf
+// k, if its payload spills. The cells of a table leaf are in rowid order.
+func (f *sqliteFile) rowOverflow(k uint32, pg []byte, h int, rowid int64, o *output) {
+	n := int(binary.BigEndian.Uint16(pg[h+3:]))
+	ptrs := h + 8
+	if ptrs+2*n > len(pg) {
+		return
+	}
+	lo, hi := 0, n-1
+	for lo <= hi {
+		mid := int(uint(lo+hi) >> 1)
+		off := int(binary.BigEndian.Uint16(pg[ptrs+2*mid:]))
+		if off < ptrs+2*n || off >= len(pg) {
+			return
+		}
+		c := pg[off:]
+		p, l1 := sqliteVarint(c)
+		r, l2 := sqliteVarint(c[l1:])
+		if l1 == 0 || l2 == 0 {
+			return
+		}
+		switch {
+		case int64(r) < rowid:
+			lo = mid + 1
+			continue
+		case int64(r) > rowid:
+			hi = mid - 1
+			continue
+		}
+		local := f.local(p, true)
+		c = c[l1+l2:]
+		if p <= local || uint64(len(c)) < local+4 {
+			return
+		}
+		ovf := binary.BigEndian.Uint32(c[local:])
+		if ovf == k || !f.valid(ovf) {
+			return
+		}
+		f.t.out = f.t.out[:0]
+		first, cnt := f.t.osPages(ovf, 1)
+		for p := first; p < first+cnt; p++ {
+			f.t.out = append(f.t.out, p)
+		}
+		parent, _ := f.t.osPages(k, 1)
+		o.tree(parent, uint32(mid), f.t.out)
+		return
+	}
+}
+
+// tableInteriorKey is the key of a table interior page's right-most
+// pointer in the rowid map: every rowid past the last cell's.
+const tableInteriorKey = math.MaxInt64
