@@ -81,6 +81,7 @@ type sqliteFile struct {
 	pend     pending
 	schema   sqliteSchema
 	look     lookups
+	accesses uint64
 }
 
 // chainLink is a page of an overflow chain expected next: left pages of
@@ -184,6 +185,7 @@ func (f *sqliteFile) status() string {
 const maxPagesPerAccess = 64
 
 func (f *sqliteFile) handle(a *access, r *reader, o *output) {
+	f.accesses++
 	ps := uint64(f.pageSize)
 	start, end := a.first*r.ps, (a.first+a.n)*r.ps
 	if start == 0 {
@@ -229,7 +231,9 @@ func (f *sqliteFile) enterPage(k uint32, a *access, r *reader, o *output) {
 	p := pending{page: k, osLo: uint64(k-1) * uint64(f.pageSize) / r.ps, valid: true}
 	if l, ok := f.t.lookup(k); ok {
 		p.in = l
-		p.dir = f.t.enter(l, o)
+		if !f.lookingUp(l) {
+			p.dir = f.t.enter(l, o)
+		}
 		c := &f.t.pools[l.pool][l.slot].kids[l.pos]
 		if c.kind == kindOverflow {
 			f.overflow(k, c.aux, r, o)
@@ -380,10 +384,11 @@ func (f *sqliteFile) parse(k uint32, in link, dir int, r *reader, o *output) {
 		return
 	}
 	tree := f.treeOf(k, in)
+	gen := uint32(0)
 	if s := f.t.add(pool, k, kids, in, dir, o); s != nil {
-		s.tree = tree
+		s.tree, gen = tree, s.gen
 	}
-	f.structure(k, pg[:f.usable], h, tree, in, r, o)
+	f.structure(k, pg[:f.usable], h, tree, gen, in, r, o)
 }
 
 // treeOf returns the root page of the B-tree that page k, entered from
@@ -400,11 +405,16 @@ func (f *sqliteFile) treeOf(k uint32, in link) uint32 {
 }
 
 // structure handles what a parsed B-tree page k of tree says beyond its
-// traversal list: table interior pages map rowids to pages, index leaves
-// of rowid tables list their table lookups, table leaves may be such
-// lookups, and the schema table's leaves give the B-trees' roots.
-func (f *sqliteFile) structure(k uint32, pg []byte, h int, tree uint32, in link, r *reader, o *output) {
+// traversal list (whose tracker slot has generation gen): table interior
+// pages map rowids to pages, index pages of rowid tables list their table
+// lookups, table leaves may be such lookups, and the schema table's
+// leaves give the B-trees' roots.
+func (f *sqliteFile) structure(k uint32, pg []byte, h int, tree, gen uint32, in link, r *reader, o *output) {
 	switch pg[h] {
+	case sqliteIndexInterior:
+		if _, ok := f.schema.tableOf(tree); ok && gen != 0 {
+			f.addSeparators(k, pg, h, gen)
+		}
 	case sqliteTableInterior:
 		f.addTableInterior(k)
 	case sqliteTableLeaf:

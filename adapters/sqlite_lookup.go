@@ -33,8 +33,16 @@ type rowidMap struct {
 	head  uint64 // position after the last entry written, counted from the start
 	dir   []mapNode
 	inUse int // directory entries in use
+	max   int // entries at most; 0 means maxRowidEntries (tests lower it)
 	tk    []int64
 	tc    []uint32
+}
+
+func (m *rowidMap) limit() int {
+	if m.max > 0 {
+		return m.max
+	}
+	return maxRowidEntries
 }
 
 // mapNode locates a page's entries: positions [at, at+n) of the ring.
@@ -128,9 +136,12 @@ func (m *rowidMap) add(page uint32, keys []int64, kids []uint32) {
 	if n == 0 || n != len(keys) || n > maxNodeEntries || page == 0 {
 		return
 	}
+	if n > m.limit() {
+		return
+	}
 	if m.keys == nil {
-		m.keys = make([]int64, minRowidEntries)
-		m.kids = make([]uint32, minRowidEntries)
+		c := min(minRowidEntries, m.limit())
+		m.keys, m.kids = make([]int64, c), make([]uint32, c)
 		m.dir = make([]mapNode, minMapDir)
 	}
 	if e := m.lookup(page); e != nil && m.held(e) && m.head-e.at <= uint64(len(m.keys))/2 {
@@ -144,7 +155,7 @@ func (m *rowidMap) add(page uint32, keys []int64, kids []uint32) {
 		if pos+uint64(n) <= c {
 			break
 		}
-		if c < maxRowidEntries {
+		if c < uint64(m.limit()) {
 			m.grow() // before the ring first wraps, so positions stay put
 			continue
 		}
@@ -159,7 +170,7 @@ func (m *rowidMap) add(page uint32, keys []int64, kids []uint32) {
 }
 
 func (m *rowidMap) grow() {
-	c := 2 * len(m.keys)
+	c := min(2*len(m.keys), m.limit())
 	keys, kids := make([]int64, c), make([]uint32, c)
 	copy(keys, m.keys)
 	copy(kids, m.kids)
@@ -226,15 +237,33 @@ type lookupList struct {
 	pages []uint32 // per row, the first page of its descent the adapter has not parsed: its table leaf once known
 }
 
+// separators are the rowids of an index interior page's cells: the cell
+// after child c holds the index entry between child c's subtree and child
+// c+1's, so a scan looks its row up between the two leaves.
+type separators struct {
+	page uint32
+	gen  uint32 // the generation of the page's tracker slot
+	used uint64
+	rows []int64 // per child but the right-most, the rowid of the cell after it
+	ok   []bool  // false where the cell's record spills (its rowid is in the overflow pages)
+}
+
 // lookups is a file's lookup state.
 type lookups struct {
 	lists [lookupSlots]lookupList
+	seps  [lookupSlots]separators
 	gen   uint32
 	clock uint64
 	rows  rowidMap
 	keys  []int64  // scratch: keys of the table interior page being parsed
 	pages []uint32 // scratch: its children
 	buf   []byte   // a table interior page read again
+	// active is the table an index scan was last looking rows up in, and
+	// when (the file's access count).
+	active struct {
+		table uint32
+		at    uint64
+	}
 	// done is the last scan that came near the end of its list: the next
 	// index page of that table, when it follows in its parent, starts in
 	// the scan at once.
@@ -363,6 +392,18 @@ func (f *sqliteFile) addIndexLeaf(k uint32, pg []byte, h int, table uint32, in l
 	if len(rows) == 0 {
 		return
 	}
+	if sp, c := l.separatorsOf(in, &f.t); sp != nil {
+		// The rows of the parent's cells on either side of this leaf:
+		// a scan looks them up right before or after this leaf's rows.
+		if c < len(sp.rows) && sp.ok[c] {
+			rows = append(rows, sp.rows[c])
+		}
+		if c > 0 && c-1 < len(sp.rows) && sp.ok[c-1] {
+			rows = append(rows, 0)
+			copy(rows[1:], rows)
+			rows[0] = sp.rows[c-1]
+		}
+	}
 	l.gen++
 	if l.gen == 0 {
 		l.gen = 1
@@ -384,6 +425,66 @@ func (f *sqliteFile) addIndexLeaf(k uint32, pg []byte, h int, table uint32, in l
 	}
 	ls.last, ls.run = start, int32(dir)*max(f.t.confirm, 1)
 	f.emitLookups(ls, start, dir, r, o)
+}
+
+// addSeparators records the rowids of the cells of index interior page k
+// (its usable bytes in pg, header at h) whose tracker slot has generation
+// gen.
+func (f *sqliteFile) addSeparators(k uint32, pg []byte, h int, gen uint32) {
+	l := &f.look
+	var sp *separators
+	for i := range l.seps {
+		x := &l.seps[i]
+		if x.page == k || x.gen == 0 {
+			sp = x
+			break
+		}
+		if sp == nil || x.used < sp.used {
+			sp = x
+		}
+	}
+	l.clock++
+	*sp = separators{page: k, gen: gen, used: l.clock, rows: sp.rows[:0], ok: sp.ok[:0]}
+	n := int(binary.BigEndian.Uint16(pg[h+3:]))
+	ptrs := h + 12
+	for i := range min(n, maxKids) {
+		off := int(binary.BigEndian.Uint16(pg[ptrs+2*i:]))
+		var rowid int64
+		ok := false
+		if off >= ptrs+2*n && off+4 < len(pg) {
+			c := pg[off+4:]
+			if p, vl := sqliteVarint(c); vl > 0 && p <= f.local(p, false) && uint64(len(c)-vl) >= p {
+				rowid, ok = sqliteRecordRowid(c[vl : vl+int(p)])
+			}
+		}
+		sp.rows = append(sp.rows, rowid)
+		sp.ok = append(sp.ok, ok)
+	}
+}
+
+// separatorsOf returns the separators of the index interior page that
+// position in is in, and the child index of in among its children.
+func (l *lookups) separatorsOf(in link, t *tracker) (*separators, int) {
+	s := t.slotAt(in)
+	if s == nil {
+		return nil, 0
+	}
+	for i := range l.seps {
+		sp := &l.seps[i]
+		if sp.gen != in.gen || sp.page != s.page {
+			continue
+		}
+		c := 0
+		for _, k := range s.kids[:in.pos] {
+			if k.kind == kindNode {
+				c++
+			}
+		}
+		l.clock++
+		sp.used = l.clock
+		return sp, c
+	}
+	return nil, 0
 }
 
 // follows reports whether position in comes right after prev in a scan
@@ -419,10 +520,29 @@ func (f *sqliteFile) readTableLeaf(k uint32, pg []byte, h int, r *reader, o *out
 	o.st.Lookups++
 	if d := ls.distance(j); ls.last == noLast || d != 0 {
 		if dir := ls.step(j, d, f.t.confirm, f.t.ahead, true); dir != 0 {
+			f.look.active.table, f.look.active.at = ls.table, f.accesses
 			f.emitLookups(ls, j, dir, r, o)
 		}
 	}
 	f.rowOverflow(k, pg, h, ls.rows[j], o)
+}
+
+// lookupQuiet is how many accesses after an index scan's last lookup its
+// table's own pages are still taken as lookups.
+const lookupQuiet = 64
+
+// lookingUp reports whether l is a position in a node of the table an
+// index scan is looking rows up in: its leaves and the interior pages of
+// their descents are read in the index's order, not the table's, so the
+// table's nodes must not take them for a scan of their own (random
+// children of a node with fewer than Ahead of them would look like one).
+func (f *sqliteFile) lookingUp(l link) bool {
+	a := &f.look.active
+	if a.table == 0 || f.accesses-a.at > lookupQuiet {
+		return false
+	}
+	s := f.t.slotAt(l)
+	return s != nil && s.tree == a.table
 }
 
 // Positions in a lookup list are counted in distinct pages: entries in a

@@ -161,7 +161,8 @@ func withoutRowid(sql []byte) bool {
 		return false
 	}
 	var w [64]byte
-	n := 0
+	w[0] = ' '
+	n := 1
 	space := true
 	for _, c := range sql[i+1:] {
 		switch {
@@ -183,7 +184,11 @@ func withoutRowid(sql []byte) bool {
 		}
 		space = false
 	}
-	return bytes.Contains(w[:n], []byte("without rowid"))
+	if !space && n < len(w) {
+		w[n] = ' '
+		n++
+	}
+	return bytes.Contains(w[:n], []byte(" without rowid "))
 }
 
 // drop removes the objects read from schema leaf page.

@@ -102,20 +102,27 @@ func TestSQLiteHeaderErrors(t *testing.T) {
 type dbstatEntry struct {
 	name, path, typ string
 	page            uint32
+	ncell           int // -1 when the file has no cell counts
 }
 
 func readDbstat(t *testing.T, name string) []dbstatEntry {
 	t.Helper()
 	var out []dbstatEntry
 	for _, f := range readFields(t, name) {
-		if len(f) != 4 {
+		if len(f) != 4 && len(f) != 5 {
 			t.Fatalf("%s: line %v", name, f)
 		}
 		p, err := strconv.ParseUint(f[2], 10, 32)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, dbstatEntry{name: f[0], path: f[1], page: uint32(p), typ: f[3]})
+		n := -1
+		if len(f) == 5 {
+			if n, err = strconv.Atoi(f[4]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out = append(out, dbstatEntry{name: f[0], path: f[1], page: uint32(p), typ: f[3], ncell: n})
 	}
 	return out
 }

@@ -1,0 +1,667 @@
+package adapters
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/internal/workload/sqlitedb"
+	"github.com/predictio/predictio/policies"
+)
+
+func TestSQLiteSerialTypes(t *testing.T) {
+	for _, c := range []struct {
+		t    uint64
+		size uint64
+		ok   bool
+	}{
+		{0, 0, true}, {1, 1, true}, {4, 4, true}, {5, 6, true}, {6, 8, true}, {7, 8, true},
+		{8, 0, true}, {9, 0, true}, {10, 0, false}, {11, 0, false}, {12, 0, true}, {13, 0, true},
+		{14, 1, true}, {41, 14, true}, // TEXT of 14 bytes: "user0000000001"
+	} {
+		if n, ok := sqliteSerialSize(c.t); n != c.size || ok != c.ok {
+			t.Errorf("serial type %d: size %d %v, want %d %v", c.t, n, ok, c.size, c.ok)
+		}
+	}
+	for _, c := range []struct {
+		t    uint64
+		b    []byte
+		want int64
+		ok   bool
+	}{
+		{1, []byte{0x7f}, 127, true},
+		{1, []byte{0xff}, -1, true},
+		{2, []byte{0x01, 0x00}, 256, true},
+		{3, []byte{0xff, 0xff, 0xfe}, -2, true},
+		{4, []byte{0x00, 0x01, 0x00, 0x00}, 65536, true},
+		{5, []byte{0x80, 0, 0, 0, 0, 0}, -1 << 47, true},
+		{6, []byte{0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, math.MaxInt64, true},
+		{8, nil, 0, true},
+		{9, nil, 1, true},
+		{4, []byte{1, 2}, 0, false}, // short
+		{7, make([]byte, 8), 0, false},
+		{13, nil, 0, false},
+	} {
+		if v, ok := sqliteInt(c.t, c.b); v != c.want || ok != c.ok {
+			t.Errorf("sqliteInt(%d, %x) = %d %v, want %d %v", c.t, c.b, v, ok, c.want, c.ok)
+		}
+	}
+}
+
+// makeRecord encodes a record of the given serial types and bodies.
+func makeRecord(types []uint64, bodies ...[]byte) []byte {
+	var hdr []byte
+	for _, t := range types {
+		hdr = appendVarint(hdr, t)
+	}
+	n := uint64(len(hdr) + 1)
+	if n > 127 {
+		n++
+	}
+	rec := appendVarint(nil, n)
+	rec = append(rec, hdr...)
+	for _, b := range bodies {
+		rec = append(rec, b...)
+	}
+	return rec
+}
+
+// appendVarint appends v as a SQLite varint.
+func appendVarint(b []byte, v uint64) []byte {
+	if v > 1<<56-1 {
+		b = appendVarint(b, v>>8|1<<56) // not needed by these tests
+		return b
+	}
+	var tmp [9]byte
+	n := 0
+	for {
+		tmp[n] = byte(v & 0x7f)
+		n++
+		v >>= 7
+		if v == 0 {
+			break
+		}
+	}
+	for i := n - 1; i >= 0; i-- {
+		c := tmp[i]
+		if i > 0 {
+			c |= 0x80
+		}
+		b = append(b, c)
+	}
+	return b
+}
+
+func text(s string) uint64 { return uint64(13 + 2*len(s)) }
+
+func TestSQLiteRecordRowid(t *testing.T) {
+	key := "user0000000042"
+	for _, c := range []struct {
+		name string
+		rec  []byte
+		want int64
+		ok   bool
+	}{
+		{"text key, 2-byte rowid", makeRecord([]uint64{text(key), 2}, []byte(key), []byte{0x0b, 0xb8}), 3000, true},
+		{"two columns, rowid 1", makeRecord([]uint64{1, 0, 9}, []byte{5}), 1, true},
+		{"negative rowid", makeRecord([]uint64{text("k"), 6}, []byte("k"), []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe}), -2, true},
+		{"rowid not an integer", makeRecord([]uint64{text("k"), 7}, []byte("k"), make([]byte, 8)), 0, false},
+		{"a single column", makeRecord([]uint64{1}, []byte{5}), 0, false},
+		{"body cut short", makeRecord([]uint64{text(key), 4}, []byte(key), []byte{0, 0}), 0, false},
+		{"reserved type", makeRecord([]uint64{10, 1}, []byte{5}), 0, false},
+		{"header longer than the record", []byte{0x20, 0x01, 0x01}, 0, false},
+		{"header length 0", []byte{0x00, 0x01}, 0, false},
+		{"empty", nil, 0, false},
+	} {
+		if v, ok := sqliteRecordRowid(c.rec); v != c.want || ok != c.ok {
+			t.Errorf("%s: %d %v, want %d %v", c.name, v, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestSQLiteWithoutRowid(t *testing.T) {
+	for sql, want := range map[string]bool{
+		"CREATE TABLE t(a TEXT PRIMARY KEY, b) WITHOUT ROWID":               true,
+		"create table t(a text primary key, b)\n  without\trowid":           true,
+		"CREATE TABLE t(a PRIMARY KEY, b) STRICT, WITHOUT ROWID":            true,
+		"CREATE TABLE t(a PRIMARY KEY, b) WITHOUT ROWID, STRICT":            true,
+		"CREATE TABLE t(a TEXT PRIMARY KEY, b)":                             false,
+		"CREATE TABLE t(a TEXT PRIMARY KEY, b) STRICT":                      false,
+		"CREATE TABLE t(a DEFAULT 'without rowid', b)":                      false,
+		"CREATE TABLE t(without, rowid)":                                    false,
+		"CREATE TABLE t(a PRIMARY KEY) WITHOUTROWID":                        false,
+		string(utf16("CREATE TABLE t(a PRIMARY KEY, b) WITHOUT ROWID")):     true,
+		string(utf16("CREATE TABLE t(a PRIMARY KEY, b) WITHOUT ROWIDS, x")): false,
+	} {
+		if got := withoutRowid([]byte(sql)); got != want {
+			t.Errorf("withoutRowid(%q) = %v", sql, got)
+		}
+	}
+	if nameHash([]byte("UserTable")) != nameHash([]byte("usertable")) || nameHash(utf16("usertable")) != nameHash([]byte("usertable")) {
+		t.Error("names that SQLite takes as one hash differently")
+	}
+	if nameHash([]byte("usertable")) == nameHash([]byte("usertable2")) {
+		t.Error("two names hash the same")
+	}
+}
+
+// utf16 encodes ASCII s as UTF-16le.
+func utf16(s string) []byte {
+	var b []byte
+	for _, c := range []byte(s) {
+		b = append(b, c, 0)
+	}
+	return b
+}
+
+func TestSQLiteSchemaRecords(t *testing.T) {
+	var s sqliteSchema
+	rec := func(typ, name, tbl string, root uint32, sql string) []byte {
+		return makeRecord([]uint64{text(typ), text(name), text(tbl), 4, text(sql)},
+			[]byte(typ), []byte(name), []byte(tbl), binary.BigEndian.AppendUint32(nil, root), []byte(sql))
+	}
+	for _, r := range [][]byte{
+		rec("table", "usertable", "usertable", 2, "CREATE TABLE usertable(ycsb_key TEXT PRIMARY KEY, field0 BLOB)"),
+		rec("index", "sqlite_autoindex_usertable_1", "usertable", 3, ""),
+		rec("table", "kv", "kv", 4, "CREATE TABLE kv(k PRIMARY KEY, v) WITHOUT ROWID"),
+		rec("index", "kv_v", "KV", 5, "CREATE INDEX kv_v ON kv(v)"),
+		rec("view", "v", "v", 0, "CREATE VIEW v AS SELECT 1"),
+		rec("index", "orphan", "gone", 6, ""),
+	} {
+		if !s.addRecord(r, 1) {
+			t.Errorf("record %q rejected", r)
+		}
+	}
+	if s.addRecord(makeRecord([]uint64{text("table"), text("x")}, []byte("table"), []byte("x")), 1) {
+		t.Error("a record of two columns was accepted")
+	}
+	if s.addRecord(makeRecord([]uint64{text("table"), text("x"), text("x"), 7, 0}, []byte("table"), []byte("x"), []byte("x"), make([]byte, 8)), 1) {
+		t.Error("a root page that is a float was accepted")
+	}
+	if tables, indexes := s.counts(); tables != 2 || indexes != 3 {
+		t.Errorf("%d tables, %d indexes; want 2 and 3 (the view has no B-tree)", tables, indexes)
+	}
+	for root, want := range map[uint32]uint32{3: 2, 5: 0, 6: 0, 2: 0, 9: 0} {
+		got, ok := s.tableOf(root)
+		if ok != (want != 0) || (ok && got != want) {
+			t.Errorf("tableOf(%d) = %d %v, want %d", root, got, ok, want)
+		}
+	}
+	s.drop(1)
+	if _, ok := s.tableOf(3); ok || len(s.objs) != 0 {
+		t.Errorf("after drop: %+v", s.objs)
+	}
+}
+
+// testDB is a testdata database and the structure dbstat reports.
+type testDB struct {
+	path string
+	raw  []byte
+	es   []dbstatEntry
+	ps   int
+}
+
+func openTestDB(t *testing.T, name string) testDB {
+	t.Helper()
+	path := gunzip(t, "sqlite/"+name+".db.gz", "x.db")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testDB{path: path, raw: raw, es: readDbstat(t, "sqlite/"+name+".dbstat"), ps: pageSizeOf(t, path)}
+}
+
+// root returns the root page of B-tree name.
+func (d testDB) root(t *testing.T, name string) uint32 {
+	for _, e := range d.es {
+		if e.name == name && e.path == "/" {
+			return e.page
+		}
+	}
+	t.Fatalf("no B-tree %s", name)
+	return 0
+}
+
+// leafOfRowid returns, from dbstat's cell counts, the table leaf holding
+// each rowid: in path order the leaves of usertable hold rowids 1..N.
+func (d testDB) leafOfRowid(t *testing.T) []uint32 {
+	out := []uint32{0}
+	for _, e := range d.es {
+		if e.name == "usertable" && e.typ == "leaf" {
+			if e.ncell < 0 {
+				t.Fatal("the dbstat file has no cell counts")
+			}
+			for range e.ncell {
+				out = append(out, e.page)
+			}
+		}
+	}
+	return out
+}
+
+// TestSQLiteSchema checks the schema the adapter reads from page 1 when
+// it recognizes a file against the B-trees dbstat reports: every B-tree's
+// root is known, an index of a rowid table leads to its table, and a
+// WITHOUT ROWID table is one.
+func TestSQLiteSchema(t *testing.T) {
+	for _, c := range []struct {
+		db, index  string
+		withoutRow bool
+	}{
+		{"rowid-insert", "sqlite_autoindex_usertable_1", false},
+		{"rowid-insert-1k", "sqlite_autoindex_usertable_1", false},
+		{"rowid", "usertable_key", false},
+		{"without-rowid", "", true},
+		{"without-rowid-1k", "", true},
+	} {
+		d := openTestDB(t, c.db)
+		p, err := newSQLite(d.raw[:4096], uint64(len(d.raw)), &Config{Ahead: 16, PageSize: 4096, Confirm: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := p.(*sqliteFile)
+		table := d.root(t, "usertable")
+		for _, e := range d.es {
+			if e.path == "/" && f.schema.object(e.page) == nil {
+				t.Errorf("%s: the root %d of %s is not in the schema", c.db, e.page, e.name)
+			}
+		}
+		if o := f.schema.object(table); o == nil || o.index || o.noRowid != c.withoutRow {
+			t.Errorf("%s: table object %+v, want WITHOUT ROWID %v", c.db, o, c.withoutRow)
+		}
+		if c.index != "" {
+			if got, ok := f.schema.tableOf(d.root(t, c.index)); !ok || got != table {
+				t.Errorf("%s: index %s leads to %d %v, want table %d", c.db, c.index, got, ok, table)
+			}
+		}
+	}
+}
+
+// TestSQLiteRowidMap checks the rowid map against dbstat's cell counts:
+// with every table interior page of the table recorded, each rowid maps to
+// the leaf that holds it; with the root alone, to the interior page above
+// that leaf.
+func TestSQLiteRowidMap(t *testing.T) {
+	for _, db := range []string{"rowid-insert", "rowid-insert-1k"} {
+		d := openTestDB(t, db)
+		p, err := newSQLite(d.raw[:4096], uint64(len(d.raw)), &Config{Ahead: 16, PageSize: 4096, Confirm: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := p.(*sqliteFile)
+		root := d.root(t, "usertable")
+		leafOf := d.leafOfRowid(t)
+		parentOf := map[uint32]uint32{}
+		for pg, l := range dbstatLists(d.es) {
+			for _, k := range l {
+				parentOf[k] = pg
+			}
+		}
+		// below returns the root's child on the way to page p.
+		below := func(p uint32) uint32 {
+			for parentOf[p] != root {
+				p = parentOf[p]
+			}
+			return p
+		}
+		var st Stats
+		add := func(page uint32) {
+			off := int(page-1) * d.ps
+			if _, _, ok := f.cells(d.raw[off:off+int(f.usable)], 0, page, &st); !ok {
+				t.Fatalf("page %d is not a B-tree page", page)
+			}
+			f.look.rows.add(page, f.look.keys, f.look.pages)
+		}
+		add(root)
+		for r := int64(1); r < int64(len(leafOf)); r++ {
+			if got, want := f.resolve(root, r, nil), below(leafOf[r]); got != want {
+				t.Fatalf("%s: with the root alone rowid %d maps to %d, want %d, the root's child above leaf %d", db, r, got, want, leafOf[r])
+			}
+		}
+		n := 0
+		for _, e := range d.es {
+			if e.name == "usertable" && e.typ == "internal" && e.page != root {
+				add(e.page)
+				n++
+			}
+		}
+		for r := int64(1); r < int64(len(leafOf)); r++ {
+			if got := f.resolve(root, r, nil); got != leafOf[r] {
+				t.Fatalf("%s: rowid %d maps to %d, want leaf %d", db, r, got, leafOf[r])
+			}
+		}
+		if got := f.resolve(root, int64(len(leafOf))+5, nil); got != leafOf[len(leafOf)-1] {
+			t.Errorf("%s: a rowid past the last maps to %d, want the last leaf %d", db, got, leafOf[len(leafOf)-1])
+		}
+		t.Logf("%s: %d rowids, %d interior pages below the root", db, len(leafOf)-1, n)
+		if st.Malformed != 0 {
+			t.Errorf("%s: %d malformed", db, st.Malformed)
+		}
+	}
+}
+
+// TestRowidMapRing fills the map far beyond its bound: memory stays
+// bounded, old pages are dropped but remembered as read, and a page every
+// descent uses (a root) stays held.
+func TestRowidMapRing(t *testing.T) {
+	var m rowidMap
+	const n = 400
+	keys, kids := make([]int64, n), make([]uint32, n)
+	rootKeys, rootKids := []int64{1000, math.MaxInt64}, []uint32{10, 11}
+	m.add(2, rootKeys, rootKids)
+	for p := uint32(100); p < 3100; p++ {
+		for i := range n {
+			keys[i], kids[i] = int64(p)*n+int64(i), p*7+uint32(i)
+		}
+		keys[n-1] = math.MaxInt64
+		m.add(p, keys, kids)
+		if c, ok := m.child(2, 5); !ok || c != 10 {
+			t.Fatalf("after page %d: the root maps 5 to %d %v", p, c, ok)
+		}
+	}
+	if len(m.keys) > maxRowidEntries || len(m.dir) > maxMapDir {
+		t.Errorf("ring %d, directory %d entries", len(m.keys), len(m.dir))
+	}
+	if !m.dropped(100) {
+		t.Error("the oldest page is still held or forgotten")
+	}
+	if c, ok := m.child(3099, 3099*n+5); !ok || c != 3099*7+5 {
+		t.Errorf("the newest page maps to %d %v", c, ok)
+	}
+	if m.dropped(77) || m.lookup(77) != nil {
+		t.Error("a page never added is known")
+	}
+	// Adding the same entries again keeps the copy; changed entries replace it.
+	head := m.head
+	m.add(3099, keys, kids)
+	if m.head != head {
+		t.Error("an unchanged page was copied again")
+	}
+	kids[5] = 1
+	m.add(3099, keys, kids)
+	if c, _ := m.child(3099, 3099*n+5); c != 1 {
+		t.Errorf("a changed page maps to %d", c)
+	}
+}
+
+// lookupCase is a range scan through the automatic index of a
+// rowid-insert database, which looks each row up in the table.
+type lookupCase struct {
+	db, reads string
+	// minLeaves is the share of the distinct table leaves read that must
+	// have been predicted before they were read.
+	minLeaves float64
+}
+
+var lookupScans = []lookupCase{
+	{"rowid-insert", "rowid-insert-key", 0.9},
+	{"rowid-insert", "rowid-insert-desc", 0.9},
+	{"rowid-insert-1k", "rowid-insert-1k-key", 0.8},
+}
+
+// readEventsPS turns spans into read accesses in pages of ps bytes.
+func readEventsPS(spans []span, ps uint64) []policies.Event {
+	evs := make([]policies.Event, len(spans))
+	for i, s := range spans {
+		first, last := s.off/ps, (s.off+max(s.n, 1)-1)/ps
+		evs[i] = policies.Event{Kind: policies.EventFileAccess, TS: uint64(1000 * (i + 1)), PID: 7, TID: 7, File: 1,
+			Access: policies.FileAccess{Kind: formats.KindRead, Page: first, NPages: uint32(last - first + 1)}}
+	}
+	return evs
+}
+
+// lookupStats compares a scan's reads of the table's leaves with what was
+// predicted, in the database's pages (the stage runs with the database's
+// page size, so a stage page is a database page, less one).
+type lookupStats struct {
+	leaves, inTime, never int
+	missed                []int // reads of table leaves not predicted before
+}
+
+func analyseLookups(d testDB, evs []policies.Event, out []derived) lookupStats {
+	typ := map[uint64]dbstatEntry{}
+	for _, e := range d.es {
+		typ[uint64(e.page-1)] = e
+	}
+	predicted := map[uint64]int{}
+	for _, x := range out {
+		for _, p := range x.ev.Tree.Children {
+			if _, ok := predicted[p]; !ok {
+				predicted[p] = x.at
+			}
+		}
+	}
+	var s lookupStats
+	read := map[uint64]bool{}
+	for i, e := range evs {
+		p := e.Access.Page
+		if read[p] {
+			continue
+		}
+		read[p] = true
+		if e := typ[p]; e.name != "usertable" || e.typ != "leaf" {
+			continue
+		}
+		s.leaves++
+		if at, ok := predicted[p]; ok && at < i {
+			s.inTime++
+		} else {
+			s.missed = append(s.missed, i)
+		}
+	}
+	for p := range predicted {
+		if !read[p] {
+			s.never++
+		}
+	}
+	return s
+}
+
+// TestSQLiteLookupScans runs the adapter on the preads of real range scans
+// by the sqlite3 shell through the index of a rowid table whose rowids are
+// unrelated to the key, so each row is a random table lookup. It checks
+// the events against the golden file; that most table leaves read were
+// predicted before they were read; that every one that was not is one no
+// prediction from pages the program read can beat: the first lookup after
+// an index page is read, a lookup that read a table interior page just
+// before (its descent: the adapter knows the leaf only from that page),
+// or one of the first Confirm+1 lookups, which establish the scan; and that
+// the pages predicted but never read are bounded.
+func TestSQLiteLookupScans(t *testing.T) {
+	for _, c := range lookupScans {
+		t.Run(c.reads, func(t *testing.T) {
+			d := openTestDB(t, c.db)
+			ps := uint64(d.ps)
+			evs := readEventsPS(readSpans(t, "sqlite/"+c.reads+".reads"), ps)
+			out, st := run(t, Config{PageSize: int(ps)}, d.path, evs)
+			golden(t, "sqlite/"+c.reads+".golden", out)
+			typ := map[uint64]dbstatEntry{}
+			for _, e := range d.es {
+				typ[uint64(e.page-1)] = e
+			}
+			kind := func(i int) string {
+				if i < 0 || i >= len(evs) {
+					return ""
+				}
+				e := typ[evs[i].Access.Page]
+				switch {
+				case e.name == "usertable":
+					return "table " + e.typ
+				case e.name != "":
+					return "index " + e.typ
+				}
+				return "other"
+			}
+			s := analyseLookups(d, evs, out)
+			lookups := 0
+			missed := map[int]bool{}
+			for _, i := range s.missed {
+				missed[i] = true
+			}
+			why := map[string]int{}
+			for i := range evs {
+				if kind(i) != "table leaf" {
+					continue
+				}
+				lookups++
+				if !missed[i] {
+					continue
+				}
+				switch {
+				case kind(i-1) == "index leaf":
+					why["first lookup of an index leaf"]++
+				case kind(i-1) == "table internal":
+					why["after its descent read a table interior page"]++
+				case lookups <= DefaultConfirm+1:
+					why["establishing the scan"]++
+
+				default:
+					t.Errorf("read %d of table leaf %d (%s) was not predicted, after a read of %s", i, evs[i].Access.Page+1, typ[evs[i].Access.Page].path, kind(i-1))
+				}
+			}
+			share := float64(s.inTime) / float64(s.leaves)
+			t.Logf("%d reads, %d distinct table leaves, %.3f predicted in time, %d pages predicted never read, %d events; misses %v; stats %+v",
+				len(evs), s.leaves, share, s.never, len(out), why, st.Stats())
+			if share < c.minLeaves {
+				t.Errorf("%.3f of the table leaves read were predicted in time, want at least %.2f", share, c.minLeaves)
+			}
+			// Never read: the Ahead lookups after the scan's end, the
+			// index pages requested ahead (Ahead per level of the index,
+			// by the lookups near a leaf's end and by the index scan).
+			if bound := 3 * DefaultAhead; s.never > bound {
+				t.Errorf("%d pages predicted but never read, want at most %d", s.never, bound)
+			}
+			// The header read that recognizes the file is 4 KiB; with
+			// smaller pages the program's first read covered one of them.
+			if io := 4096/ps - 1; st.Stats().PagesIO > io || st.Stats().Lookups < uint64(s.leaves/2) {
+				t.Errorf("stats %+v: want no reads of pages the program had not just read (but %d of the header), and the lookups matched", st.Stats(), io)
+			}
+		})
+	}
+}
+
+// TestSQLiteLookupsNoScan checks that what is not a scan with lookups
+// predicts no lookups: point lookups of single rows by key (an index
+// descent and one table row each) derive nothing, and a scan of a
+// covering index, which reads no table rows, predicts no table page.
+func TestSQLiteLookupsNoScan(t *testing.T) {
+	d := openTestDB(t, "rowid-insert")
+	evs := readEvents(readSpans(t, "sqlite/rowid-insert-points.reads"))
+	out, st := run(t, Config{}, d.path, evs)
+	if len(out) != 0 {
+		t.Errorf("12 point lookups derived %d events; the first %v", len(out), out[0])
+	}
+	if st.Stats().Lookups == 0 {
+		t.Error("the point lookups' table leaves were not matched to their index entries")
+	}
+	evs = readEvents(readSpans(t, "sqlite/rowid-insert-covering.reads"))
+	out, _ = run(t, Config{}, d.path, evs)
+	typ := map[uint64]string{}
+	for _, e := range d.es {
+		typ[uint64(e.page-1)] = e.name
+	}
+	for _, x := range out {
+		for _, p := range x.ev.Tree.Children {
+			if typ[p] == "usertable" {
+				t.Fatalf("a covering index scan predicted table page %d: %v", p+1, x)
+			}
+		}
+	}
+}
+
+// TestSQLiteLookupsBuilt builds a larger database of the rowid-insert
+// layout with the real shell (30000 rows, 25 table interior pages, so a
+// scan's lookups keep reaching interior pages for the first time) and runs
+// the adapter on the strace'd reads of scans through its index, ascending
+// and descending, then with a rowid map too small for the table: dropped
+// interior pages are read again (pages the program read before), never
+// others, and the prediction holds.
+func TestSQLiteLookupsBuilt(t *testing.T) {
+	if _, err := exec.LookPath("sqlite3"); err != nil {
+		t.Skip("sqlite3 not installed (scripts/setup.sh installs it)")
+	}
+	db := filepath.Join(t.TempDir(), "y.db")
+	if err := sqlitedb.Build(context.Background(), sqlitedb.Config{Path: db, Layout: sqlitedb.RowidInsert, Rows: 30000, Seed: 7, Compressible: true}); err != nil {
+		t.Fatal(err)
+	}
+	asc, _ := sqlitedb.ScanSQL(sqlitedb.RowidInsert, sqlitedb.ByKey, 5000, 2000)
+	dump, err := exec.Command("sqlite3", "-batch", db, "SELECT name, path, pageno, pagetype, ncell FROM dbstat WHERE name != 'sqlite_schema' ORDER BY name, path").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := testDB{path: db, ps: 4096}
+	for _, l := range strings.Split(strings.TrimSpace(string(dump)), "\n") {
+		f := strings.Split(l, "|")
+		var e dbstatEntry
+		e.name, e.path, e.typ = f[0], f[1], f[3]
+		var p uint64
+		for _, c := range f[2] {
+			p = p*10 + uint64(c-'0')
+		}
+		e.page = uint32(p)
+		d.es = append(d.es, e)
+	}
+	for _, c := range []struct {
+		name, query string
+		ring        int
+	}{
+		{"ascending", asc, 0},
+		{"descending", sqlitedb.ScanDescSQL(20000, 2000), 0},
+		{"small map", asc, 2048},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			reads, err := sqlitedb.TraceReads(context.Background(), sqlitedb.ScanArgs("", db, c.query), db)
+			if errors.Is(err, sqlitedb.ErrNoStrace) {
+				t.Skip(err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			spans := make([]span, len(reads))
+			for i, r := range reads {
+				spans[i] = span{r.Off, r.Len}
+			}
+			evs := readEvents(spans)
+			s, err := NewStage(Config{}, PathFiles{Path: func(uint32) (string, bool) { return db, true }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			var out []derived
+			for i := range evs {
+				s.Process(&evs[i], func(ev *policies.Event, name string) {
+					x := *ev
+					x.Tree.Children = slices.Clone(ev.Tree.Children)
+					out = append(out, derived{at: i, adapter: name, ev: x})
+				})
+				if i == 0 && c.ring > 0 {
+					s.states[1].p.(*sqliteFile).look.rows.max = c.ring
+				}
+			}
+			a := analyseLookups(d, evs, out)
+			share := float64(a.inTime) / float64(a.leaves)
+			st := s.Stats()
+			t.Logf("%d reads, %d distinct table leaves, %.3f predicted in time, %d predicted never read; stats %+v", len(evs), a.leaves, share, a.never, st)
+			if share < 0.9 {
+				t.Errorf("%.3f of the table leaves read were predicted in time, want at least 0.9", share)
+			}
+			if a.never > 3*DefaultAhead {
+				t.Errorf("%d pages predicted never read", a.never)
+			}
+			if st.PagesIO != 0 {
+				t.Errorf("the adapter read %d pages the program had not read", st.PagesIO)
+			}
+			if c.ring > 0 && st.PagesEarlier == 0 {
+				t.Error("with a small map no interior page was read again")
+			}
+		})
+	}
+}
