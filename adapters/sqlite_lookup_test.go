@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -663,5 +665,119 @@ func TestSQLiteLookupsBuilt(t *testing.T) {
 				t.Error("with a small map no interior page was read again")
 			}
 		})
+	}
+}
+
+// dbstatOf returns the B-tree structure of the database at path as the
+// sqlite3 shell's dbstat reports it.
+func dbstatOf(t *testing.T, path string) []dbstatEntry {
+	t.Helper()
+	dump, err := exec.Command("sqlite3", "-batch", path, "SELECT name, path, pageno, pagetype, ncell FROM dbstat WHERE name != 'sqlite_schema' ORDER BY name, path").Output()
+	if err != nil {
+		t.Fatalf("dbstat of %s: %v", path, err)
+	}
+	var es []dbstatEntry
+	for _, l := range strings.Split(strings.TrimSpace(string(dump)), "\n") {
+		f := strings.Split(l, "|")
+		if len(f) != 5 {
+			t.Fatalf("dbstat line %q", l)
+		}
+		p, err1 := strconv.ParseUint(f[2], 10, 32)
+		n, err2 := strconv.Atoi(f[4])
+		if err1 != nil || err2 != nil {
+			t.Fatalf("dbstat line %q", l)
+		}
+		es = append(es, dbstatEntry{name: f[0], path: f[1], page: uint32(p), typ: f[3], ncell: n})
+	}
+	return es
+}
+
+// traceScan runs the sqlite3 shell on queries under strace and returns
+// its reads of the database at path as read accesses.
+func traceScan(t *testing.T, path string, queries ...string) []policies.Event {
+	t.Helper()
+	reads, err := sqlitedb.TraceReads(context.Background(), sqlitedb.ScanArgs("", path, queries[0], queries[1:]...), path)
+	if errors.Is(err, sqlitedb.ErrNoStrace) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := make([]span, len(reads))
+	for i, r := range reads {
+		spans[i] = span{r.Off, r.Len}
+	}
+	return readEvents(spans)
+}
+
+// TestSQLiteLookupsBigSchema builds, with the real shell, a UTF-16
+// database whose schema of 200 tables with their automatic indexes and a
+// WITHOUT ROWID table fills several pages (page 1 is then an interior
+// page), and scans one of the last tables through its index: the schema
+// is read from the pages the program reads at open, and the lookups of
+// the scan are predicted.
+func TestSQLiteLookupsBigSchema(t *testing.T) {
+	if _, err := exec.LookPath("sqlite3"); err != nil {
+		t.Skip("sqlite3 not installed (scripts/setup.sh installs it)")
+	}
+	db := filepath.Join(t.TempDir(), "schema.db")
+	var sql strings.Builder
+	sql.WriteString("PRAGMA encoding='UTF-16le';\nBEGIN;\n")
+	for i := range 200 {
+		fmt.Fprintf(&sql, "CREATE TABLE \"Table %d\"(ycsb_key TEXT PRIMARY KEY, field0 BLOB);\n", i)
+	}
+	sql.WriteString("CREATE TABLE kv(k INTEGER PRIMARY KEY, v) WITHOUT ROWID;\nCREATE INDEX kv_v ON kv(v);\n")
+	// 3000 rows in a fixed random order: x*7919 mod 3001 permutes 1..3000.
+	sql.WriteString(`INSERT INTO "Table 150" SELECT printf('user%010d', x*7919 % 3001), zeroblob(1000) FROM
+		(WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < 3000) SELECT x FROM c);
+		COMMIT;`)
+	cmd := exec.Command("sqlite3", "-batch", db)
+	cmd.Stdin = strings.NewReader(sql.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("sqlite3: %v: %s", err, out)
+	}
+	es := dbstatOf(t, db)
+	scan := `SELECT count(*), sum(length(field0)) FROM (SELECT field0 FROM "Table 150" WHERE ycsb_key >= 'user0000000300' ORDER BY ycsb_key LIMIT 600)`
+	evs := traceScan(t, db, scan)
+	out, s := run(t, Config{}, db, evs)
+	f := s.states[1].p.(*sqliteFile)
+	if raw, _ := os.ReadFile(db); raw[100] != sqliteTableInterior {
+		t.Fatalf("page 1 has type %#x: the schema fits one page", raw[100])
+	}
+	if tables, indexes := f.schema.counts(); tables != 201 || indexes != 201 {
+		t.Errorf("schema: %d tables, %d indexes; want 201 and 201", tables, indexes)
+	}
+	var table, kv uint32
+	for _, e := range es {
+		if e.path == "/" && e.name == "Table 150" {
+			table = e.page
+		}
+		if e.path == "/" && e.name == "kv" {
+			kv = e.page
+		}
+	}
+	if o := f.schema.object(kv); o == nil || !o.noRowid {
+		t.Errorf("kv, a WITHOUT ROWID table, is %+v", o)
+	}
+	for _, e := range es {
+		if e.path == "/" && e.name == "kv_v" {
+			if _, ok := f.schema.tableOf(e.page); ok {
+				t.Error("an index of a WITHOUT ROWID table leads to a rowid table")
+			}
+		}
+	}
+	// Rename the table's B-trees as the lookup analysis expects.
+	d := testDB{path: db, ps: 4096}
+	for _, e := range es {
+		if e.name == "Table 150" {
+			e.name = "usertable"
+		}
+		d.es = append(d.es, e)
+	}
+	a := analyseLookups(d, evs, out)
+	share := float64(a.inTime) / float64(a.leaves)
+	t.Logf("table root %d; %d reads, %d table leaves, %.3f predicted in time, %d predicted never read; stats %+v", table, len(evs), a.leaves, share, a.never, s.Stats())
+	if share < 0.9 || a.never > 3*DefaultAhead {
+		t.Errorf("%.3f of the table leaves predicted in time (want 0.9), %d never read", share, a.never)
 	}
 }

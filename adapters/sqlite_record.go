@@ -151,6 +151,22 @@ func nameHash(b []byte) uint64 {
 	return h
 }
 
+// asciiIs reports whether text b is the ASCII string s in the database's
+// encoding: UTF-8, or UTF-16 of either byte order (NUL bytes skipped).
+func asciiIs(b []byte, s string) bool {
+	i := 0
+	for _, c := range b {
+		if c == 0 {
+			continue
+		}
+		if i >= len(s) || s[i] != c {
+			return false
+		}
+		i++
+	}
+	return i == len(s)
+}
+
 // withoutRowid reports whether the CREATE TABLE statement sql ends with
 // the table option WITHOUT ROWID (after its column list's closing
 // parenthesis; options are separated by commas). NUL bytes (UTF-16) are
@@ -221,8 +237,8 @@ func (s *sqliteSchema) addRecord(rec []byte, page uint32) bool {
 		switch col {
 		case 0:
 			switch {
-			case text && string(b) == "table":
-			case text && string(b) == "index":
+			case text && asciiIs(b, "table"):
+			case text && asciiIs(b, "index"):
 				o.index = true
 			default:
 				return text // views and triggers have no B-tree
