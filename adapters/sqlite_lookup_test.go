@@ -781,3 +781,41 @@ func TestSQLiteLookupsBigSchema(t *testing.T) {
 		t.Errorf("%.3f of the table leaves predicted in time (want 0.9), %d never read", share, a.never)
 	}
 }
+
+// TestSQLiteLookupsCorpus runs the hand-made database of the fuzz corpus
+// (lookupsDB): its schema, interior pages and the rows of an index scan
+// with Confirm < 0, so that every lookup emits: the scan reads index leaf
+// 4, rows 1 (leaf 6) and 3 (leaf 7, the row of index interior page 3's
+// cell), then leaf 5 and rows 2 (leaf 6, spilling to page 8) and 4 (leaf 7).
+func TestSQLiteLookupsCorpus(t *testing.T) {
+	path := writeTempFile(t, "lookups.db", lookupsDB())
+	var evs []policies.Event
+	for _, p := range []uint64{0, 2, 1, 3, 5, 6, 4, 5, 7, 6} { // 512-byte pages: 1, 3, 2, 4, 6, 7, 5, 6, 8, 7
+		evs = append(evs, policies.Event{Kind: policies.EventFileAccess, TS: uint64(len(evs) + 1), PID: 7, File: 1,
+			Access: policies.FileAccess{Kind: formats.KindRead, Page: p, NPages: 1}})
+	}
+	out, s := run(t, Config{PageSize: 512, Confirm: -1}, path, evs)
+	var got []string
+	for _, d := range out {
+		got = append(got, d.String())
+	}
+	f := s.states[1].p.(*sqliteFile)
+	if tables, indexes := f.schema.counts(); tables != 1 || indexes != 1 {
+		t.Fatalf("schema: %d tables, %d indexes", tables, indexes)
+	}
+	// Stage pages are database pages less one.
+	want := []string{
+		"3 sqlite tree parent=2 pos=0 children=[4]",   // index interior 3 entered at leaf 4: leaf 5 next
+		"4 sqlite tree parent=1 pos=0 children=[6]",   // table interior 2 entered at leaf 6: leaf 7 next
+		"4 sqlite tree parent=3 pos=0 children=[6]",   // leaf 4's row 1 looked up: row 3 (leaf 7) next
+		"6 sqlite tree parent=4 pos=0 children=[5 6]", // leaf 5 continues the scan: rows 2 and 4 (leaves 6, 7)
+		"7 sqlite tree parent=4 pos=1 children=[6]",   // row 2 looked up: row 4 (leaf 7) next
+		"7 sqlite tree parent=5 pos=1 children=[7]",   // row 2, cell 1 of leaf 6, spills to page 8
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("events\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if s.Stats().Lookups != 4 || s.Stats().Malformed != 0 {
+		t.Errorf("stats %+v: want the 4 lookups matched", s.Stats())
+	}
+}
