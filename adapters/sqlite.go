@@ -82,6 +82,9 @@ type sqliteFile struct {
 	schema   sqliteSchema
 	look     lookups
 	accesses uint64
+	// readCached: table interior pages the lookups predicted may be read
+	// once cached (Config.ReadCached, while the content can tell).
+	readCached bool
 }
 
 // chainLink is a page of an overflow chain expected next: left pages of
@@ -136,7 +139,7 @@ func newSQLite(hdr []byte, size uint64, cfg *Config) (parser, error) {
 	if !ok || err != nil {
 		return nil, err
 	}
-	f := &sqliteFile{buf: make([]byte, h.pageSize), fileSize: size}
+	f := &sqliteFile{buf: make([]byte, h.pageSize), fileSize: size, readCached: cfg.ReadCached}
 	f.t.init(2, cfg, 1, uint64(h.pageSize), true)
 	f.setHeader(h)
 	if len(hdr) >= int(h.pageSize) && hdr[100] == sqliteTableLeaf {

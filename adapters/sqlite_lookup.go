@@ -235,6 +235,9 @@ type lookupList struct {
 	near  bool // the scan came within Ahead of the list's end
 	rows  []int64
 	pages []uint32 // per row, the first page of its descent the adapter has not parsed: its table leaf once known
+	depth []uint8  // per row, the levels its descent went down to pages
+	// emLo, emHi are the positions emitted so far (emLo > emHi: none).
+	emLo, emHi int32
 }
 
 // separators are the rowids of an index interior page's cells: the cell
@@ -258,6 +261,12 @@ type lookups struct {
 	keys  []int64  // scratch: keys of the table interior page being parsed
 	pages []uint32 // scratch: its children
 	buf   []byte   // a table interior page read again
+	// heights are the leaves' depths of the tables looked up in, learned
+	// from the leaves the lookups read.
+	heights [lookupSlots]struct {
+		table uint32
+		depth uint8
+	}
 	// active is the table an index scan was last looking rows up in, and
 	// when (the file's access count).
 	active struct {
@@ -281,29 +290,49 @@ type lookups struct {
 // it before); without, the descent stops there. A cycle or a deeper tree
 // stops at maxDepth levels.
 func (f *sqliteFile) resolve(root uint32, rowid int64, r *reader) uint32 {
-	m := &f.look.rows
-	p := root
-	for range maxDepth {
-		c, ok := m.child(p, rowid)
-		if !ok && r != nil && m.dropped(p) && f.reread(p, r) {
-			c, ok = m.child(p, rowid)
-		}
-		if !ok || c == p {
-			return p
-		}
-		p = c
-	}
+	p, _ := f.descend(root, rowid, r)
 	return p
 }
 
-// reread reads table interior page p, which the program read before, into
-// the map again.
-func (f *sqliteFile) reread(p uint32, r *reader) bool {
+// descend is resolve that also returns how many levels it descended: the
+// leaves' depth when it reached a leaf.
+func (f *sqliteFile) descend(root uint32, rowid int64, r *reader) (uint32, uint8) {
+	m := &f.look.rows
+	p := root
+	for d := range uint8(maxDepth) {
+		c, ok := m.child(p, rowid)
+		if !ok && r != nil && m.dropped(p) && f.reread(p, r, false) {
+			c, ok = m.child(p, rowid)
+		}
+		if !ok || c == p {
+			return p, d
+		}
+		p = c
+	}
+	return p, maxDepth
+}
+
+// reread reads table interior page p into the map: a page the program
+// read before, or with cached one it has not read but that is in the page
+// cache (Config.ReadCached).
+func (f *sqliteFile) reread(p uint32, r *reader, cached bool) bool {
 	l := &f.look
 	if l.buf == nil {
 		l.buf = make([]byte, f.pageSize)
 	}
-	if p > f.pages || r.readEarlier(l.buf, uint64(p-1)*uint64(f.pageSize)) != nil {
+	if p > f.pages {
+		return false
+	}
+	off := uint64(p-1) * uint64(f.pageSize)
+	if cached {
+		ok, unsupported := r.readCached(l.buf, off)
+		if unsupported {
+			f.readCached = false
+		}
+		if !ok {
+			return false
+		}
+	} else if r.readEarlier(l.buf, off) != nil {
 		return false
 	}
 	h := 0
@@ -334,7 +363,7 @@ func (f *sqliteFile) addTableInterior(page uint32) {
 		}
 		for j, p := range ls.pages {
 			if p == page {
-				ls.pages[j] = f.resolve(ls.table, ls.rows[j], nil)
+				ls.pages[j], ls.depth[j] = f.descend(ls.table, ls.rows[j], nil)
 			}
 		}
 	}
@@ -409,9 +438,11 @@ func (f *sqliteFile) addIndexLeaf(k uint32, pg []byte, h int, table uint32, in l
 		l.gen = 1
 	}
 	l.clock++
-	*ls = lookupList{cursor: cursor{last: noLast}, page: k, table: table, gen: l.gen, used: l.clock, up: in, rows: rows, pages: ls.pages[:0]}
-	for _, r := range rows {
-		ls.pages = append(ls.pages, f.resolve(table, r, nil))
+	*ls = lookupList{cursor: cursor{last: noLast}, page: k, table: table, gen: l.gen, used: l.clock, up: in,
+		rows: rows, pages: ls.pages[:0], depth: ls.depth[:0], emLo: 1, emHi: 0}
+	for _, rowid := range rows {
+		p, d := f.descend(table, rowid, nil)
+		ls.pages, ls.depth = append(ls.pages, p), append(ls.depth, d)
 	}
 	d := &l.done
 	if d.dir == 0 || d.table != table || !f.follows(in, d.up, d.dir) {
@@ -518,6 +549,7 @@ func (f *sqliteFile) readTableLeaf(k uint32, pg []byte, h int, r *reader, o *out
 	f.look.clock++
 	ls.used = f.look.clock
 	o.st.Lookups++
+	f.look.setHeight(ls.table, ls.depth[j])
 	if d := ls.distance(j); ls.last == noLast || d != 0 {
 		if dir := ls.step(j, d, f.t.confirm, f.t.ahead, true); dir != 0 {
 			f.look.active.table, f.look.active.at = ls.table, f.accesses
@@ -525,6 +557,20 @@ func (f *sqliteFile) readTableLeaf(k uint32, pg []byte, h int, r *reader, o *out
 		}
 	}
 	f.rowOverflow(k, pg, h, ls.rows[j], o)
+}
+
+// setHeight records that the leaves of table are depth levels below its
+// root.
+func (l *lookups) setHeight(table uint32, depth uint8) {
+	i := int(table % lookupSlots)
+	l.heights[i].table, l.heights[i].depth = table, depth
+}
+
+// interior reports whether an entry of table whose descent stopped depth
+// levels below the root stopped at an interior page: above the leaves.
+func (l *lookups) interior(table uint32, depth uint8) bool {
+	h := &l.heights[table%lookupSlots]
+	return h.table == table && depth < h.depth
 }
 
 // lookupQuiet is how many accesses after an index scan's last lookup its
@@ -636,8 +682,12 @@ func (f *sqliteFile) emitLookups(ls *lookupList, j int32, dir int, r *reader, o 
 	prev, n := ls.pages[j], 0
 	k := int(j) + dir
 	for ; k >= 0 && k < len(ls.pages); k += dir {
-		if f.look.rows.dropped(ls.pages[k]) {
-			ls.pages[k] = f.resolve(ls.table, ls.rows[k], r)
+		switch q := ls.pages[k]; {
+		case f.look.rows.dropped(q):
+			ls.pages[k], ls.depth[k] = f.descend(ls.table, ls.rows[k], r)
+		case f.readCached && int32(k) >= ls.emLo && int32(k) <= ls.emHi && f.look.interior(ls.table, ls.depth[k]) && f.reread(q, r, true):
+			// Emitted before and now cached: see through it.
+			f.addTableInterior(q)
 		}
 		p := ls.pages[k]
 		if p == prev {
@@ -656,6 +706,13 @@ func (f *sqliteFile) emitLookups(ls *lookupList, j int32, dir int, r *reader, o 
 	if len(t.out) > 0 {
 		parent, _ := t.osPages(ls.page, 1)
 		o.tree(parent, uint32(j), t.out)
+	}
+	if a, b := j+int32(dir), int32(k-dir); (b-a)*int32(dir) >= 0 {
+		lo, hi := min(a, b), max(a, b)
+		if ls.emLo <= ls.emHi {
+			lo, hi = min(lo, ls.emLo), max(hi, ls.emHi)
+		}
+		ls.emLo, ls.emHi = lo, hi
 	}
 	if (k < 0 || k >= len(ls.pages)) && !ls.near {
 		ls.near = true

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/internal/workload/sqlitedb"
 	"github.com/predictio/predictio/policies"
@@ -817,5 +819,147 @@ func TestSQLiteLookupsCorpus(t *testing.T) {
 	}
 	if s.Stats().Lookups != 4 || s.Stats().Malformed != 0 {
 		t.Errorf("stats %+v: want the 4 lookups matched", s.Stats())
+	}
+}
+
+// simFiles opens a file whose page cache is simulated: it holds the pages
+// the program read and those predicted at least lag accesses before.
+type simFiles struct {
+	path   string
+	ps     int64
+	cached map[uint64]int // page -> the access from which it is cached
+	now    int
+}
+
+type simContent struct {
+	OSContent
+	s *simFiles
+}
+
+func (f *simFiles) Open(uint32, uint32) (Content, error) {
+	o, err := os.Open(f.path)
+	if err != nil {
+		return nil, err
+	}
+	return simContent{OSContent{o}, f}, nil
+}
+
+func (c simContent) Cached(off, n int64) (bool, error) {
+	for p := off / c.s.ps; p <= (off+n-1)/c.s.ps; p++ {
+		if at, ok := c.s.cached[uint64(p)]; !ok || at > c.s.now {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// TestSQLiteLookupsReadCached builds, with the real shell, a table of
+// 12 500 leaves under 127 interior pages (1 KiB pages, 100 000 rows of 100
+// bytes) and scans 300 rows through its index: most lookups then meet an
+// interior page the program has not read yet, which without
+// Config.ReadCached bounds the prediction. With it, and a page cache
+// holding what the program read and what was predicted two accesses
+// before (a policy that prefetches every prediction within two reads), the
+// adapter reads those interior pages once they are cached and predicts
+// the leaves below them; it reads nothing that is not cached.
+func TestSQLiteLookupsReadCached(t *testing.T) {
+	if _, err := exec.LookPath("sqlite3"); err != nil {
+		t.Skip("sqlite3 not installed (scripts/setup.sh installs it)")
+	}
+	db := filepath.Join(t.TempDir(), "y.db")
+	if err := sqlitedb.Build(context.Background(), sqlitedb.Config{Path: db, Layout: sqlitedb.RowidInsert, Rows: 100000, ValueSize: 100, PageSize: 1024, Seed: 3, Compressible: true}); err != nil {
+		t.Fatal(err)
+	}
+	q, _ := sqlitedb.ScanSQL(sqlitedb.RowidInsert, sqlitedb.ByKey, 40000, 300)
+	reads, err := sqlitedb.TraceReads(context.Background(), sqlitedb.ScanArgs("", db, q), db)
+	if errors.Is(err, sqlitedb.ErrNoStrace) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := make([]span, len(reads))
+	for i, r := range reads {
+		spans[i] = span{r.Off, r.Len}
+	}
+	const ps = 1024
+	evs := readEventsPS(spans, ps)
+	d := testDB{path: db, ps: ps, es: dbstatOf(t, db)}
+	const lag = 2
+	share := map[bool]float64{}
+	for _, readCached := range []bool{false, true} {
+		files := &simFiles{path: db, ps: ps, cached: map[uint64]int{}}
+		s, err := NewStage(Config{PageSize: ps, ReadCached: readCached}, files)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []derived
+		for i := range evs {
+			files.now = i
+			for p := evs[i].Access.Page; p < evs[i].Access.Page+uint64(evs[i].Access.NPages); p++ {
+				if _, ok := files.cached[p]; !ok {
+					files.cached[p] = i
+				}
+			}
+			s.Process(&evs[i], func(ev *policies.Event, name string) {
+				x := *ev
+				x.Tree.Children = slices.Clone(ev.Tree.Children)
+				out = append(out, derived{at: i, adapter: name, ev: x})
+				for _, p := range ev.Tree.Children {
+					if _, ok := files.cached[p]; !ok {
+						files.cached[p] = i + lag
+					}
+				}
+			})
+		}
+		a := analyseLookups(d, evs, out)
+		st := s.Stats()
+		share[readCached] = float64(a.inTime) / float64(a.leaves)
+		t.Logf("ReadCached %v: %d reads, %d table leaves, %.3f predicted in time, %d predicted never read; stats %+v", readCached, len(evs), a.leaves, share[readCached], a.never, st)
+		if st.PagesIO > 4096/ps-1 || (readCached != (st.PagesCached > 0)) {
+			t.Errorf("ReadCached %v: stats %+v", readCached, st)
+		}
+		if a.never > 3*DefaultAhead {
+			t.Errorf("ReadCached %v: %d pages predicted never read", readCached, a.never)
+		}
+		s.Close()
+	}
+	if share[true] < 0.9 || share[true] < share[false]+0.2 {
+		t.Errorf("%.3f of the table leaves predicted in time with ReadCached, %.3f without: want at least 0.9 and 0.2 more", share[true], share[false])
+	}
+}
+
+// TestOSContentCached checks cachestat on a real file: written, its pages
+// are cached; dropped (POSIX_FADV_DONTNEED of its own pages), they are not.
+func TestOSContentCached(t *testing.T) {
+	path := writeTempFile(t, "c", make([]byte, 1<<20))
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c := OSContent{f}
+	ok, err := c.Cached(4096, 8192)
+	if errors.Is(err, ErrNotSupported) {
+		t.Skip("the kernel has no cachestat (Linux 6.5)")
+	}
+	if err != nil || !ok {
+		t.Fatalf("a file just written: cached %v, %v", ok, err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.Cached(4096, 8192); err != nil || ok {
+		t.Errorf("after FADV_DONTNEED: cached %v, %v", ok, err)
+	}
+	buf := make([]byte, 100)
+	if _, err := f.ReadAt(buf, 5000); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := c.Cached(4096, 100); !ok {
+		t.Error("a page just read is not cached")
 	}
 }
