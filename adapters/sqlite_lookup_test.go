@@ -963,3 +963,74 @@ func TestOSContentCached(t *testing.T) {
 		t.Error("a page just read is not cached")
 	}
 }
+
+// bundleAccesses returns the accesses of a recorded bundle to the file
+// named base, as accesses to file 1.
+func bundleAccesses(t *testing.T, bundle, base string) []policies.Event {
+	t.Helper()
+	b, err := formats.Open(filepath.Join(testdata, "sqlite", bundle))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := b.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, found := uint32(0), false
+	for _, f := range files {
+		if filepath.Base(f.Path) == base {
+			id, found = f.ID, true
+		}
+	}
+	if !found {
+		t.Fatalf("%s has no file %s", bundle, base)
+	}
+	cur, err := b.Accesses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []policies.Event
+	for cur.Next() {
+		if a := cur.At(); a.FileID == id {
+			var ev policies.Event
+			ev.FromAccess(a)
+			ev.File = 1
+			evs = append(evs, ev)
+		}
+	}
+	if err := cur.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// TestSQLiteLookupsRecordedBundle runs the adapter on the key scan of
+// rowid-insert-key.reads as predictio record saw it: the kernel's read
+// accesses, with readahead and page-cache inserts mixed in, which the stage
+// ignores.
+func TestSQLiteLookupsRecordedBundle(t *testing.T) {
+	d := openTestDB(t, "rowid-insert")
+	all := bundleAccesses(t, "rowid-insert-key.bundle", "rowid-insert.db")
+	out, s := run(t, Config{}, d.path, all)
+	// Index derived events on the read accesses alone.
+	var reads []policies.Event
+	at := make([]int, len(all))
+	for i, e := range all {
+		at[i] = len(reads)
+		if e.Access.Kind == formats.KindRead {
+			reads = append(reads, e)
+		}
+	}
+	for i := range out {
+		out[i].at = at[out[i].at]
+	}
+	a := analyseLookups(d, reads, out)
+	share := float64(a.inTime) / float64(a.leaves)
+	t.Logf("%d accesses, %d reads, %d table leaves, %.3f predicted in time, %d predicted never read; stats %+v", len(all), len(reads), a.leaves, share, a.never, s.Stats())
+	if len(reads) < 400 || len(all) == len(reads) {
+		t.Fatalf("%d reads of %d accesses: want the scan's reads and the kernel's other rows", len(reads), len(all))
+	}
+	if share < 0.9 || a.never > 3*DefaultAhead || s.Stats().PagesIO != 0 {
+		t.Errorf("%.3f of the table leaves predicted in time (want 0.9), %d never read, stats %+v", share, a.never, s.Stats())
+	}
+}

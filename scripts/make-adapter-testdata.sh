@@ -17,7 +17,8 @@
 #   sqlite/*.dbstat             their B-tree structure as SQLite's dbstat
 #                               table reports it: path, page, page type
 #   sqlite/without-rowid-key.bundle  the first key scan recorded by
-#                               predictio record (needs root; timestamps vary)
+#                               predictio record (needs root; timestamps vary);
+#                               rowid-insert-key.bundle: the rowid-insert one
 #   lmdb/small.mdb.gz           data.mdb of 3000 entries of 1 KiB, random order (mdb_load)
 #   lmdb/big.mdb.gz             data.mdb of 300 entries of 9000 bytes (overflow runs)
 #   lmdb/*.pages                the pages a cold range scan by lmdb-scan
@@ -107,6 +108,10 @@ if [ "$(id -u)" -eq 0 ] && go build -o "$tmp/predictio" ./cmd/predictio; then
 	"$w" evict "$tmp/without-rowid.db"
 	"$tmp/predictio" record -o "$out/sqlite/without-rowid-key.bundle" -- \
 		sqlite3 -batch "$tmp/without-rowid.db" "PRAGMA mmap_size=0" "PRAGMA cache_size=-2048" "$q" >/dev/null
+	q=$("$w" sqlite-scan -layout rowid-insert -by key -start 300 -n 600)
+	"$w" evict "$tmp/rowid-insert.db"
+	"$tmp/predictio" record -o "$out/sqlite/rowid-insert-key.bundle" -- \
+		sqlite3 -batch "$tmp/rowid-insert.db" "PRAGMA mmap_size=0" "PRAGMA cache_size=-2048" "$q" >/dev/null
 else
 	echo "make-adapter-testdata: not root or no predictio; no recorded bundle" >&2
 fi
