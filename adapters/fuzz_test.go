@@ -28,6 +28,12 @@ func (m memContent) ReadAt(p []byte, off int64) (int, error) {
 func (m memContent) Size() int64  { return int64(len(m)) }
 func (m memContent) Close() error { return nil }
 
+// Cached reports every byte of the file cached, so that the adapters'
+// reads of cached pages (Config.ReadCached) are fuzzed too.
+func (m memContent) Cached(off, n int64) (bool, error) {
+	return off >= 0 && n >= 0 && off+n <= int64(len(m)), nil
+}
+
 type memFiles struct{ data []byte }
 
 func (m memFiles) Open(uint32, uint32) (Content, error) { return memContent(m.data), nil }
@@ -38,7 +44,7 @@ func (m memFiles) Open(uint32, uint32) (Content, error) { return memContent(m.da
 // events are well formed; a panic, a hang or a runaway allocation fails the
 // fuzzer by itself.
 func fuzzStage(t *testing.T, adapter string, data, pattern []byte, confirm int) {
-	s, err := NewStage(Config{Adapters: []string{adapter}, Confirm: confirm, TensorAhead: 1 << 16}, memFiles{data})
+	s, err := NewStage(Config{Adapters: []string{adapter}, Confirm: confirm, TensorAhead: 1 << 16, ReadCached: true}, memFiles{data})
 	if err != nil {
 		t.Fatal(err)
 	}
