@@ -218,12 +218,16 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	// The bundle is created while the programs load (it waits on fsync,
+	// they on the verifier), and removed again if they fail to.
+	bundle := startBundle(cfg)
 	src, err := openSource(&cfg)
 	if err != nil {
+		bundle.discard()
 		return nil, err
 	}
-	defer src.Close()
-	rec, err := createBundle(cfg, src)
+	defer src.Close() // at once if finalize has closed it already
+	rec, err := bundle.recording(cfg, src)
 	if err != nil {
 		return nil, err
 	}
@@ -255,17 +259,57 @@ func openSource(cfg *Config) (*source.Source, error) {
 	return source.Open(sc)
 }
 
-// createBundle is stage 2: the bundle writer and its manifest's recording
-// parameters.
-func createBundle(cfg Config, src *source.Source) (*recording, error) {
+// pendingBundle is a bundle being created (stage 2, which runs alongside
+// stage 1).
+type pendingBundle struct {
+	dir     string
+	existed bool // dir existed (empty) before
+	done    chan struct{}
+	w       bundleWriter
+	err     error
+}
+
+// startBundle starts creating the bundle writer.
+func startBundle(cfg Config) *pendingBundle {
+	b := &pendingBundle{dir: cfg.Output, done: make(chan struct{})}
+	_, err := os.Stat(cfg.Output)
+	b.existed = err == nil
 	create := cfg.create
 	if create == nil {
 		create = func(dir string) (bundleWriter, error) { return formats.Create(dir) }
 	}
-	w, err := create(cfg.Output)
-	if err != nil {
-		return nil, fmt.Errorf("create bundle: %w", err)
+	go func() {
+		defer close(b.done)
+		b.w, b.err = create(cfg.Output)
+	}()
+	return b
+}
+
+// discard removes what the bundle's creation made, after stage 1 failed.
+func (b *pendingBundle) discard() {
+	<-b.done
+	if b.err != nil {
+		return
 	}
+	b.w.Abort()
+	if !b.existed {
+		os.RemoveAll(b.dir)
+		return
+	}
+	ents, _ := os.ReadDir(b.dir)
+	for _, e := range ents {
+		os.RemoveAll(filepath.Join(b.dir, e.Name()))
+	}
+}
+
+// recording waits for the bundle writer and fills its manifest's recording
+// parameters.
+func (b *pendingBundle) recording(cfg Config, src *source.Source) (*recording, error) {
+	<-b.done
+	if b.err != nil {
+		return nil, b.err // formats.Create names the action
+	}
+	w := b.w
 	man := w.Manifest()
 	man.Host = formats.HostInfo()
 	man.ToolVersion = cfg.ToolVersion
@@ -394,6 +438,12 @@ func (r *recording) finalize() (*Summary, error) {
 	man.End = formats.Timestamp{Wall: time.Now(), MonotonicNS: source.MonotonicNow()}
 	sum := r.summary()
 	rows, unresolved := r.src.Files()
+	// Releasing the programs, maps and rings (unmapping the 16 MiB ring
+	// costs milliseconds) overlaps writing the bundle; the source's state
+	// is all read by now.
+	closed := make(chan struct{})
+	go func() { r.src.Close(); close(closed) }()
+	defer func() { <-closed }()
 	sum.Files, sum.Unresolved = len(rows), unresolved
 	if err := r.src.Err(); err != nil {
 		return nil, err

@@ -510,3 +510,29 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedStartLeavesNoBundle: the bundle is created while the programs
+// load; when they fail to (here: a cgroup that does not exist), what its
+// creation wrote is removed again, and an empty directory given as -o is
+// left empty.
+func TestFailedStartLeavesNoBundle(t *testing.T) {
+	requireRecorder(t)
+	dir := tracetest.DiskDir(t)
+	out := filepath.Join(dir, "new")
+	if _, err := Run(context.Background(), Config{Output: out, Cgroup: filepath.Join(dir, "no-such-cgroup")}); err == nil {
+		t.Fatal("recording a missing cgroup succeeded")
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("bundle directory %s left behind (%v)", out, err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(context.Background(), Config{Output: empty, Cgroup: filepath.Join(dir, "no-such-cgroup")}); err == nil {
+		t.Fatal("recording a missing cgroup succeeded")
+	}
+	if ents, err := os.ReadDir(empty); err != nil || len(ents) != 0 {
+		t.Errorf("-o directory holds %d entries after a failed start (%v)", len(ents), err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -177,4 +178,52 @@ func benchHints(b *testing.B, senders int) {
 	src.Stop()
 	// CPU of the receiving thread per hint: robust to other load.
 	b.ReportMetric(float64(src.Stats().HintCPU)/float64(b.N), "server-ns/hint")
+}
+
+// BenchmarkOpen opens a Source set up for a command (the record and run
+// configuration: cgroup, the default 16 MiB ring), starts it, stops it and
+// closes it, in this process, and reports the median time of each stage
+// of Open (privileges, cgroup, probe, btf, load, targets, rings, attach),
+// of Start, and of Stop and Close. The BTF cache is warm (its first build
+// is not counted). Run with -benchtime=20x.
+func BenchmarkOpen(b *testing.B) {
+	requireSource(b, "filemap:mm_filemap_get_pages")
+	cache := b.TempDir()
+	if s, err := Open(Config{Command: true, BTFCacheDir: cache}); err == nil {
+		s.Close()
+	} else {
+		b.Fatal(err)
+	}
+	phases := map[string][]float64{}
+	add := func(name string, d time.Duration) {
+		phases[name] = append(phases[name], float64(d.Microseconds())/1000)
+	}
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		s, err := Open(Config{Command: true, BTFCacheDir: cache})
+		if err != nil {
+			b.Fatal(err)
+		}
+		add("open", time.Since(t0))
+		for _, p := range s.Startup() {
+			add(p.Name, p.Wall)
+		}
+		t1 := time.Now()
+		if err := s.Start(ConsumerFunc(func(*Batch) error { return nil })); err != nil {
+			b.Fatal(err)
+		}
+		add("start", time.Since(t1))
+		t2 := time.Now()
+		s.Stop()
+		add("stop", time.Since(t2))
+		t3 := time.Now()
+		s.Close()
+		add("close", time.Since(t3))
+	}
+	b.StopTimer()
+	for name, v := range phases {
+		slices.Sort(v)
+		b.ReportMetric(v[len(v)/2], name+"-ms")
+	}
 }

@@ -1,11 +1,16 @@
 package source
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 
@@ -16,6 +21,7 @@ import (
 type loadPlan struct {
 	spec   *ebpf.CollectionSpec
 	attach []probe
+	kernel *btf.Spec // CO-RE targets; nil: the whole kernel BTF
 }
 
 // plan probes the kernel's tracepoints (and kprobes where a tracepoint is
@@ -61,8 +67,29 @@ func (s *Source) plan(events string) (*loadPlan, error) {
 	return &loadPlan{spec: spec, attach: attach}, nil
 }
 
-// load sets the programs' constants and loads maps and programs, with the
-// CO-RE relocations resolved against the cached kernel types.
+// kernelTypes finds the kernel types the programs' CO-RE relocations are
+// resolved against: the cached pruned copy (btfcache.go), or the whole
+// kernel BTF.
+func (s *Source) kernelTypes(p *loadPlan) error {
+	if len(p.spec.Programs) == 0 {
+		return nil
+	}
+	dir := s.cfg.BTFCacheDir
+	if dir == "" {
+		dir = DefaultBTFCacheDir
+	}
+	if s.cfg.NoBTFCache {
+		dir = ""
+	}
+	kt, from, err := kernelTypes(p.spec.Types, dir)
+	if err != nil {
+		return fmt.Errorf("load kernel BTF (CONFIG_DEBUG_INFO_BTF): %w", err)
+	}
+	s.btf, p.kernel = from, kt
+	return nil
+}
+
+// load sets the programs' constants and loads maps and programs.
 func (s *Source) load(p *loadPlan) error {
 	spec := p.spec
 	ring := s.cfg.RingBytes
@@ -70,6 +97,12 @@ func (s *Source) load(p *loadPlan) error {
 		ring = 16 << 20
 	}
 	spec.Maps[bpf.RecordMapEvents].MaxEntries = uint32(ring)
+	// The deny set holds the files a filter excludes once resolved: many
+	// for --all, few for a command or processes. Full, the kernel just
+	// lets more events through to the user-space filter.
+	if !s.cfg.All {
+		spec.Maps[bpf.RecordMapFiles].MaxEntries = 16384
+	}
 	wake := uint64(256 << 10)
 	if wake > uint64(ring)/4 {
 		wake = uint64(ring) / 4
@@ -87,33 +120,104 @@ func (s *Source) load(p *loadPlan) error {
 			return fmt.Errorf("set bpf variable %s: %w", name, err)
 		}
 	}
-	var opts ebpf.CollectionOptions
-	if len(spec.Programs) > 0 {
-		dir := s.cfg.BTFCacheDir
-		if dir == "" {
-			dir = DefaultBTFCacheDir
-		}
-		if s.cfg.NoBTFCache {
-			dir = ""
-		}
-		kt, from, err := kernelTypes(spec.Types, dir)
-		if err != nil {
-			return fmt.Errorf("load kernel BTF (CONFIG_DEBUG_INFO_BTF): %w", err)
-		}
-		s.btf = from
-		opts.Programs.KernelTypes = kt
-	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
+	coll, err := ebpf.NewCollectionWithOptions(mapsOnly(spec), ebpf.CollectionOptions{})
 	if err != nil {
-		return fmt.Errorf("load bpf programs: %w", err)
+		return fmt.Errorf("load bpf maps: %w", err)
 	}
 	s.coll = coll
+	if err := loadPrograms(spec, coll, p.kernel); err != nil {
+		return err
+	}
 	for _, c := range s.cfg.Comm {
 		var k [16]byte
 		copy(k[:], c)
 		if err := coll.Maps[bpf.RecordMapComms].Put(k, uint8(1)); err != nil {
 			return fmt.Errorf("set comm filter %q: %w", c, err)
 		}
+	}
+	return nil
+}
+
+// mapsOnly is spec without its programs.
+func mapsOnly(spec *ebpf.CollectionSpec) *ebpf.CollectionSpec {
+	m := spec.Copy()
+	m.Programs = nil
+	return m
+}
+
+// loadPrograms loads spec's programs, using coll's maps, into coll. They
+// load in two halves at once: the kernel verifies a program on the thread
+// that loads it, and with two CPUs that halves the wait.
+func loadPrograms(spec *ebpf.CollectionSpec, coll *ebpf.Collection, kernel *btf.Spec) error {
+	names := make([]string, 0, len(spec.Programs))
+	for n := range spec.Programs {
+		names = append(names, n)
+	}
+	// Balance the halves by size: big first, each to the lighter half.
+	slices.SortFunc(names, func(a, b string) int {
+		return cmp.Compare(len(spec.Programs[b].Instructions), len(spec.Programs[a].Instructions))
+	})
+	var half [2][]string
+	var size [2]int
+	for _, n := range names {
+		i := 0
+		if size[1] < size[0] {
+			i = 1
+		}
+		half[i] = append(half[i], n)
+		size[i] += len(spec.Programs[n].Instructions)
+	}
+	var (
+		wg    sync.WaitGroup
+		subs  [2]*ebpf.Collection
+		errs  [2]error
+		repls = coll.Maps
+	)
+	for i := range half {
+		if len(half[i]) == 0 {
+			continue
+		}
+		sub := spec.Copy()
+		for n := range sub.Programs {
+			if !slices.Contains(half[i], n) {
+				delete(sub.Programs, n)
+			}
+		}
+		// The data sections were made mmapable (and .rodata frozen) when
+		// created; a replacement must say so.
+		for n, m := range repls {
+			sub.Maps[n].Flags = m.Flags()
+		}
+		kt := kernel
+		if kt != nil {
+			kt = kt.Copy()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			subs[i], errs[i] = ebpf.NewCollectionWithOptions(sub, ebpf.CollectionOptions{
+				MapReplacements: repls, Programs: ebpf.ProgramOptions{KernelTypes: kt},
+			})
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		for _, c := range subs {
+			if c != nil {
+				c.Close()
+			}
+		}
+		return fmt.Errorf("load bpf programs: %w", err)
+	}
+	coll.Programs = make(map[string]*ebpf.Program, len(names))
+	for i, c := range subs {
+		if c == nil {
+			continue
+		}
+		for _, n := range half[i] {
+			coll.Programs[n] = c.DetachProgram(n)
+		}
+		c.Close()
 	}
 	return nil
 }

@@ -41,10 +41,11 @@ type rawBatch struct {
 // the reader decodes and delivers itself, as soon as the ring is empty or a
 // batch is full.
 type pipeline struct {
-	s    *Source
-	free chan *rawBatch
-	full chan *rawBatch
-	dec  *decoder // LowLatency: the reader's
+	s       *Source
+	free    chan *rawBatch
+	full    chan *rawBatch
+	batches int      // allocated so far (up to nBatches), by the reader
+	dec     *decoder // LowLatency: the reader's
 }
 
 func newPipeline(s *Source) *pipeline {
@@ -55,9 +56,6 @@ func newPipeline(s *Source) *pipeline {
 	}
 	p.free = make(chan *rawBatch, nBatches)
 	p.full = make(chan *rawBatch, nBatches)
-	for range nBatches {
-		p.free <- new(rawBatch)
-	}
 	return p
 }
 
@@ -65,7 +63,11 @@ func newPipeline(s *Source) *pipeline {
 // nothing per event.
 func (p *pipeline) read() {
 	runtime.LockOSThread()
-	boostThread()
+	if p.s.cfg.Latency == LowLatency {
+		realtimeThread()
+	} else {
+		boostThread()
+	}
 	defer func() { p.s.readCPU.Store(threadCPU()) }()
 	low := p.s.cfg.Latency == LowLatency
 	rd := p.s.events
@@ -88,7 +90,11 @@ func (p *pipeline) read() {
 			b.ev[b.n] = *(*bpf.RecordEvent)(unsafe.Pointer(&rec.RawSample[0]))
 			b.n++
 			if b.n == batchLen || (low && rec.Remaining == 0) {
+				dense := b.n >= denseBatch
 				b = p.hand(b)
+				if low && dense {
+					nap()
+				}
 			}
 			continue
 		}
@@ -118,9 +124,38 @@ func (p *pipeline) read() {
 	}
 }
 
-// take returns an empty batch.
+// In LowLatency mode a reader that keeps up is woken for every event: a
+// wakeup and a context switch in the traced program's path each time.
+// When events come densely (a delivery held denseBatch or more), the
+// reader naps for napTime before it looks again, so the events of the
+// next napTime arrive in one wakeup; an event after a quiet spell is
+// still delivered at once.
+const (
+	denseBatch = 16
+	napTime    = 50 * time.Microsecond
+)
+
+// nap sleeps napTime on the calling thread (a real-time thread has no
+// timer slack, so it wakes on time).
+func nap() {
+	ts := unix.NsecToTimespec(int64(napTime))
+	_ = unix.Nanosleep(&ts, nil)
+}
+
+// take returns an empty batch: a free one, or a new one while fewer than
+// nBatches exist (so a short trace does not pay for 16 MiB of them), or
+// else the next one the decoder frees.
 func (p *pipeline) take() *rawBatch {
 	if p.dec != nil {
+		return new(rawBatch)
+	}
+	select {
+	case b := <-p.free:
+		return b
+	default:
+	}
+	if p.batches < nBatches {
+		p.batches++
 		return new(rawBatch)
 	}
 	return <-p.free
@@ -135,7 +170,7 @@ func (p *pipeline) hand(b *rawBatch) *rawBatch {
 		return b
 	}
 	p.full <- b
-	return <-p.free
+	return p.take()
 }
 
 // done ends the reader's side.
@@ -167,6 +202,21 @@ const readerNice = -10
 // (CAP_SYS_NICE); failure is harmless.
 func boostThread() {
 	_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), readerNice)
+}
+
+// realtimeThread makes the calling (locked) thread SCHED_FIFO at the lowest
+// real-time priority when allowed (CAP_SYS_NICE), else boosts it like
+// boostThread: a LowLatency reader then runs as soon as the kernel wakes
+// it, ahead of every normal task, however busy the CPUs are. It blocks
+// whenever the ring is empty, and the kernel's real-time throttling
+// (sched_rt_runtime_us) bounds it if a consumer never returns.
+func realtimeThread() {
+	// struct sched_param { int sched_priority; }
+	prio := int32(1)
+	_, _, errno := unix.RawSyscall(unix.SYS_SCHED_SETSCHEDULER, 0, unix.SCHED_FIFO, uintptr(unsafe.Pointer(&prio)))
+	if errno != 0 {
+		boostThread()
+	}
 }
 
 // threadCPU returns the CPU time of the calling thread in ns.

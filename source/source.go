@@ -111,12 +111,14 @@ type Source struct {
 	opens     *ringbuf.Reader
 	opensMark atomic.Uint64 // all open events submitted before this monotonic time are processed
 
+	startup []Phase  // Open's stages
 	sources []string // attached, as the manifest lists them
 	missing []string // access kinds this kernel lacks
 	notes   []string
 	btf     btfSource
 
 	tmu      sync.Mutex // guards the target state below
+	closed   bool       // Close has begun: no more target changes
 	flags    uint32     // target_flags
 	cgSlots  [maxCgroups]int
 	cgPaths  [maxCgroups]string
@@ -203,30 +205,38 @@ func Open(cfg Config) (*Source, error) {
 	if cfg.Command && !cfg.NoCgroup {
 		cg2 = cgroup2Mount()
 	}
-	if err := checkPrivileges(tracefsEvents() == "" || cg2 != ""); err != nil {
-		return nil, err
+	var plan *loadPlan
+	stages := []struct {
+		name string
+		run  func() error
+	}{
+		{"privileges", func() error {
+			if err := checkPrivileges(tracefsEvents() == "" || cg2 != ""); err != nil {
+				return err
+			}
+			return mountTracefs()
+		}},
+		{"cgroup", func() error { s.makeCommandCgroup(cg2); return nil }},
+		{"probe", func() (err error) { plan, err = s.plan(tracefsEvents()); return err }},
+		{"btf", func() error { return s.kernelTypes(plan) }},
+		{"load", func() error { return s.load(plan) }},
+		{"targets", func() error {
+			if err := s.initTargets(); err != nil {
+				return err
+			}
+			s.files = newFileTable(s.filter(), s.coll.Maps["files"], cwd())
+			s.files.denyActive = s.coll.Variables["deny_active"]
+			return nil
+		}},
+		{"rings", s.openRings},
+		{"attach", func() error { return s.attach(plan) }},
 	}
-	if err := mountTracefs(); err != nil {
-		return nil, err
-	}
-	s.makeCommandCgroup(cg2)
-	plan, err := s.plan(tracefsEvents())
-	if err != nil {
-		return nil, err
-	}
-	if err := s.load(plan); err != nil {
-		return nil, err
-	}
-	if err := s.initTargets(); err != nil {
-		return nil, err
-	}
-	s.files = newFileTable(s.filter(), s.coll.Maps["files"], cwd())
-	s.files.denyActive = s.coll.Variables["deny_active"]
-	if err := s.openRings(); err != nil {
-		return nil, err
-	}
-	if err := s.attach(plan); err != nil {
-		return nil, err
+	for _, st := range stages {
+		t := time.Now()
+		if err := st.run(); err != nil {
+			return nil, err
+		}
+		s.startup = append(s.startup, Phase{Name: st.name, Wall: time.Since(t)})
 	}
 	ok = true
 	return s, nil
@@ -329,12 +339,17 @@ func (s *Source) setStopped() {
 }
 
 // Close stops (if running), detaches the programs and releases everything.
+// Target changes (AddPID, ...) may run concurrently with it and fail with
+// ErrStopped; other calls must not.
 func (s *Source) Close() error {
 	if s.state == 3 {
 		return nil
 	}
 	s.Stop()
 	s.state = 3
+	s.tmu.Lock()
+	s.closed = true
+	s.tmu.Unlock()
 	s.detach()
 	if s.hints != nil {
 		s.hints.close()
@@ -364,6 +379,15 @@ func (s *Source) detach() {
 	wg.Wait()
 	s.links = nil
 }
+
+// Phase is one stage of Open and how long it took.
+type Phase struct {
+	Name string // privileges, cgroup, probe, btf, load, targets, rings, attach
+	Wall time.Duration
+}
+
+// Startup returns how long each stage of Open took.
+func (s *Source) Startup() []Phase { return s.startup }
 
 // Sources names the attached tracepoints and kprobes, as the manifest's
 // recording.event_sources lists them.

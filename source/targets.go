@@ -76,7 +76,7 @@ func (s *Source) AddPID(pid int) error {
 	}
 	s.tmu.Lock()
 	defer s.tmu.Unlock()
-	if s.coll == nil {
+	if s.closed {
 		return fmt.Errorf("add pid %d: %w", pid, ErrStopped)
 	}
 	if err := s.coll.Maps[bpf.RecordMapPids].Put(uint32(pid), uint8(1)); err != nil {
@@ -91,7 +91,7 @@ func (s *Source) AddPID(pid int) error {
 func (s *Source) RemovePID(pid int) error {
 	s.tmu.Lock()
 	defer s.tmu.Unlock()
-	if s.coll == nil {
+	if s.closed {
 		return fmt.Errorf("remove pid %d: %w", pid, ErrStopped)
 	}
 	err := s.coll.Maps[bpf.RecordMapPids].Delete(uint32(pid))
@@ -107,7 +107,7 @@ func (s *Source) RemovePID(pid int) error {
 func (s *Source) AddCgroup(dir string) error {
 	s.tmu.Lock()
 	defer s.tmu.Unlock()
-	if s.coll == nil {
+	if s.closed {
 		return fmt.Errorf("add cgroup %s: %w", dir, ErrStopped)
 	}
 	return s.addCgroupLocked(dir)
@@ -171,7 +171,7 @@ func (s *Source) setMaskLocked() error {
 func (s *Source) RemoveCgroup(dir string) error {
 	s.tmu.Lock()
 	defer s.tmu.Unlock()
-	if s.coll == nil {
+	if s.closed {
 		return fmt.Errorf("remove cgroup %s: %w", dir, ErrStopped)
 	}
 	slot := s.slotOf(filepath.Clean(dir))
@@ -202,6 +202,9 @@ func (s *Source) AddExecTarget(path string) error {
 	}
 	s.tmu.Lock()
 	defer s.tmu.Unlock()
+	if s.closed {
+		return fmt.Errorf("add exec target %s: %w", path, ErrStopped)
+	}
 	if err := s.coll.Maps["exec_targets"].Put(&key, uint8(1)); err != nil {
 		return fmt.Errorf("add exec target %s: %w", path, err)
 	}
@@ -221,6 +224,9 @@ func (s *Source) RemoveExecTarget(path string) error {
 	}
 	s.tmu.Lock()
 	defer s.tmu.Unlock()
+	if s.closed {
+		return fmt.Errorf("remove exec target %s: %w", path, ErrStopped)
+	}
 	if err := s.coll.Maps["exec_targets"].Delete(&key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("remove exec target %s: %w", path, err)
 	}
@@ -230,9 +236,6 @@ func (s *Source) RemoveExecTarget(path string) error {
 func (s *Source) execKey(path string) (bpf.RecordFilekey, error) {
 	if s.cfg.Exec == ExecNone {
 		return bpf.RecordFilekey{}, errors.New("exec events are off (Config.Exec)")
-	}
-	if s.coll == nil {
-		return bpf.RecordFilekey{}, ErrStopped
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
@@ -272,7 +275,7 @@ func (s *Source) StartCommand(cmd *exec.Cmd) error {
 	if !s.cfg.Command {
 		return fmt.Errorf("start %s: the source was not opened with Config.Command", cmd.Path)
 	}
-	if s.coll == nil {
+	if s.state >= 2 {
 		return fmt.Errorf("start %s: %w", cmd.Path, ErrStopped)
 	}
 	if s.ownCg != "" {
@@ -330,11 +333,20 @@ func (s *Source) CommandCgroup() string { return s.ownCg }
 // cgroup. A cgroup still holding processes (a command's descendant that
 // outlived it) cannot be removed; the next Open removes it once empty.
 func (s *Source) closeTargets() {
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
 	for i, fd := range s.cgSlots {
 		if fd >= 0 {
+			if fd == s.ownCgFD {
+				s.ownCgFD = -1
+			}
 			unix.Close(fd)
 			s.cgSlots[i] = -1
 		}
+	}
+	if s.ownCgFD >= 0 { // its slot was removed (RemoveCgroup)
+		unix.Close(s.ownCgFD)
+		s.ownCgFD = -1
 	}
 	if s.ownCg != "" {
 		for i := 0; i < 5; i++ {

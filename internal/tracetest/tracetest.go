@@ -36,6 +36,16 @@ func Main(m *testing.M) {
 		os.Exit(helperGetppid())
 	case "hints":
 		os.Exit(helperHints())
+	case "preadpaced":
+		os.Exit(helperPreadPaced())
+	case "stamp":
+		// The first thing this helper does: print CLOCK_MONOTONIC (ns),
+		// then exit, so one number is both when it started and when
+		// it ended.
+		var ts unix.Timespec
+		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+		fmt.Println(ts.Nano())
+		os.Exit(0)
 	}
 	os.Exit(3)
 }
@@ -289,4 +299,68 @@ func CachedPages(t testing.TB, f *os.File) uint64 {
 		n += uint64(v & 1)
 	}
 	return n
+}
+
+// helperPreadPaced prints "ready", waits for a line on stdin, then, in
+// PREDICTIO_RECORD_THREADS threads (default 1), preads 4 KiB pages of
+// PREDICTIO_RECORD_FILE round-robin at PREDICTIO_RECORD_RATE reads/s per
+// thread (0: as fast as it can) for PREDICTIO_RECORD_DURATION, and prints
+// the number of reads. Between reads more than 200 µs apart it sleeps,
+// closer ones it spins for.
+func helperPreadPaced() int {
+	f, err := os.Open(os.Getenv("PREDICTIO_RECORD_FILE"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	st, _ := f.Stat()
+	pages := max(st.Size()/4096, 1)
+	rate, _ := strconv.ParseFloat(os.Getenv("PREDICTIO_RECORD_RATE"), 64)
+	dur, _ := time.ParseDuration(os.Getenv("PREDICTIO_RECORD_DURATION"))
+	threads, _ := strconv.Atoi(os.Getenv("PREDICTIO_RECORD_THREADS"))
+	threads = max(threads, 1)
+	fmt.Println("ready")
+	var line string
+	fmt.Scanln(&line)
+	counts := make([]int64, threads)
+	done := make(chan struct{})
+	start := time.Now()
+	for t := range threads {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			runtime.LockOSThread()
+			buf := make([]byte, 4096)
+			var n int64
+			for {
+				el := time.Since(start)
+				if el >= dur {
+					break
+				}
+				if rate > 0 {
+					due := time.Duration(float64(n) / rate * float64(time.Second))
+					if wait := due - el; wait > 200*time.Microsecond {
+						time.Sleep(wait)
+						continue
+					} else if wait > 0 {
+						continue
+					}
+				}
+				if _, err := unix.Pread(int(f.Fd()), buf, (n%pages)*4096); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					os.Exit(1)
+				}
+				n++
+			}
+			counts[t] = n
+		}()
+	}
+	var total int64
+	for range threads {
+		<-done
+	}
+	for _, n := range counts {
+		total += n
+	}
+	fmt.Println(total)
+	return 0
 }

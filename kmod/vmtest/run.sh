@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run.sh boots Debian's 6.1 cloud kernel under qemu and runs the kernel
-# module tests (package kmod) and, when present, the record tests inside it.
+# module tests (package kmod) and, when present, the record and source tests
+# inside it.
 #
 #   kmod/vmtest/run.sh          # tests; exit status says whether they passed
 #   kmod/vmtest/run.sh -bench   # BenchmarkVMResident inside the VM
@@ -140,6 +141,12 @@ if [ "$mode" = test ] && [ "${PREDICTIO_VM_RECORD:-1}" = 1 ] && ls record/*_test
 	fi
 fi
 
+# The event source's own tests (package source) run with the record tests.
+srctest=no
+if [ "$record" = yes ] && CGO_ENABLED=0 go test -c -o "$build/initramfs/source.test" ./source; then
+	srctest=yes
+fi
+
 # replay's kmod backend test (TestKmodOracle) runs against the module too.
 replay=no
 if true; then
@@ -216,6 +223,10 @@ else
 		/record.test -test.v -test.count=1 -test.timeout 5m
 		echo "@@RESULT record rc=\$?"
 	fi
+	if [ -x /source.test ]; then
+		/source.test -test.v -test.count=1 -test.timeout 5m
+		echo "@@RESULT source rc=\$?"
+	fi
 	if [ -x /predictio ]; then
 		head -c 8388608 /dev/urandom >/mnt/rec.bin
 		sync
@@ -276,6 +287,13 @@ if [ "$record" = yes ]; then
 	rres=$(grep -a '^@@RESULT record' "$console" | tail -1 || true)
 	if [ "$rres" != "@@RESULT record rc=0" ]; then
 		echo "vmtest: record tests failed on $kver (${rres:-no result})" >&2
+		fail=1
+	fi
+fi
+if [ "$srctest" = yes ]; then
+	sres=$(grep -a '^@@RESULT source' "$console" | tail -1 || true)
+	if [ "$sres" != "@@RESULT source rc=0" ]; then
+		echo "vmtest: source tests failed on $kver (${sres:-no result})" >&2
 		fail=1
 	fi
 fi
