@@ -245,20 +245,28 @@ int BPF_PROG(handle_fault, struct address_space *mapping, unsigned long index)
 	return emit_host(KIND_FAULT, BPF_CORE_READ(mapping, host), index, 1);
 }
 
-// Folio layouts: before Linux 6.6 a large folio's order is _folio_order;
-// since, the low byte of _flags_1.
+// Folio layouts. The flags word is an unsigned long, a memdesc_flags_t
+// (a struct holding one) since 6.17; a large folio's order is
+// _folio_order before 6.6, the low byte of _flags_1 since.
+struct folio___flagsword {
+	unsigned long flags;
+} __attribute__((preserve_access_index));
+
 struct folio___61 {
 	unsigned char _folio_order;
 } __attribute__((preserve_access_index));
 
 // folio_pages is folio_nr_pages(folio): 1 unless PG_head is set in the
-// folio's flags word (an unsigned long, or memdesc_flags_t since 6.17;
-// same place and size either way).
+// folio's flags.
 static __always_inline __u64 folio_pages(struct folio *folio)
 {
 	unsigned long flags = 0;
-	__u32 off = bpf_core_field_offset(struct folio, flags);
+	__u32 off;
 
+	if (bpf_core_type_exists(memdesc_flags_t))
+		off = bpf_core_field_offset(struct folio, flags);
+	else
+		off = bpf_core_field_offset(struct folio___flagsword, flags);
 	if (bpf_probe_read_kernel(&flags, sizeof(flags), (void *)folio + off) < 0)
 		return 1;
 	if (!(flags & (1UL << bpf_core_enum_value(enum pageflags, PG_head))))

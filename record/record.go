@@ -19,7 +19,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -69,15 +71,14 @@ type Config struct {
 	// NoSignal leaves such a command running.
 	NoSignal bool
 
-	onStart  func()                             // test hook: called once tracing runs
-	noCgroup bool                               // test hook: follow a command by pid
-	create   func(string) (bundleWriter, error) // test hook; nil: formats.Create
-	btfCache string                             // test hook: BTF cache directory
+	onStart  func()                                          // test hook: called once tracing runs
+	noCgroup bool                                            // test hook: follow a command by pid
+	create   func(string, *fileRows) (bundleWriter, error) // test hook; nil: formats.Create
+	btfCache string                                          // test hook: BTF cache directory
 }
 
 // bundleWriter is the part of *formats.Writer the recorder uses.
 type bundleWriter interface {
-	AddFile(formats.File) error
 	Append(*formats.Access) error
 	AppendHint(*formats.Hint) error
 	Flush() error
@@ -205,6 +206,7 @@ type recording struct {
 	src      *source.Source
 	w        bundleWriter
 	sink     *bundleSink
+	files    *fileRows
 	start    time.Time
 	cmd      *exec.Cmd
 	cmdErr   error
@@ -266,23 +268,61 @@ type pendingBundle struct {
 	existed bool // dir existed (empty) before
 	done    chan struct{}
 	w       bundleWriter
+	files   *fileRows
 	err     error
 }
 
 // startBundle starts creating the bundle writer.
 func startBundle(cfg Config) *pendingBundle {
-	b := &pendingBundle{dir: cfg.Output, done: make(chan struct{})}
+	b := &pendingBundle{dir: cfg.Output, done: make(chan struct{}), files: &fileRows{}}
 	_, err := os.Stat(cfg.Output)
 	b.existed = err == nil
 	create := cfg.create
 	if create == nil {
-		create = func(dir string) (bundleWriter, error) { return formats.Create(dir) }
+		create = func(dir string, files *fileRows) (bundleWriter, error) {
+			return formats.Create(dir, formats.WithFileResolver(files.resolve))
+		}
 	}
 	go func() {
 		defer close(b.done)
-		b.w, b.err = create(cfg.Output)
+		b.w, b.err = create(cfg.Output, b.files)
 	}()
 	return b
+}
+
+// fileRows gives the bundle writer the files.arrow row of each file id
+// its rows reference, when it writes the batch holding the first of them
+// (formats.WithFileResolver): the source's row, stat'ed then. So a file's
+// row reaches disk with the first batch that names it, with the path the
+// source found by then.
+type fileRows struct {
+	src  *source.Source // set before the source starts delivering
+	mu   sync.Mutex
+	rows []formats.File
+}
+
+func (f *fileRows) resolve(id uint32) formats.File {
+	row, ok := f.src.FileNow(id)
+	if !ok {
+		row = formats.File{ID: id}
+	}
+	f.mu.Lock()
+	f.rows = append(f.rows, row)
+	f.mu.Unlock()
+	return row
+}
+
+// written returns the rows given to the writer so far and how many have no
+// path.
+func (f *fileRows) written() (rows []formats.File, unresolved int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range f.rows {
+		if r.Path == "" {
+			unresolved++
+		}
+	}
+	return slices.Clone(f.rows), unresolved
 }
 
 // discard removes what the bundle's creation made, after stage 1 failed.
@@ -310,6 +350,7 @@ func (b *pendingBundle) recording(cfg Config, src *source.Source) (*recording, e
 		return nil, b.err // formats.Create names the action
 	}
 	w := b.w
+	b.files.src = src
 	man := w.Manifest()
 	man.Host = formats.HostInfo()
 	man.ToolVersion = cfg.ToolVersion
@@ -318,7 +359,7 @@ func (b *pendingBundle) recording(cfg Config, src *source.Source) (*recording, e
 		Include: cfg.Include, Exclude: src.Excludes(), Comm: cfg.Comm, MinSizeBytes: cfg.MinSize,
 		EventSources: src.Sources(), HintSocket: cfg.HintSocket,
 	}
-	return &recording{cfg: cfg, src: src, w: w, sink: &bundleSink{w: w}}, nil
+	return &recording{cfg: cfg, src: src, w: w, sink: &bundleSink{w: w}, files: b.files}, nil
 }
 
 func (r *recording) abortUnlessFinished() {
@@ -430,32 +471,27 @@ func watchPIDs(ctx context.Context, pids []int, done chan<- struct{}) {
 }
 
 // finalize is stage 4: stop the source (draining what it holds into the
-// bundle), then write the files table, the counters and notes, and close
-// the bundle.
+// bundle), flush the last rows (the writer resolves the file rows they
+// reference), then write the counters and notes and close the bundle.
 func (r *recording) finalize() (*Summary, error) {
 	r.src.Stop()
 	man := r.w.Manifest()
 	man.End = formats.Timestamp{Wall: time.Now(), MonotonicNS: source.MonotonicNow()}
 	sum := r.summary()
-	rows, unresolved := r.src.Files()
-	// Releasing the programs, maps and rings (unmapping the 16 MiB ring
-	// costs milliseconds) overlaps writing the bundle; the source's state
-	// is all read by now.
-	closed := make(chan struct{})
-	go func() { r.src.Close(); close(closed) }()
-	defer func() { <-closed }()
-	sum.Files, sum.Unresolved = len(rows), unresolved
 	if err := r.src.Err(); err != nil {
 		return nil, err
 	}
 	if err := r.w.Flush(); err != nil {
-		return nil, fmt.Errorf("write accesses: %w", err)
+		return nil, err // formats names the action and the table
 	}
-	for _, f := range rows {
-		if err := r.w.AddFile(f); err != nil {
-			return nil, fmt.Errorf("write files table: %w", err)
-		}
-	}
+	// Releasing the programs, maps and rings (unmapping the 16 MiB ring
+	// costs milliseconds) overlaps closing the bundle; the file table,
+	// all that is still read, stays.
+	closed := make(chan struct{})
+	go func() { r.src.Close(); close(closed) }()
+	defer func() { <-closed }()
+	rows, unresolved := r.files.written()
+	sum.Files, sum.Unresolved = len(rows), unresolved
 	man.Counters = formats.Counters{
 		Events: sum.Events, DroppedEvents: sum.Dropped + sum.Discarded, Hints: sum.Hints,
 		RejectedHints: sum.HintRejects.Total(), Files: uint64(len(rows)),

@@ -372,6 +372,9 @@ func TestPIDDescendants(t *testing.T) {
 	if err := sh.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// A failure before the shell is let go must not leave it (and the
+	// test) waiting for its stdin.
+	t.Cleanup(func() { sh.Process.Kill(); sh.Wait() })
 	// Once the recorder is attached, let the shell go on.
 	started := func() {
 		go func() {
@@ -418,7 +421,9 @@ func TestCgroupTarget(t *testing.T) {
 	if err := sh.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer sh.Wait()
+	// A failure before the shell is let go must not leave it (and the
+	// test) waiting for its stdin.
+	t.Cleanup(func() { sh.Process.Kill(); sh.Wait() })
 	started := func() { in.Write([]byte("go\n")); in.Close() }
 	r := record(t, context.Background(), Config{Cgroup: cg, Duration: 2 * time.Second, onStart: started})
 	id := r.fileID(t, p)

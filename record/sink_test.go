@@ -10,7 +10,9 @@ import (
 // TestSinkNoAlloc checks that writing a batch into a real formats.Writer
 // allocates nothing per row.
 func TestSinkNoAlloc(t *testing.T) {
-	fw, err := formats.Create(t.TempDir() + "/b")
+	fw, err := formats.Create(t.TempDir()+"/b", formats.WithFileResolver(func(id uint32) formats.File {
+		return formats.File{ID: id, Path: "/f", Ino: uint64(id) + 1, Mode: formats.ModeRegular}
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}

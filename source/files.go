@@ -40,10 +40,11 @@ type fileEntry struct {
 	// statAt when (monotonic ns); used by the decoder only.
 	pages  uint64
 	statAt uint64
-	// size and mtime from the stat when the file was added; guarded by
-	// fileTable.mu.
+	// size, mtime and mode from the stat when the file was added; guarded
+	// by fileTable.mu.
 	size  uint64
 	mtime int64
+	mode  uint32
 }
 
 // setSize records st's size in pages.
@@ -194,12 +195,12 @@ func (t *fileTable) add(key fileKey, pid uint32, path string) *fileEntry {
 		path = scanProc(pid, key)
 	}
 	state := t.filt.unknownState()
-	size, mtime := int64(-1), int64(0)
+	size, mtime, mode := int64(-1), int64(0), uint32(0)
 	if path != "" {
 		var st unix.Stat_t
 		if err := unix.Stat(path, &st); err == nil && statKey(&st) == key {
 			state = t.filt.decide(path, &st)
-			size, mtime = st.Size, st.Mtim.Nano()
+			size, mtime, mode = st.Size, st.Mtim.Nano(), st.Mode
 		} else {
 			state = t.filt.decide(path, nil)
 		}
@@ -209,17 +210,18 @@ func (t *fileTable) add(key fileKey, pid uint32, path string) *fileEntry {
 		t.mu.Unlock()
 		return e
 	}
-	e := &fileEntry{id: uint32(len(t.list)), key: key, path: path}
+	// Ids start at 1: a hint's file_id 0 means "no file" (docs/format.md).
+	e := &fileEntry{id: uint32(len(t.list) + 1), key: key, path: path}
 	if size >= 0 {
 		e.pages, e.statAt = (uint64(size)+4095)/4096, monoNow()
-		e.size, e.mtime = uint64(size), mtime
+		e.size, e.mtime, e.mode = uint64(size), mtime, mode
 	}
 	t.byKey[key] = e
 	t.list = append(t.list, e)
 	t.setState(e, state)
 	if state != stateDenied {
 		t.fresh = append(t.fresh, formats.File{ID: e.id, Dev: uint64(key.dev), Ino: key.ino, Path: path,
-			Size: uint64(max(size, 0)), MtimeNS: mtime})
+			Size: uint64(max(size, 0)), MtimeNS: mtime, Mode: mode})
 	}
 	t.mu.Unlock()
 	return e
@@ -243,11 +245,11 @@ func (t *fileTable) takeFresh(dst []formats.File) []formats.File {
 func (t *fileTable) row(id uint32) (formats.File, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if int(id) >= len(t.list) {
+	if id == 0 || int(id) > len(t.list) {
 		return formats.File{}, false
 	}
-	e := t.list[id]
-	f := formats.File{ID: e.id, Dev: uint64(e.key.dev), Ino: e.key.ino, Path: e.path, Size: e.size, MtimeNS: e.mtime}
+	e := t.list[id-1]
+	f := formats.File{ID: e.id, Dev: uint64(e.key.dev), Ino: e.key.ino, Path: e.path, Size: e.size, MtimeNS: e.mtime, Mode: e.mode}
 	if f.Path == "" {
 		f.Path = t.cands[e.key]
 	}
@@ -378,29 +380,42 @@ func (t *fileTable) interp(path string) string {
 	return v
 }
 
-// files returns the files.arrow rows: path, size and mtime of every file
-// that still exists under the path it was seen with, stat'ed now.
+// files returns the files.arrow rows of every file, stat'ed now (rowNow).
 func (t *fileTable) files() (rows []formats.File, unresolved int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	rows = make([]formats.File, 0, len(t.list))
-	for _, e := range t.list {
-		f := formats.File{ID: e.id, Dev: uint64(e.key.dev), Ino: e.key.ino, Path: e.path}
+	n := t.count()
+	rows = make([]formats.File, 0, n)
+	for i := range n {
+		f, _ := t.rowNow(uint32(i + 1))
 		if f.Path == "" {
-			f.Path = t.cands[e.key]
-		}
-		if f.Path != "" {
-			var st unix.Stat_t
-			if unix.Stat(f.Path, &st) == nil && statKey(&st) == e.key {
-				f.Size = uint64(st.Size)
-				f.MtimeNS = st.Mtim.Nano()
-			}
-		} else {
 			unresolved++
 		}
 		rows = append(rows, f)
 	}
 	return rows, unresolved
+}
+
+// rowNow returns the files.arrow row of file id with its best path,
+// stat'ed now: size, mtime and mode when the file still exists under that
+// path with the same device and inode (else they stay 0).
+func (t *fileTable) rowNow(id uint32) (formats.File, bool) {
+	t.mu.Lock()
+	if id == 0 || int(id) > len(t.list) {
+		t.mu.Unlock()
+		return formats.File{}, false
+	}
+	e := t.list[id-1]
+	f := formats.File{ID: e.id, Dev: uint64(e.key.dev), Ino: e.key.ino, Path: e.path}
+	if f.Path == "" {
+		f.Path = t.cands[e.key]
+	}
+	t.mu.Unlock()
+	if f.Path != "" {
+		var st unix.Stat_t
+		if unix.Stat(f.Path, &st) == nil && statKey(&st) == e.key {
+			f.Size, f.MtimeNS, f.Mode = uint64(st.Size), st.Mtim.Nano(), st.Mode
+		}
+	}
+	return f, true
 }
 
 // pathOf returns e's path.

@@ -67,6 +67,9 @@ func TestPidSetGroupExit(t *testing.T) {
 	if err := sh.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// A failure before the shell is let go must not leave it (and the
+	// test) waiting for its stdin.
+	t.Cleanup(func() { sh.Process.Kill(); sh.Wait() })
 	src, _ := open(t, Config{PIDs: []int{sh.Process.Pid}})
 	var stale []uint32
 	var checkErr error

@@ -32,7 +32,7 @@ func TestDecodeNoAlloc(t *testing.T) {
 	if perEvent := allocs / batchLen; perEvent > 0.001 {
 		t.Errorf("%.4f allocations per event", perEvent)
 	}
-	if len(d.rows) != batchLen || d.rows[5].FileID != 1 || d.rows[5].Comm != "cat" || d.rows[5].FirstPage != 5 {
+	if len(d.rows) != batchLen || d.rows[5].FileID != 2 || d.rows[5].Comm != "cat" || d.rows[5].FirstPage != 5 {
 		t.Errorf("decoded %d rows, row 5 %+v", len(d.rows), d.rows[5])
 	}
 }

@@ -426,8 +426,13 @@ func (s *Source) Stats() Stats {
 func (s *Source) Files() (rows []formats.File, unresolved int) { return s.files.files() }
 
 // File returns the current row of file id: the best path known and the
-// size and mtime seen when the file was first resolved.
+// size, mtime and mode seen when the file was first resolved.
 func (s *Source) File(id uint32) (formats.File, bool) { return s.files.row(id) }
+
+// FileNow returns the row of file id with its best path, stat'ed now
+// (size, mtime and mode when the file still exists there with the same
+// device and inode). A bundle writer's file resolver.
+func (s *Source) FileNow(id uint32) (formats.File, bool) { return s.files.rowNow(id) }
 
 // Counter slots (record.h).
 const (
