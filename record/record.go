@@ -71,10 +71,10 @@ type Config struct {
 	// NoSignal leaves such a command running.
 	NoSignal bool
 
-	onStart  func()                                          // test hook: called once tracing runs
-	noCgroup bool                                            // test hook: follow a command by pid
+	onStart  func()                                        // test hook: called once tracing runs
+	noCgroup bool                                          // test hook: follow a command by pid
 	create   func(string, *fileRows) (bundleWriter, error) // test hook; nil: formats.Create
-	btfCache string                                          // test hook: BTF cache directory
+	btfCache string                                        // test hook: BTF cache directory
 }
 
 // bundleWriter is the part of *formats.Writer the recorder uses.
