@@ -17,10 +17,12 @@ import (
 	"github.com/predictio/predictio/internal/tracetest"
 )
 
-// waitSocket waits for the recorder to create its hint socket.
+// waitSocket waits for the recorder to create its hint socket. The bound
+// is generous: the first start on a kernel builds the BTF cache, which
+// takes seconds in an emulated VM.
 func waitSocket(t *testing.T, path string) {
 	t.Helper()
-	for i := 0; i < 200; i++ {
+	for i := 0; i < 3000; i++ {
 		if st, err := os.Stat(path); err == nil && st.Mode()&os.ModeSocket != 0 {
 			return
 		}
