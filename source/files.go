@@ -36,7 +36,7 @@ type fileEntry struct {
 	key      fileKey // zero for a path-only file
 	pathOnly bool    // a path looked up that did not exist: no inode
 	state    atomic.Uint32
-	path  string // guarded by fileTable.mu
+	path     string // guarded by fileTable.mu
 	// pages is the file's size in pages when last stat'ed (0: unknown),
 	// statAt when (monotonic ns); used by the decoder only.
 	pages  uint64
