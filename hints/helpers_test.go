@@ -318,7 +318,7 @@ func (p *proc) line(timeout time.Duration) string {
 
 // senderStats is one answer of a sender.
 type senderStats struct {
-	ns                                       int64
+	ns                                     int64
 	sent, full, none, reported, reconnects uint64
 }
 
