@@ -191,8 +191,8 @@ func (c *Client) send(f File) error {
 			return fmt.Errorf("send hint: %w", err)
 		}
 		c.sent.Add(1)
-		if c.repFull != c.queueFull.Load() || c.repNoServer != c.noServer.Load() {
-			c.report(false)
+		if c.unreported() {
+			_ = c.report(false)
 		}
 	case dropQueueFull:
 		c.queueFull.Add(1)
@@ -221,21 +221,51 @@ func (c *Client) reconnect() bool {
 }
 
 // report queues a drop_report of the drops not reported yet, at most once
-// per reportInterval unless final. A report that cannot be queued is not a
-// dropped hint; its counts go with the next one.
-func (c *Client) report(final bool) {
+// per reportInterval unless force. A report that cannot be queued is not a
+// dropped hint; its counts go with the next one. The caller holds c.mu.
+func (c *Client) report(force bool) error {
 	now := time.Now()
-	if !final && now.Sub(c.lastReport) < reportInterval {
-		return
+	if !force && now.Sub(c.lastReport) < reportInterval {
+		return nil
 	}
 	full, none := c.queueFull.Load(), c.noServer.Load()
 	c.rep = AppendDropReport(c.rep[:0], full-c.repFull, none-c.repNoServer)
-	if c.sendmsg(c.rep, nil) != nil {
-		return
+	if err := c.sendmsg(c.rep, nil); err != nil {
+		return err
 	}
 	c.lastReport = now
 	c.reported.Add(full - c.repFull + none - c.repNoServer)
 	c.repFull, c.repNoServer = full, none
+	return nil
+}
+
+func (c *Client) unreported() bool {
+	return c.repFull != c.queueFull.Load() || c.repNoServer != c.noServer.Load()
+}
+
+// Flush tells the recorder now about the drops it has not been told about,
+// without waiting. It returns nil when there are none or the report was
+// queued, and otherwise the send error (unix.EAGAIN while the recorder's
+// queue is full, unix.ECONNREFUSED or unix.ENOTCONN while none listens);
+// the counts then go with the next report. A program that wants its drops
+// known before it exits retries Flush for as long as it cares to.
+func (c *Client) Flush() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fd < 0 {
+		return ErrClosed
+	}
+	if !c.unreported() {
+		return nil
+	}
+	err := c.report(true)
+	if err != nil && classify(err) != notDropped && c.reconnect() {
+		err = c.report(true)
+	}
+	if err != nil {
+		return fmt.Errorf("report dropped hints: %w", err)
+	}
+	return nil
 }
 
 // TreeChildEnter says a tree traversal is entering child number position
@@ -277,16 +307,16 @@ func (c *Client) LayerStart(file File, layer uint32) error {
 }
 
 // Close reports the drops the recorder has not been told about (one
-// attempt, without blocking: a recorder whose queue is full then never
-// learns them) and closes the connection.
+// attempt, as Flush: a recorder whose queue is full then never learns
+// them) and closes the connection.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.fd < 0 {
 		return nil
 	}
-	if c.repFull != c.queueFull.Load() || c.repNoServer != c.noServer.Load() {
-		c.report(true)
+	if c.unreported() {
+		_ = c.report(true)
 	}
 	err := unix.Close(c.fd)
 	c.fd = -1

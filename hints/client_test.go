@@ -99,17 +99,49 @@ func TestReconnect(t *testing.T) {
 				t.Fatalf("no receiver: %+v, want 1000 dropped as no_server", gone)
 			}
 			r2 := startReceiver(t, sock)
-			back := snd.do("trickle", 30*time.Second)
-			if back.reconnects == 0 || back.sent <= 10 {
-				t.Fatalf("after the receiver restarted: %+v; the client did not reconnect", back)
+			// Flush reconnects too: the drops reach the new receiver
+			// before any new hint.
+			back := snd.do("flush", 30*time.Second)
+			if back.reconnects == 0 || back.reported != back.dropped() {
+				t.Fatalf("after the receiver restarted: %+v; the client did not reconnect and report", back)
 			}
-			if back.reported != back.dropped() {
-				t.Fatalf("after the receiver restarted: %d of %d drops reported", back.reported, back.dropped())
+			if back = snd.do("send 10", 10*time.Second); back.sent != 20 {
+				t.Fatalf("after the receiver restarted: %+v, want 10 more hints sent", back)
 			}
 			end := snd.do("close", 10*time.Second)
 			got := r2.finish(sock)
-			if got.hints != end.sent-10 || got.none != end.none || got.full != end.full {
+			if got.hints != 10 || got.none != 1000 || got.full != 0 {
 				t.Errorf("second receiver counted %+v; sender: %+v (10 hints went to the first)", got, end)
+			}
+		})
+	}
+}
+
+// TestConcurrentSendersExact sends from 4 threads of one program (Go
+// goroutines, C pthreads) on one client to a receiver that cannot keep up,
+// and checks that the counts stay exact under contention: every hint is
+// either received or reported dropped, once.
+func TestConcurrentSendersExact(t *testing.T) {
+	for _, lang := range []string{"go", "c"} {
+		t.Run(lang, func(t *testing.T) {
+			sock := filepath.Join(t.TempDir(), "h.sock")
+			recv := startReceiver(t, sock)
+			snd := startSender(t, lang, sock, false, 0, "PIO_HINTS_TEST_THREADS=4")
+			const n = 200_000
+			st := snd.do("send 200000", time.Minute)
+			if st.sent+st.dropped() != n || st.none != 0 {
+				t.Fatalf("sender: %+v, want sent + dropped = %d", st, n)
+			}
+			if st.full == 0 {
+				t.Logf("no hint dropped: the receiver kept up with 4 senders (%+v)", st)
+			}
+			if st = snd.do("flush", 30*time.Second); st.reported != st.dropped() {
+				t.Fatalf("after flush: %+v", st)
+			}
+			snd.do("close", 10*time.Second)
+			got := recv.finish(sock)
+			if got.hints != st.sent || got.full != st.full || got.none != 0 || got.bad != 0 {
+				t.Errorf("receiver counted %+v; sender %+v", got, st)
 			}
 		})
 	}
@@ -139,6 +171,65 @@ func TestReconnectRateLimited(t *testing.T) {
 	}
 	if s := c.Stats(); s.NoServer != uint64(n) || s.Sent != 0 {
 		t.Errorf("stats %+v, want %d no_server drops", s, n)
+	}
+}
+
+// TestFlush fills a socket nobody reads, checks that Flush fails at once
+// with EAGAIN while the queue is full, and succeeds once it drains.
+func TestFlush(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "h.sock")
+	rfd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(rfd)
+	if err := unix.Bind(rfd, &unix.SockaddrUnix{Name: sock}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Flush(); err != nil {
+		t.Fatalf("flush with nothing dropped: %v", err)
+	}
+	for c.Dropped() == 0 {
+		if err := c.LayerStart(Path("/m"), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Flush(); !errors.Is(err, unix.EAGAIN) {
+		t.Fatalf("flush into a full queue: %v, want EAGAIN", err)
+	}
+	buf := make([]byte, MaxDatagram)
+	var m Message
+	var hints uint64
+	for {
+		n, err := unix.Read(rfd, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if Decode(buf[:n], &m) == nil && m.Kind == KindDropReport {
+			t.Fatalf("a drop report was queued while the queue was full: %+v", m)
+		}
+		hints++
+		if hints == c.Stats().Sent {
+			break
+		}
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatalf("flush into a drained queue: %v", err)
+	}
+	n, err := unix.Read(rfd, buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Decode(buf[:n], &m); err != nil || m.Kind != KindDropReport || m.QueueFull != c.Dropped() || m.NoServer != 0 {
+		t.Fatalf("after flush: %+v (%v), want a drop report of %d", m, err, c.Dropped())
+	}
+	if s := c.Stats(); s.Reported != s.Dropped() {
+		t.Errorf("stats after flush: %+v", s)
 	}
 }
 

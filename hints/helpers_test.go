@@ -98,6 +98,7 @@ func closeRights(oob []byte) {
 //
 //	send N    send N tree_child_enter hints; ns= is the time they took
 //	trickle   one hint per millisecond until every drop is reported (10 s at most)
+//	flush     Flush every millisecond until it succeeds (10 s at most)
 //	close     Close, then exit
 func senderMain() int {
 	ms, _ := strconv.Atoi(os.Getenv("PIO_HINTS_TEST_RECONNECT_MS"))
@@ -109,6 +110,7 @@ func senderMain() int {
 	}
 	f := Path("/data/index.db")
 	kids := []uint64{10, 11, 12, 13}
+	threads := max(1, atoi(os.Getenv("PIO_HINTS_TEST_THREADS")))
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		cmd, arg, _ := strings.Cut(in.Text(), " ")
@@ -116,11 +118,9 @@ func senderMain() int {
 		switch cmd {
 		case "send":
 			n, _ := strconv.Atoi(arg)
-			for i := range n {
-				if err := c.TreeChildEnter(f, uint64(i), 1, kids); err != nil {
-					fmt.Println("error", err)
-					return 1
-				}
+			if err := sendParallel(c, f, kids, n, threads); err != nil {
+				fmt.Println("error", err)
+				return 1
 			}
 		case "trickle":
 			for s := c.Stats(); s.Reported < s.Dropped() && time.Since(start) < 10*time.Second; s = c.Stats() {
@@ -128,6 +128,10 @@ func senderMain() int {
 					fmt.Println("error", err)
 					return 1
 				}
+				time.Sleep(time.Millisecond)
+			}
+		case "flush":
+			for c.Flush() != nil && time.Since(start) < 10*time.Second {
 				time.Sleep(time.Millisecond)
 			}
 		case "close":
@@ -146,10 +150,43 @@ func senderMain() int {
 	return 0
 }
 
+func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
+
+// sendParallel sends n hints from threads goroutines on one Client.
+func sendParallel(c *Client, f File, kids []uint64, n, threads int) error {
+	errs := make(chan error, threads)
+	for t := range threads {
+		go func() {
+			var err error
+			for i := t; i < n && err == nil; i += threads {
+				err = c.TreeChildEnter(f, uint64(i), 1, kids)
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for range threads {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // cSender is senderMain in C, against predictio_hints.h.
 const cSender = `#include "predictio_hints.h"
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+static struct pio_hints *h;
+static long total, nthreads = 1;
+static uint64_t kids[] = {10, 11, 12, 13};
+static void *sendall(void *arg) {
+	for (long i = (long)(intptr_t)arg; i < total; i += nthreads)
+		if (pio_tree_child_enter(h, "/data/index.db", -1, (uint64_t)i, 1, kids, 4))
+			return (void *)(intptr_t)errno;
+	return NULL;
+}
 static void stats(struct pio_hints *h, int64_t ns) {
 	struct pio_hints_stats s;
 	pio_hints_get_stats(h, &s);
@@ -161,21 +198,25 @@ static void stats(struct pio_hints *h, int64_t ns) {
 int main(void) {
 	const char *sock = getenv("PIO_HINTS_TEST_SOCK");
 	const char *lazy = getenv("PIO_HINTS_TEST_LAZY");
-	struct pio_hints *h = lazy && lazy[0] == '1' ? pio_hints_open(sock) : pio_hints_dial(sock);
+	h = lazy && lazy[0] == '1' ? pio_hints_open(sock) : pio_hints_dial(sock);
 	if (!h) { printf("error dial %s: %s\n", sock, strerror(errno)); return 1; }
 	const char *ms = getenv("PIO_HINTS_TEST_RECONNECT_MS");
 	if (ms && atoi(ms) > 0) h->reconnect_ns = (int64_t)atoi(ms) * 1000000;
-	uint64_t kids[] = {10, 11, 12, 13};
+	const char *th = getenv("PIO_HINTS_TEST_THREADS");
+	if (th && atol(th) > 1) nthreads = atol(th);
 	char line[64];
 	while (fgets(line, sizeof(line), stdin)) {
 		int64_t start = pio__now();
 		if (!strncmp(line, "send ", 5)) {
-			long n = atol(line + 5);
-			for (long i = 0; i < n; i++)
-				if (pio_tree_child_enter(h, "/data/index.db", -1, (uint64_t)i, 1, kids, 4)) {
-					printf("error send: %s\n", strerror(errno));
-					return 1;
-				}
+			pthread_t t[64];
+			total = atol(line + 5);
+			for (long i = 0; i < nthreads && i < 64; i++)
+				pthread_create(&t[i], NULL, sendall, (void *)(intptr_t)i);
+			for (long i = 0; i < nthreads && i < 64; i++) {
+				void *e;
+				pthread_join(t[i], &e);
+				if (e) { printf("error send: %s\n", strerror((int)(intptr_t)e)); return 1; }
+			}
 		} else if (!strncmp(line, "trickle", 7)) {
 			struct pio_hints_stats s;
 			struct timespec ms1 = {0, 1000000};
@@ -187,6 +228,10 @@ int main(void) {
 				}
 				nanosleep(&ms1, NULL);
 			}
+		} else if (!strncmp(line, "flush", 5)) {
+			struct timespec ms1 = {0, 1000000};
+			while (pio_hints_flush(h) && pio__now() - start < 10000000000LL)
+				nanosleep(&ms1, NULL);
 		} else if (!strncmp(line, "close", 5)) {
 			/* h is freed by close: print the counts it had before. */
 			struct pio_hints_stats s;
@@ -235,7 +280,7 @@ func compileC(t *testing.T, dir, name, src string) string {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, name)
-	if out, err := exec.Command(cc, "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-O2", "-I", wd, "-o", bin, c).CombinedOutput(); err != nil {
+	if out, err := exec.Command(cc, "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-O2", "-pthread", "-I", wd, "-o", bin, c).CombinedOutput(); err != nil {
 		t.Fatalf("compile %s: %v\n%s", name, err, out)
 	}
 	return bin
@@ -324,7 +369,7 @@ type senderStats struct {
 
 func (s senderStats) dropped() uint64 { return s.full + s.none }
 
-func startSender(t *testing.T, lang, sock string, lazy bool, reconnectMS int) *proc {
+func startSender(t *testing.T, lang, sock string, lazy bool, reconnectMS int, env ...string) *proc {
 	t.Helper()
 	var cmd *exec.Cmd
 	if lang == "c" {
@@ -342,6 +387,7 @@ func startSender(t *testing.T, lang, sock string, lazy bool, reconnectMS int) *p
 	}
 	cmd.Env = append(os.Environ(), roleEnv+"=sender", "PIO_HINTS_TEST_SOCK="+sock,
 		"PIO_HINTS_TEST_LAZY="+l, "PIO_HINTS_TEST_RECONNECT_MS="+strconv.Itoa(reconnectMS))
+	cmd.Env = append(cmd.Env, env...)
 	return startProc(t, lang+" sender", cmd)
 }
 

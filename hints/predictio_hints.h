@@ -19,7 +19,7 @@
  * full because it is slow, stopped or stuck, or nothing listens) is
  * dropped and counted: pio_hints_dropped(h). The recorder learns the count
  * from a drop_report datagram sent after the next hint that goes through
- * (at most one per 10 ms) and from pio_hints_close. After the recorder goes
+ * (at most one per 10 ms), from pio_hints_flush and from pio_hints_close. After the recorder goes
  * away the handle reconnects to the same path by itself, at most once per
  * PIO_HINTS_RECONNECT_MS (default 100; #define it before the #include to
  * change it).
@@ -208,16 +208,17 @@ static inline int pio__reconnect(struct pio_hints *h)
 static inline void pio__put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
 
 /* pio__report queues a drop_report of the drops not reported yet, at most
- * once per PIO_HINTS_REPORT_NS unless final; one thread at a time. A report
- * that cannot be queued is not a dropped hint: its counts go with the next. */
-static inline void pio__report(struct pio_hints *h, int final)
+ * once per PIO_HINTS_REPORT_NS unless force; one thread at a time (EBUSY
+ * for the others). A report that cannot be queued is not a dropped hint:
+ * its counts go with the next. Returns 0 or an errno value. */
+static inline int pio__report(struct pio_hints *h, int force)
 {
 	int64_t now = pio__now();
-	int zero = 0;
-	if (!final && now - pio__load(&h->last_report) < PIO_HINTS_REPORT_NS)
-		return;
+	int zero = 0, e;
+	if (!force && now - pio__load(&h->last_report) < PIO_HINTS_REPORT_NS)
+		return 0;
 	if (!__atomic_compare_exchange_n(&h->reporting, &zero, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-		return;
+		return EBUSY;
 	uint64_t full = pio__load(&h->st.queue_full), none = pio__load(&h->st.no_server);
 	uint8_t b[PIO_HINTS_HEADER + 16];
 	uint32_t magic = PIO_HINTS_MAGIC, plen = 16;
@@ -233,13 +234,15 @@ static inline void pio__report(struct pio_hints *h, int final)
 	memset(&m, 0, sizeof(m));
 	m.msg_iov = &iov;
 	m.msg_iovlen = 1;
-	if (pio__sendmsg(h->fd, &m) == 0) {
+	e = pio__sendmsg(h->fd, &m);
+	if (e == 0) {
 		pio__add(&h->st.reported, full - h->rep_full + none - h->rep_none);
 		__atomic_store_n(&h->rep_full, full, __ATOMIC_RELAXED);
 		__atomic_store_n(&h->rep_none, none, __ATOMIC_RELAXED);
 		__atomic_store_n(&h->last_report, now, __ATOMIC_RELAXED);
 	}
 	__atomic_store_n(&h->reporting, 0, __ATOMIC_RELEASE);
+	return e;
 }
 
 static inline int pio__unreported(struct pio_hints *h)
@@ -248,15 +251,35 @@ static inline int pio__unreported(struct pio_hints *h)
 	       pio__load(&h->rep_none) != pio__load(&h->st.no_server);
 }
 
-/* pio_hints_close reports the drops not reported yet (one attempt, without
- * blocking: a recorder whose queue is full then never learns them), closes
- * the socket and frees h. */
+/* pio_hints_flush tells the recorder now about the drops it has not been
+ * told about, without waiting: 0 when there are none or the report was
+ * queued, else -1 with errno (EAGAIN while the recorder's queue is full,
+ * ECONNREFUSED or ENOTCONN while none listens, EBUSY while another thread
+ * reports); the counts then go with the next report. A program that wants
+ * its drops known before it exits retries it for as long as it cares to. */
+static inline int pio_hints_flush(struct pio_hints *h)
+{
+	if (!pio__unreported(h))
+		return 0;
+	int e = pio__report(h, 1);
+	if (e && pio__class(e) && pio__reconnect(h))
+		e = pio__report(h, 1);
+	if (e) {
+		errno = e;
+		return -1;
+	}
+	return 0;
+}
+
+/* pio_hints_close reports the drops not reported yet (one attempt, as
+ * pio_hints_flush: a recorder whose queue is full then never learns them),
+ * closes the socket and frees h. */
 static inline int pio_hints_close(struct pio_hints *h)
 {
 	if (!h)
 		return 0;
 	if (pio__unreported(h))
-		pio__report(h, 1);
+		(void)pio__report(h, 1);
 	int r = close(h->fd);
 	free(h);
 	return r;
@@ -335,7 +358,7 @@ static inline int pio__send(struct pio_hints *h, uint8_t *buf, uint8_t *end, con
 		}
 		pio__add(&h->st.sent, 1);
 		if (pio__unreported(h))
-			pio__report(h, 0);
+			(void)pio__report(h, 0);
 		return 0;
 	case 1:
 		pio__add(&h->st.queue_full, 1);
