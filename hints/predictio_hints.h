@@ -64,7 +64,7 @@ enum pio_hint_kind {
 	PIO_TREE_CHILD_ENTER = 1,
 	PIO_TENSOR_LAYOUT = 2,
 	PIO_LAYER_START = 3,
-	PIO_DROP_REPORT = 4, /* not a hint: drops since the previous report */
+	PIO_DROP_REPORT = 128, /* control, not a hint: drops since the previous report */
 };
 
 /* pio_hints_stats: what a handle did with the hints it was given. */

@@ -41,7 +41,8 @@ const (
 	MaxName = 1024
 )
 
-// Kind is the type of a hint. Values equal formats.HintKind.
+// Kind is the type of a hint. Hint kinds (below 128) equal formats.HintKind;
+// kinds from 128 on are control datagrams.
 type Kind uint8
 
 // Hint kinds.
@@ -49,11 +50,12 @@ const (
 	KindTreeChildEnter Kind = 1
 	KindTensorLayout   Kind = 2
 	KindLayerStart     Kind = 3
-	// KindDropReport is not a hint: a client's count of the hints it
-	// dropped since its previous report reached the socket (docs/hints.md,
-	// "Drop reports"). It names no file. Servers older than this kind count
-	// it as malformed and lose nothing else.
-	KindDropReport Kind = 4
+	// KindDropReport is not a hint but a control datagram (kinds from 128
+	// on, so that hint kinds can keep equalling formats.HintKind): a
+	// client's count of the hints it dropped since its previous report was
+	// queued (docs/hints.md, "drop_report"). It names no file. Servers
+	// older than this kind count it as malformed and lose nothing else.
+	KindDropReport Kind = 128
 )
 
 func (k Kind) String() string {
