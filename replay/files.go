@@ -212,3 +212,12 @@ func registry(files []*openFile) (*backend.Registry, error) {
 	}
 	return reg, nil
 }
+
+// statID returns the device (kernel s_dev encoding) and inode of path.
+func statID(path string) (dev, ino uint64, err error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, 0, fmt.Errorf("stat %s: %w", path, err)
+	}
+	return formats.KernelDev(st.Dev), st.Ino, nil
+}

@@ -24,7 +24,8 @@ var ErrBundle = errors.New("bad bundle")
 
 // op is one demand access to replay.
 type op struct {
-	ts    uint64
+	ts    uint64 // the access's start (bundles with service times) or event time
+	end   uint64 // its recorded completion; 0 when the bundle has none
 	file  uint32 // index into trace.files
 	page  uint64
 	n     uint32
@@ -32,11 +33,13 @@ type op struct {
 	fault bool
 }
 
-// thread is the ordered accesses of one recorded thread.
+// thread is the ordered accesses of one recorded thread, and the hints it
+// sent.
 type thread struct {
-	tid uint32
-	pid uint32
-	ops []op
+	tid   uint32
+	pid   uint32
+	ops   []op
+	hints []formats.Hint // in timestamp order
 }
 
 // fileInfo is one file the replay touches.
@@ -60,14 +63,16 @@ type trace struct {
 	files    []*fileInfo
 	byID     map[uint32]*fileInfo
 	threads  []*thread
-	hints    []formats.Hint
-	t0       uint64 // first timestamp
-	ops      int    // demand accesses
-	pages    uint64 // demand pages
-	clipped  uint64 // pages past the recorded end of file, not replayed
-	skipped  uint64 // accesses of kinds that are not demand (cache add, readahead, cache delete)
-	unknown  uint64 // accesses naming a file id not in files.arrow
-	hintSkip uint64 // hints naming a file id not in files.arrow
+	hints    []formats.Hint // all, in timestamp order
+	global   []formats.Hint // hints no replayed thread sent: delivered on the replay clock
+	t0       uint64         // first timestamp, of an access or a hint: the replay clock's origin
+	firstTS  uint64         // first access's timestamp
+	ops      int            // demand accesses
+	pages    uint64         // demand pages
+	clipped  uint64         // pages past the recorded end of file, not replayed
+	skipped  uint64         // accesses of kinds that are not demand (cache add, readahead, cache delete)
+	unknown  uint64         // accesses naming a file id not in files.arrow
+	hintSkip uint64         // hints naming a file id not in files.arrow
 }
 
 // demandKind reports whether an access of kind k is re-issued by replay
@@ -167,6 +172,7 @@ func loadTrace(dir string) (*trace, error) {
 		sort.SliceStable(th.ops, func(i, j int) bool { return th.ops[i].ts < th.ops[j].ts })
 	}
 	sort.Slice(t.threads, func(i, j int) bool { return t.threads[i].tid < t.threads[j].tid })
+	t.firstTS = t.t0
 
 	hc, err := b.Hints()
 	if err != nil {
@@ -191,6 +197,7 @@ func loadTrace(dir string) (*trace, error) {
 	if len(t.hints) > 0 && (first || t.hints[0].TS < t.t0) {
 		t.t0 = t.hints[0].TS
 	}
+	t.assignHints()
 	if t.ops == 0 {
 		return nil, fmt.Errorf("load bundle %s: %w: %s has no demand accesses (read, fault, map or imported) to replay", dir, ErrBundle, formats.AccessesFile)
 	}
@@ -223,4 +230,29 @@ func (t *trace) future() *policies.Future {
 		}
 	}
 	return policies.NewFuture(acc)
+}
+
+// assignHints gives each hint to the replayed thread that sent it, where
+// that is known: the only replayed thread of the hint's process. A thread
+// delivers its hints on its own timeline, so the lead between a hint and
+// the access it announces is kept exactly; the others go on the replay
+// clock (trace.global).
+func (t *trace) assignHints() {
+	byPID := map[uint32]*thread{}
+	shared := map[uint32]bool{}
+	for _, th := range t.threads {
+		th.hints = th.hints[:0]
+		if _, ok := byPID[th.pid]; ok {
+			shared[th.pid] = true
+		}
+		byPID[th.pid] = th
+	}
+	t.global = t.global[:0]
+	for _, h := range t.hints {
+		if th := byPID[h.PID]; th != nil && !shared[h.PID] {
+			th.hints = append(th.hints, h)
+			continue
+		}
+		t.global = append(t.global, h)
+	}
 }

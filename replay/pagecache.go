@@ -20,7 +20,6 @@ var ErrNotCold = errors.New("files are still cached")
 type pageCacheDemand struct {
 	files []*openFile
 	ps    int
-	track *tracker // nil without prefetching
 }
 
 func (d *pageCacheDemand) demand(w *worker, o *op) error {
@@ -51,9 +50,6 @@ func (d *pageCacheDemand) demand(w *worker, o *op) error {
 			}
 			done += m
 		}
-	}
-	if d.track != nil {
-		d.track.demanded(o.file, o.page, uint64(o.n))
 	}
 	return nil
 }

@@ -53,7 +53,8 @@ type PolicySummary struct {
 	P50US      Spread  `json:"p50_us"`
 	P99US      Spread  `json:"p99_us"`
 	Prefetched Spread  `json:"pages_prefetched"`
-	Used       Spread  `json:"pages_used"`
+	UsedInTime Spread  `json:"pages_used_in_time"`
+	Late       Spread  `json:"pages_late"`
 	Wasted     Spread  `json:"pages_wasted"`
 	Submitted  Spread  `json:"pages_submitted"`
 	Cached     Spread  `json:"pages_skipped_cached"`
@@ -98,7 +99,7 @@ func (rep *Report) summarize(specs []string) {
 	var base *PolicySummary
 	for _, spec := range specs {
 		ps := PolicySummary{Policy: spec}
-		var wall, stall, p50, p99, pre, used, wasted, sub, cached, dropped, infl, miss, dev []float64
+		var wall, stall, p50, p99, pre, used, late, wasted, sub, cached, dropped, infl, miss, dev []float64
 		for _, r := range rep.Runs {
 			if r.Policy != spec {
 				continue
@@ -109,7 +110,8 @@ func (rep *Report) summarize(specs []string) {
 			p50 = append(p50, r.P50US)
 			p99 = append(p99, r.P99US)
 			pre = append(pre, float64(r.Prefetched))
-			used = append(used, float64(r.Used))
+			used = append(used, float64(r.UsedInTime))
+			late = append(late, float64(r.Late))
 			wasted = append(wasted, float64(r.Wasted))
 			sub = append(sub, float64(r.Counters.PagesSubmitted))
 			cached = append(cached, float64(r.Counters.PagesCached))
@@ -119,7 +121,7 @@ func (rep *Report) summarize(specs []string) {
 			dev = append(dev, float64(r.DeviceReadBytes)/(1<<20))
 		}
 		ps.WallNS, ps.StallNS, ps.P50US, ps.P99US = spreadOf(wall), spreadOf(stall), spreadOf(p50), spreadOf(p99)
-		ps.Prefetched, ps.Used, ps.Wasted = spreadOf(pre), spreadOf(used), spreadOf(wasted)
+		ps.Prefetched, ps.UsedInTime, ps.Late, ps.Wasted = spreadOf(pre), spreadOf(used), spreadOf(late), spreadOf(wasted)
 		ps.Submitted, ps.Cached, ps.Dropped, ps.InFlight = spreadOf(sub), spreadOf(cached), spreadOf(dropped), spreadOf(infl)
 		ps.Misses, ps.DeviceMiB = spreadOf(miss), spreadOf(dev)
 		rep.Summary.Policies = append(rep.Summary.Policies, ps)
@@ -178,20 +180,20 @@ func (rep *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintln(bw, "\nRuns (in the order run):")
 	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tround\tbackend\tstate\twall\tstall\tp50 µs\tp99 µs\tprefetched\tused\twasted\tmisses\tsubmitted\tskipped cached\tdropped\tinflight max\tdevice MiB\t")
+	fmt.Fprintln(tw, "policy\tround\tbackend\tstate\twall\tstall\tp50 µs\tp99 µs\tprefetched\tin time\tlate\twasted\tmisses\tsubmitted\tskipped cached\tdropped\tinflight max\tdevice MiB\t")
 	for _, r := range rep.Runs {
 		state := "warm"
 		if r.Cold {
 			state = "cold"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%.1f\t\n", r.Policy, r.Round, r.Backend, state,
-			ms(float64(r.WallNS)), ms(float64(r.StallNS)), r.P50US, r.P99US, r.Prefetched, r.Used, r.Wasted, missText(r),
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%.1f\t\n", r.Policy, r.Round, r.Backend, state,
+			ms(float64(r.WallNS)), ms(float64(r.StallNS)), r.P50US, r.P99US, effectText(r, r.Prefetched), effectText(r, r.UsedInTime), effectText(r, r.Late), effectText(r, r.Wasted), missText(r),
 			r.Counters.PagesSubmitted, r.Counters.PagesCached, r.Counters.Dropped, r.Counters.InFlightMax, float64(r.DeviceReadBytes)/(1<<20))
 	}
 	tw.Flush()
 	fmt.Fprintln(bw, "\nSummary (median [min..max] over rounds):")
 	tw = tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\trounds\twall\tstall\tp50 µs\tp99 µs\tprefetched\tused\twasted\tdropped\tspeedup\tpredicted\t")
+	fmt.Fprintln(tw, "policy\trounds\twall\tstall\tp50 µs\tp99 µs\tprefetched\tin time\tlate\twasted\tdropped\tspeedup\tpredicted\t")
 	for _, p := range rep.Summary.Policies {
 		sp, pred := "-", "-"
 		if p.Speedup > 0 {
@@ -200,9 +202,9 @@ func (rep *Report) WriteText(w io.Writer) error {
 		if p.Predicted > 0 {
 			pred = fmt.Sprintf("%.2f×", p.Predicted)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Policy, p.Rounds,
-			strings.TrimSuffix(spreadMS(p.WallNS), ""), spreadMS(p.StallNS), spreadUS(p.P50US), spreadUS(p.P99US),
-			count(p.Prefetched), count(p.Used), count(p.Wasted), count(p.Dropped), sp, pred)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Policy, p.Rounds,
+			spreadMS(p.WallNS), spreadMS(p.StallNS), spreadUS(p.P50US), spreadUS(p.P99US),
+			count(p.Prefetched), count(p.UsedInTime), count(p.Late), count(p.Wasted), count(p.Dropped), sp, pred)
 	}
 	tw.Flush()
 	vias := map[string]bool{}
@@ -215,12 +217,27 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if rep.Summary.Predictor != "" {
 		fmt.Fprintf(bw, "\npredicted: %s\n", rep.Summary.Predictor)
 	}
+	notes := map[string]bool{}
+	for _, r := range rep.Runs {
+		if r.EffectNote != "" && !notes[r.EffectNote] {
+			notes[r.EffectNote] = true
+			fmt.Fprintf(bw, "\n%s backend: %s\n", r.Backend, r.EffectNote)
+		}
+	}
 	for _, r := range rep.Runs {
 		for _, wmsg := range r.Warnings {
 			fmt.Fprintf(bw, "warning: %s round %d: %s\n", r.Policy, r.Round, wmsg)
 		}
 	}
 	return bw.Flush()
+}
+
+// effectText prints an effect counter, or "?" where the run has none.
+func effectText(r *Run, n uint64) string {
+	if r.EffectNote != "" {
+		return "?"
+	}
+	return strconv.FormatUint(n, 10)
 }
 
 func missText(r *Run) string {
