@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -77,38 +76,19 @@ func mincore(b []byte, vec []byte) error {
 }
 
 // evict drops the page-cache pages of files with POSIX_FADV_DONTNEED (and,
-// with dropCaches, /proc/sys/vm/drop_caches), then verifies with cachestat
-// that none is left. Needs Linux 6.5 for cachestat; without it, mincore of a
-// fresh mapping is used.
-func evict(files []*openFile, dropCaches, skip bool) error {
-	if !skip {
-		for _, f := range files {
-			if f != nil {
-				unix.Fadvise(f.fd, 0, 0, unix.FADV_DONTNEED)
-			}
-		}
-		if dropCaches {
-			unix.Sync()
-			if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("1"), 0); err != nil {
-				return fmt.Errorf("drop caches: %w (needs root with CAP_SYS_ADMIN; leave out --drop-caches to evict with POSIX_FADV_DONTNEED only)", err)
-			}
-		}
-	}
-	var left []string
+// with dropCaches, /proc/sys/vm/drop_caches). What stays is the residue
+// (measureResidue).
+func evict(files []*openFile, dropCaches bool) error {
 	for _, f := range files {
-		if f == nil || f.size == 0 {
-			continue
-		}
-		c, err := residentPages(f)
-		if err != nil {
-			return fmt.Errorf("verify cold %s: %w", f.path, err)
-		}
-		if c > 0 {
-			left = append(left, fmt.Sprintf("%s: %d of %d pages cached", f.path, c, (f.size+uint64(os.Getpagesize())-1)/uint64(os.Getpagesize())))
+		if f != nil {
+			unix.Fadvise(f.fd, 0, 0, unix.FADV_DONTNEED)
 		}
 	}
-	if len(left) > 0 {
-		return fmt.Errorf("verify cold run: %w after eviction:\n  %s\nthe pages may be mapped or locked by another process, or dirty; stop that process, try --drop-caches as root, or pass --warm to run (and report) warm", ErrNotCold, strings.Join(left, "\n  "))
+	if dropCaches {
+		unix.Sync()
+		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("1"), 0); err != nil {
+			return fmt.Errorf("drop caches: %w (needs root with CAP_SYS_ADMIN; leave out --drop-caches to evict with POSIX_FADV_DONTNEED only)", err)
+		}
 	}
 	return nil
 }

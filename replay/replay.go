@@ -60,6 +60,11 @@ type Options struct {
 	// DropCaches also writes /proc/sys/vm/drop_caches before a cold run
 	// (root only).
 	DropCaches bool
+	// MaxResidue is the share of the demanded pages that may stay cached
+	// after eviction (mapped or locked by other processes, dirty) before
+	// a cold run is refused; 0 means DefaultMaxResidue (5%). Every run
+	// starts with the first run's residue.
+	MaxResidue float64
 	// InFlight bounds the kernel backend's queued pages; 0 means 8192.
 	InFlight int
 	// Readahead makes the kernel backend use readahead(2) instead of
@@ -82,6 +87,8 @@ type Options struct {
 	skipEvict bool
 	// onHint is a test hook called as each hint is dispatched.
 	onHint func(*runState, *formats.Hint)
+	// beforeRun is a test hook called before each run's eviction.
+	beforeRun func(spec string, round int)
 }
 
 // Run is the result of one replay run.
@@ -131,6 +138,8 @@ type Run struct {
 	Events   uint64                `json:"events_dispatched"`
 	Hints    int                   `json:"hints_delivered"`
 	Warnings []string              `json:"warnings,omitempty"`
+	// Residue is what stayed cached after eviction, when anything did.
+	Residue *Residue `json:"residue,omitempty"`
 
 	lat []int64 // per-access latency, ns, sorted
 }
@@ -153,6 +162,10 @@ type Replayer struct {
 
 	obs    *effect.Observer // during Replay, for the page-cache backends
 	obsErr string           // why obs is nil
+
+	demanded      map[uint32]set // per file index, the pages the replay demands
+	demandedPages uint64
+	residue       *Residue // the first cold run's, during Replay
 }
 
 // New loads the bundle in dir and checks its files.
@@ -195,6 +208,12 @@ func (opt *Options) validate() error {
 	}
 	if opt.Repeat <= 0 {
 		opt.Repeat = 1
+	}
+	if opt.MaxResidue == 0 {
+		opt.MaxResidue = DefaultMaxResidue
+	}
+	if opt.MaxResidue < 0 || opt.MaxResidue > 1 || math.IsNaN(opt.MaxResidue) {
+		return fmt.Errorf("replay: max residue %v must be a share of the demanded pages in (0, 1]", opt.MaxResidue)
 	}
 	if len(opt.Runs) == 0 {
 		opt.Runs = []string{Baseline}
@@ -306,6 +325,7 @@ func (r *Replayer) Replay(ctx context.Context) (*Report, error) {
 		SkippedKinds: r.t.skipped, UnknownFileRows: r.t.unknown, UnknownFileHints: r.t.hintSkip, PagesPastEOF: r.t.clipped}
 	r.startObserver()
 	defer r.stopObserver()
+	r.residue = nil
 	for round := 0; round < r.opt.Repeat; round++ {
 		for _, spec := range r.opt.Runs {
 			if err := ctx.Err(); err != nil {

@@ -217,6 +217,21 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if rep.Summary.Predictor != "" {
 		fmt.Fprintf(bw, "\npredicted: %s\n", rep.Summary.Predictor)
 	}
+	for _, r := range rep.Runs {
+		if res := r.Residue; res != nil {
+			fmt.Fprintf(bw, "\nresidue of %s round %d: %d of %d demanded pages (%.2f%%) stayed cached after eviction", r.Policy, r.Round, res.Pages, res.Demanded, 100*res.Fraction)
+			if res.Warmed > 0 {
+				fmt.Fprintf(bw, ", %d read in to match the first run", res.Warmed)
+			}
+			fmt.Fprintln(bw)
+			for _, f := range res.Files {
+				fmt.Fprintf(bw, "  %s: %d demanded pages (%d cached): %s\n", f.Path, f.Pages, f.Cached, f.Why)
+			}
+			if res.Extra > 0 {
+				fmt.Fprintf(bw, "warning: %s round %d: %d pages more than the first run's residue stayed cached; this run is warmer than the others\n", r.Policy, r.Round, res.Extra)
+			}
+		}
+	}
 	notes := map[string]bool{}
 	for _, r := range rep.Runs {
 		if r.EffectNote != "" && !notes[r.EffectNote] {

@@ -73,6 +73,9 @@ func (r *Replayer) runOnce(ctx context.Context, spec string, round int) (*Run, e
 	defer closeFiles(files)
 
 	run := &Run{Policy: spec, Round: round + 1, Backend: name, Accesses: r.t.ops, Pages: r.t.pages}
+	if r.opt.beforeRun != nil {
+		r.opt.beforeRun(spec, round)
+	}
 	if err := r.makeCold(run, files); err != nil {
 		return nil, err
 	}
@@ -125,7 +128,7 @@ func (r *Replayer) makeCold(run *Run, files []*openFile) error {
 		return nil
 	}
 	if !r.opt.Warm {
-		if err := evict(files, r.opt.DropCaches, r.opt.skipEvict); err != nil {
+		if err := r.evictTo(run, files); err != nil {
 			return err
 		}
 		run.Cold = true
@@ -134,6 +137,62 @@ func (r *Replayer) makeCold(run *Run, files []*openFile) error {
 		if err := r.obs.Reset(); err != nil {
 			return fmt.Errorf("reset the effect counters: %w", err)
 		}
+	}
+	return nil
+}
+
+// evictTo evicts the run's files and checks what stayed: the first cold
+// run's residue is the reference, refused above Options.MaxResidue; a
+// later run is brought to the same residue by reading in what it lacks,
+// and reports what it has beyond (pages that could not be evicted this
+// time).
+func (r *Replayer) evictTo(run *Run, files []*openFile) error {
+	var res *Residue
+	// Pages still being read (another program's readahead) cannot be
+	// dropped yet: try again after their reads are done.
+	for try := 0; ; try++ {
+		if !r.opt.skipEvict {
+			if err := evict(files, r.opt.DropCaches); err != nil {
+				return err
+			}
+		}
+		last := r.opt.skipEvict || try == 2
+		var err error
+		if res, err = r.measureResidue(files, last); err != nil {
+			return err
+		}
+		if res.Pages == 0 {
+			break
+		}
+		if last {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if ref := r.residue; ref != nil {
+		for idx, s := range res.sets {
+			res.Extra += s.minus(ref.sets[idx]).count()
+		}
+		warmed, err := warmTo(files, res, ref)
+		if err != nil {
+			return err
+		}
+		if warmed > 0 {
+			extra := res.Extra
+			if res, err = r.measureResidue(files, true); err != nil {
+				return err
+			}
+			res.Warmed, res.Extra = warmed, extra
+		}
+	}
+	if res.Fraction > r.opt.MaxResidue {
+		return residueError(res, r.opt.MaxResidue)
+	}
+	if r.residue == nil {
+		r.residue = res
+	}
+	if res.Pages > 0 {
+		run.Residue = res
 	}
 	return nil
 }
@@ -191,6 +250,15 @@ func (r *Replayer) execute(ctx context.Context, st *runState, spec string, round
 	wg.Wait()
 	close(stopHints)
 	<-hintsDone
+	if hintsLive && r.opt.Timing == TimingRecorded {
+		// Hints due before the last access that the clock had not
+		// delivered when the workers finished: late, but due.
+		var last uint64
+		for _, th := range r.t.threads {
+			last = max(last, th.ops[len(th.ops)-1].ts)
+		}
+		st.deliverGlobal(last)
+	}
 	stopProgress()
 	return workers
 }
