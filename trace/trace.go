@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 
 	"github.com/predictio/predictio/formats"
 )
@@ -27,40 +26,13 @@ func usageErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, args...))
 }
 
-var kindNames = map[formats.AccessKind]string{
-	formats.KindRead:           "read",
-	formats.KindFault:          "fault",
-	formats.KindMap:            "map",
-	formats.KindCacheAdd:       "cache_add",
-	formats.KindReadaheadSync:  "readahead_sync",
-	formats.KindReadaheadAsync: "readahead_async",
-	formats.KindCacheDelete:    "cache_delete",
-	formats.KindImported:       "imported",
-}
+// KindName returns the documented name of an access kind (see
+// formats.AccessKind.String), or "kindN" for a value this version does not
+// know.
+func KindName(k formats.AccessKind) string { return k.String() }
 
-var hintKindNames = map[formats.HintKind]string{
-	formats.HintTreeChildEnter: "tree_child_enter",
-	formats.HintTensorLayout:   "tensor_layout",
-	formats.HintLayerStart:     "layer_start",
-	formats.HintCustom:         "custom",
-}
-
-// KindName returns the documented name of an access kind, or "kind(N)" for
-// a value this version does not know.
-func KindName(k formats.AccessKind) string {
-	if n, ok := kindNames[k]; ok {
-		return n
-	}
-	return "kind(" + strconv.Itoa(int(k)) + ")"
-}
-
-// HintKindName returns the documented name of a hint kind, or "kind(N)".
-func HintKindName(k formats.HintKind) string {
-	if n, ok := hintKindNames[k]; ok {
-		return n
-	}
-	return "kind(" + strconv.Itoa(int(k)) + ")"
-}
+// HintKindName returns the documented name of a hint kind, or "hintN".
+func HintKindName(k formats.HintKind) string { return k.String() }
 
 // hasTable reports whether the bundle directory holds the named table file.
 func hasTable(dir, name string) bool {
@@ -105,7 +77,7 @@ func forEachHint(b *formats.Bundle, fn func(h *formats.Hint) error) error {
 }
 
 // openBundle opens the bundle in dir.
-func openBundle(dir string) (*formats.Bundle, error) {
+func openBundle(dir string, opts []formats.OpenOption) (*formats.Bundle, error) {
 	// formats.Open errors already say "open bundle" and name the file.
-	return formats.Open(dir)
+	return formats.Open(dir, opts...)
 }

@@ -73,9 +73,11 @@ func runReplay(c *command, args []string) int {
 	fs.StringVar(&device, "device", "", "device preset for the predicted speedup ("+strings.Join(simulate.PresetNames(), ", ")+"); default: this machine's measured figures")
 	fs.BoolVar(&noPredict, "no-predict", false, "do not compute simulate's predicted speedup")
 	fs.StringVar(&progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
+	noVerify := addNoVerifyFlag(fs, os.Stderr)
 	if code, ok := parseInterspersed(fs, args); !ok {
 		return code
 	}
+	noVerify()
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return 2
@@ -180,9 +182,11 @@ func runReplay(c *command, args []string) int {
 
 func runMaterialize(c *command, args []string) int {
 	fs := newFlagSet(c, "replay materialize")
+	noVerify := addNoVerifyFlag(fs, os.Stderr)
 	if code, ok := parseInterspersed(fs, args); !ok {
 		return code
 	}
+	noVerify()
 	if fs.NArg() != 2 {
 		fs.Usage()
 		return 2

@@ -55,10 +55,12 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 	junit := fs.String("junit", "", "write a JUnit XML report to FILE")
 	sweep := fs.String("sweep", "", "run several cache sizes in parallel: cache=64MiB,256MiB,1GiB")
 	plotFile := fs.String("plot", "", "draw coverage and speedup against cache size into FILE.svg or FILE.png")
+	noVerify := addNoVerifyFlag(fs, stderr)
 	pos, code, ok := parseArgs(fs, args)
 	if !ok {
 		return code
 	}
+	noVerify()
 	for _, s := range specs {
 		if s == "help" || s == "list" {
 			for _, n := range policies.Names() {

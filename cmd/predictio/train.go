@@ -59,10 +59,12 @@ func runTrain(c *command, args []string, stdout, stderr io.Writer) int {
 	device := fs.String("device", "nvme", "device preset for --holdout: nvme, sata-ssd or hdd")
 	noOracle := fs.Bool("no-oracle", false, "leave the oracle out of the --holdout report")
 	jsonOut := fs.Bool("json", false, "print the training summary (and holdout reports) as JSON")
+	noVerify := addNoVerifyFlag(fs, stderr)
 	pos, code, ok := parseArgs(fs, args[1:])
 	if !ok {
 		return code
 	}
+	noVerify()
 	if *out == "" {
 		return usageErr(errors.New("-o MODEL is required"))
 	}
