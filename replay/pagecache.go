@@ -23,16 +23,23 @@ type pageCacheDemand struct {
 
 func (d *pageCacheDemand) demand(w *worker, o *op) error {
 	f := d.files[o.file]
-	off := o.page * uint64(d.ps)
-	n := uint64(o.n) * uint64(d.ps)
+	if err := f.ensure(false); err != nil {
+		return err
+	}
+	ps := uint64(d.ps)
+	off := o.page * ps
+	n := uint64(o.n) * ps
 	if off+n > f.size {
 		n = f.size - off
 	}
 	if o.fault {
 		// Touch one byte of every page so that the kernel takes a real
-		// fault (or finds the page mapped by fault-around).
-		for p := uint64(0); p < n; p += uint64(d.ps) {
-			w.sink += f.mem[off+p]
+		// fault (or finds the page mapped by fault-around), through the
+		// recorded mapping where there is one.
+		for p := uint64(0); p < n; p += ps {
+			page := o.page + p/ps
+			mem, first := f.mapped(o, page, d.ps)
+			w.sink += mem[(page-first)*ps]
 		}
 	} else {
 		buf := w.buffer(int(n))
@@ -81,7 +88,7 @@ func mincore(b []byte, vec []byte) error {
 func evict(files []*openFile, dropCaches bool) error {
 	for _, f := range files {
 		if f != nil {
-			unix.Fadvise(f.fd, 0, 0, unix.FADV_DONTNEED)
+			f.withFD(func(fd int) error { return unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED) })
 		}
 	}
 	if dropCaches {
@@ -93,7 +100,8 @@ func evict(files []*openFile, dropCaches bool) error {
 	return nil
 }
 
-// residentPages returns the cached pages of f, with cachestat or mincore.
+// residentPages returns the cached pages of f, with cachestat or mincore;
+// f must be open.
 func residentPages(f *openFile) (uint64, error) {
 	c, err := cachedPages(f.fd, 0, 0) // len 0: to end of file
 	if err == nil {

@@ -60,6 +60,10 @@ type Options struct {
 	// DropCaches also writes /proc/sys/vm/drop_caches before a cold run
 	// (root only).
 	DropCaches bool
+	// WarmMetadata leaves dentries and inodes cached before cold runs of a
+	// bundle with metadata operations (by default they are dropped with
+	// drop_caches 2 where allowed).
+	WarmMetadata bool
 	// MaxResidue is the share of the demanded pages that may stay cached
 	// after eviction (mapped or locked by other processes, dirty) before
 	// a cold run is refused; 0 means DefaultMaxResidue (5%). Every run
@@ -140,6 +144,8 @@ type Run struct {
 	Warnings []string              `json:"warnings,omitempty"`
 	// Residue is what stayed cached after eviction, when anything did.
 	Residue *Residue `json:"residue,omitempty"`
+	// Metadata counts the metadata operations, for bundles that have them.
+	Metadata *Metadata `json:"metadata,omitempty"`
 
 	lat []int64 // per-access latency, ns, sorted
 }
@@ -322,7 +328,8 @@ func (r *Replayer) buildPolicies(spec string, files []*openFile) ([]policies.Pol
 func (r *Replayer) Replay(ctx context.Context) (*Report, error) {
 	rep := &Report{Bundle: r.t.dir, Backend: r.opt.Backend, Timing: r.opt.Timing, Speed: r.opt.Speed,
 		Accesses: r.t.ops, Pages: r.t.pages, Threads: len(r.t.threads), Hints: len(r.t.hints),
-		SkippedKinds: r.t.skipped, UnknownFileRows: r.t.unknown, UnknownFileHints: r.t.hintSkip, PagesPastEOF: r.t.clipped}
+		SkippedKinds: r.t.skipped, UnknownFileRows: r.t.unknown, UnknownFileHints: r.t.hintSkip, PagesPastEOF: r.t.clipped,
+		ExecRows: r.t.execs, MetadataOps: r.t.metaOps, ServiceTimes: r.t.serviceTimes}
 	r.startObserver()
 	defer r.stopObserver()
 	r.residue = nil
@@ -339,5 +346,6 @@ func (r *Replayer) Replay(ctx context.Context) (*Report, error) {
 		}
 	}
 	rep.summarize(r.opt.Runs)
+	rep.timing(r.t, &r.opt)
 	return rep, nil
 }

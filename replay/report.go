@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -29,12 +30,19 @@ type Report struct {
 	// Not replayed: access rows of other kinds (cache_add, readahead,
 	// cache_delete), rows and hints naming unknown file ids, and pages
 	// past the recorded end of file.
-	SkippedKinds     uint64  `json:"skipped_accesses"`
-	UnknownFileRows  uint64  `json:"unknown_file_rows,omitempty"`
-	UnknownFileHints uint64  `json:"unknown_file_hints,omitempty"`
-	PagesPastEOF     uint64  `json:"pages_past_eof,omitempty"`
-	Runs             []*Run  `json:"runs"`
-	Summary          Summary `json:"summary"`
+	SkippedKinds     uint64 `json:"skipped_accesses"`
+	UnknownFileRows  uint64 `json:"unknown_file_rows,omitempty"`
+	UnknownFileHints uint64 `json:"unknown_file_hints,omitempty"`
+	PagesPastEOF     uint64 `json:"pages_past_eof,omitempty"`
+	ExecRows         uint64 `json:"exec_rows,omitempty"`
+	MetadataOps      int    `json:"metadata_ops,omitempty"`
+	// ServiceTimes says whether the bundle's rows carry completion times;
+	// without them think time counts from each access's start
+	// (TimingFallback says so).
+	ServiceTimes   bool    `json:"service_times"`
+	TimingFallback string  `json:"timing_fallback,omitempty"`
+	Runs           []*Run  `json:"runs"`
+	Summary        Summary `json:"summary"`
 }
 
 // Spread is a median with the minimum and maximum over rounds.
@@ -79,6 +87,18 @@ type Summary struct {
 	// PredictedSpeedup is simulate's prediction for the same policy.
 	PredictedSpeedup float64 `json:"predicted_speedup,omitempty"`
 	Predictor        string  `json:"predictor,omitempty"`
+
+	// RecordedWallNS is the recording's wall time, from the first access's
+	// start to the last one's completion (manifest timing.recorded_wall_ns).
+	RecordedWallNS uint64 `json:"recorded_wall_ns,omitempty"`
+	// TimingError is |median baseline wall - recorded wall| / recorded
+	// wall, computed for recorded timing at speed 1 with a baseline.
+	// TimingTarget says whether replay's fidelity target applies (kernel
+	// or none backend at the recorded paths); TimingNote why not, or what
+	// else to know.
+	TimingError  *float64 `json:"timing_error,omitempty"`
+	TimingTarget bool     `json:"timing_target"`
+	TimingNote   string   `json:"timing_note,omitempty"`
 }
 
 func spreadOf(xs []float64) Spread {
@@ -217,6 +237,16 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if rep.Summary.Predictor != "" {
 		fmt.Fprintf(bw, "\npredicted: %s\n", rep.Summary.Predictor)
 	}
+	if e := rep.Summary.TimingError; e != nil {
+		fmt.Fprintf(bw, "\ntiming: recorded wall %s, baseline replay wall (median) %s: timing error %.1f%%", ms(float64(rep.Summary.RecordedWallNS)), ms(rep.baselineWall()), 100**e)
+		if rep.Summary.TimingNote != "" {
+			fmt.Fprintf(bw, " (%s)", rep.Summary.TimingNote)
+		}
+		fmt.Fprintln(bw)
+	}
+	if rep.TimingFallback != "" {
+		fmt.Fprintf(bw, "\nnote: %s\n", rep.TimingFallback)
+	}
 	for _, r := range rep.Runs {
 		if res := r.Residue; res != nil {
 			fmt.Fprintf(bw, "\nresidue of %s round %d: %d of %d demanded pages (%.2f%%) stayed cached after eviction", r.Policy, r.Round, res.Pages, res.Demanded, 100*res.Fraction)
@@ -351,4 +381,55 @@ func (r *Replayer) progress(st *runState, spec string, round int) func() {
 		close(stop)
 		<-done
 	}
+}
+
+// timing fills in the recorded wall and the timing error: how far the
+// baseline replay's wall is from the program's.
+func (rep *Report) timing(t *trace, opt *Options) {
+	s := &rep.Summary
+	s.RecordedWallNS = t.recordedWall
+	if !t.serviceTimes {
+		rep.TimingFallback = "this bundle lacks service times (format 1.0, or a recorder without them): think time counts from each access's start, " +
+			"so the recorded gaps hold the recorded service times too and a cold replay runs longer than the program; record it again with predictio record for a faithful baseline"
+	}
+	var base *PolicySummary
+	for i := range s.Policies {
+		if s.Policies[i].Policy == Baseline {
+			base = &s.Policies[i]
+		}
+	}
+	switch {
+	case s.RecordedWallNS == 0:
+		s.TimingNote = "the manifest has no recorded wall (timing.recorded_wall_ns)"
+		return
+	case opt.Timing != TimingRecorded:
+		s.TimingNote = "no timing error with --timing asap"
+		return
+	case opt.Speed != 1:
+		s.TimingNote = "no timing error with --speed other than 1"
+		return
+	case base == nil:
+		s.TimingNote = "no timing error without a baseline run"
+		return
+	}
+	e := math.Abs(base.WallNS.Median-float64(s.RecordedWallNS)) / float64(s.RecordedWallNS)
+	s.TimingError = &e
+	switch {
+	case opt.Backend == BackendDirect:
+		s.TimingNote = "direct backend: no kernel readahead, so its baseline differs from the program's by design; no target"
+	case opt.Root != "":
+		s.TimingNote = "files under --root (materialized) are laid out unlike the recorded ones; the target applies at the recorded paths"
+	default:
+		s.TimingTarget = true
+	}
+}
+
+// baselineWall is the baseline's median wall, or 0.
+func (rep *Report) baselineWall() float64 {
+	for _, p := range rep.Summary.Policies {
+		if p.Policy == Baseline {
+			return p.WallNS.Median
+		}
+	}
+	return 0
 }

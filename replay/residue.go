@@ -150,17 +150,16 @@ func (r *Replayer) measureResidue(files []*openFile, why bool) (*Residue, error)
 func cachedSet(f *openFile) (set, error) {
 	ps := uint64(os.Getpagesize())
 	pages := (f.size + ps - 1) / ps
-	mem := f.mem
-	if mem == nil {
-		m, err := unix.Mmap(f.fd, 0, int(f.size), unix.PROT_READ, unix.MAP_SHARED)
-		if err != nil {
-			return nil, err
-		}
-		defer unix.Munmap(m)
-		mem = m
-	}
 	vec := make([]byte, pages)
-	if err := mincore(mem, vec); err != nil {
+	err := f.withFD(func(fd int) error {
+		mem, err := unix.Mmap(fd, 0, int(f.size), unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			return err
+		}
+		defer unix.Munmap(mem)
+		return mincore(mem, vec)
+	})
+	if err != nil {
 		return nil, err
 	}
 	s := newSet(pages)
@@ -177,7 +176,7 @@ func cachedSet(f *openFile) (set, error) {
 func residueWhy(f *openFile) string {
 	var why []string
 	var cs unix.Cachestat_t
-	if unix.Cachestat(uint(f.fd), &unix.CachestatRange{}, &cs, 0) == nil {
+	if f.withFD(func(fd int) error { return unix.Cachestat(uint(fd), &unix.CachestatRange{}, &cs, 0) }) == nil {
 		if cs.Dirty > 0 {
 			why = append(why, fmt.Sprintf("%d dirty", cs.Dirty))
 		}

@@ -23,9 +23,10 @@ type worker struct {
 	th    *thread
 	buf   []byte
 	sink  byte
-	lat   []int64
+	lat   []int64 // per demand access
 	stall int64
-	end   time.Time // when its last access completed
+	end   time.Time // when its last operation completed
+	meta  Metadata
 	err   error
 	warn  string
 
@@ -43,6 +44,7 @@ func (w *worker) buffer(n int) []byte {
 // runState is the shared state of one run.
 type runState struct {
 	rp       *Replayer
+	files    []*openFile
 	dem      demander
 	be       backend.Backend
 	disp     *policies.Dispatcher
@@ -66,7 +68,7 @@ func (r *Replayer) runOnce(ctx context.Context, spec string, round int) (*Run, e
 	if spec == Baseline && (name == BackendKernel || name == BackendKmod) {
 		name = BackendNone // the baseline runs without prefetches
 	}
-	files, err := openFiles(r.t, r.paths, name == BackendDirect)
+	files, err := openFiles(r.t, r.paths, name == BackendDirect, r.t.metaOps > 0)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +85,7 @@ func (r *Replayer) runOnce(ctx context.Context, spec string, round int) (*Run, e
 	if err != nil {
 		return nil, err
 	}
-	st := &runState{rp: r}
+	st := &runState{rp: r, files: files}
 	fin, err := r.startBackend(st, name, files)
 	if err != nil {
 		return nil, err
@@ -125,6 +127,9 @@ func (r *Replayer) runOnce(ctx context.Context, spec string, round int) (*Run, e
 func (r *Replayer) makeCold(run *Run, files []*openFile) error {
 	if run.Backend == BackendDirect {
 		run.Cold = true
+		if r.t.metaOps > 0 {
+			run.Metadata = &Metadata{Warm: "the direct backend opens every file before the run"}
+		}
 		return nil
 	}
 	if !r.opt.Warm {
@@ -194,6 +199,10 @@ func (r *Replayer) evictTo(run *Run, files []*openFile) error {
 	if res.Pages > 0 {
 		run.Residue = res
 	}
+	if r.t.metaOps > 0 {
+		m := r.coldMetadata(files)
+		run.Metadata = &m
+	}
 	return nil
 }
 
@@ -204,7 +213,7 @@ func (r *Replayer) evictTo(run *Run, files []*openFile) error {
 func (r *Replayer) execute(ctx context.Context, st *runState, spec string, round int) []*worker {
 	workers := make([]*worker, len(r.t.threads))
 	for i, th := range r.t.threads {
-		workers[i] = &worker{id: i, r: st, th: th, lat: make([]int64, len(th.ops))}
+		workers[i] = &worker{id: i, r: st, th: th, lat: make([]int64, 0, len(th.ops))}
 	}
 	st.nextHint.Store(math.MaxUint64)
 	hintsLive := st.disp != nil && len(r.t.global) > 0
@@ -294,6 +303,18 @@ func (r *Replayer) measure(run *Run, st *runState, workers []*worker) {
 		if w.end.After(last) {
 			last = w.end
 		}
+		if m := run.Metadata; m != nil {
+			m.Ops += w.meta.Ops
+			m.TimeNS += w.meta.TimeNS
+			m.Mismatched += w.meta.Mismatched
+			m.Skipped += w.meta.Skipped
+			m.Mappings += w.meta.Mappings
+		}
+	}
+	for _, f := range st.files {
+		if f != nil && f.mapErr != nil {
+			run.Warnings = append(run.Warnings, f.mapErr.Error())
+		}
 	}
 	run.WallNS = last.Sub(first).Nanoseconds()
 	sortInt64(lat)
@@ -331,6 +352,14 @@ func (w *worker) loop(ctx context.Context) {
 		} else {
 			st.hintsUpTo(o.ts)
 		}
+		if o.meta {
+			t0 := time.Now()
+			w.metadata(o, st.files)
+			w.end = time.Now()
+			w.meta.TimeNS += w.end.Sub(t0).Nanoseconds()
+			prev = o
+			continue
+		}
 		if st.disp != nil {
 			st.mu.Lock()
 			ev := &st.ev
@@ -343,7 +372,7 @@ func (w *worker) loop(ctx context.Context) {
 		err := st.dem.demand(w, o)
 		w.end = time.Now()
 		d := w.end.Sub(t0).Nanoseconds()
-		w.lat[i] = d
+		w.lat = append(w.lat, d)
 		w.stall += d
 		st.done.Add(1)
 		if err != nil {
