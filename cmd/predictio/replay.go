@@ -62,6 +62,8 @@ func runReplay(c *command, args []string) int {
 	fs.StringVar(&model, "model", "", "trained markov model `FILE` ('predictio train markov')")
 	fs.BoolVar(&opt.Warm, "warm", false, "do not evict the files before each run: runs are warm and reported warm (kernel, none)")
 	fs.BoolVar(&opt.DropCaches, "drop-caches", false, "also write /proc/sys/vm/drop_caches before each cold run (root)")
+	fs.Float64Var(&opt.MaxResidue, "max-residue", replay.DefaultMaxResidue, "refuse a cold run when more than this `SHARE` (0..1] of the demanded pages stays cached after eviction (mapped or locked by other processes, dirty); every run starts with the first run's residue")
+	fs.BoolVar(&opt.WarmMetadata, "warm-metadata", false, "do not drop dentries and inodes (drop_caches 2) before cold runs of bundles with metadata rows")
 	fs.IntVar(&opt.InFlight, "inflight", 8192, "kernel backend: most pages queued or being read ahead; excess requests are dropped")
 	fs.BoolVar(&opt.Readahead, "readahead", false, "kernel backend: use readahead(2) instead of io_uring FADVISE(WILLNEED)")
 	fs.StringVar(&cache, "cache", "65536", "direct backend: user-space cache size, in pages or with a unit (256MiB)")
@@ -83,6 +85,9 @@ func runReplay(c *command, args []string) int {
 		return 2
 	}
 	bundle := fs.Arg(0)
+	if !(opt.MaxResidue > 0 && opt.MaxResidue <= 1) {
+		return fail(2, fmt.Errorf("replay: --max-residue %v: want a share of the demanded pages in (0, 1], e.g. 0.05", opt.MaxResidue))
+	}
 	switch {
 	case runs != "" && policy != "":
 		return fail(2, errors.New("replay: use either --ab or --policy"))
