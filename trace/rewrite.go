@@ -36,7 +36,7 @@ func rewrite(in, out string, rw rewriter, opts []formats.OpenOption) (copyCounts
 	defer b.Close()
 	w, err := formats.Create(out)
 	if err != nil {
-		return cc, fmt.Errorf("create bundle %s: %w", out, err)
+		return cc, err // "create bundle: mkdir OUT: ..."
 	}
 	fail := func(err error) (copyCounts, error) {
 		w.Abort()
@@ -45,7 +45,7 @@ func rewrite(in, out string, rw rewriter, opts []formats.OpenOption) (copyCounts
 	}
 	files, err := b.Files()
 	if err != nil {
-		return fail(fmt.Errorf("read %s: %w", formats.FilesFile, err))
+		return fail(err)
 	}
 	for i := range files {
 		f := &files[i]

@@ -30,6 +30,7 @@ func init() {
 			"predictio replay --root /var/tmp/sparse.files --backend direct --cache 16384 --ab baseline,oracle --repeat 3 --json /var/tmp/sparse.bundle",
 	}
 	c.run = func(args []string) int { return runReplay(c, args) }
+	c.subcommands = []string{"materialize"}
 	register(c)
 }
 
@@ -75,6 +76,11 @@ func runReplay(c *command, args []string) int {
 	fs.StringVar(&device, "device", "", "device preset for the predicted speedup ("+strings.Join(simulate.PresetNames(), ", ")+"); default: this machine's measured figures")
 	fs.BoolVar(&noPredict, "no-predict", false, "do not compute simulate's predicted speedup")
 	fs.StringVar(&progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
+	limit(fs, "speed", 0.001, 1e6)
+	limit(fs, "repeat", 1, 10000)
+	limit(fs, "inflight", 1, 1<<24)
+	limit(fs, "qd", 1, 4096)
+	limit(fs, "max-residue", 1e-9, 1.0)
 	noVerify := addNoVerifyFlag(fs, os.Stderr)
 	if code, ok := parseInterspersed(fs, args); !ok {
 		return code
@@ -85,9 +91,6 @@ func runReplay(c *command, args []string) int {
 		return 2
 	}
 	bundle := fs.Arg(0)
-	if !(opt.MaxResidue > 0 && opt.MaxResidue <= 1) {
-		return fail(2, fmt.Errorf("replay: --max-residue %v: want a share of the demanded pages in (0, 1], e.g. 0.05", opt.MaxResidue))
-	}
 	switch {
 	case runs != "" && policy != "":
 		return fail(2, errors.New("replay: use either --ab or --policy"))
@@ -109,7 +112,7 @@ func runReplay(c *command, args []string) int {
 		m, err := policies.Load(f)
 		f.Close()
 		if err != nil {
-			return fail(1, fmt.Errorf("replay: load model %s: %w", model, err))
+			return fail(1, fmt.Errorf("replay: %s: %w", model, err)) // "load markov model: ..."
 		}
 		opt.Markov = m
 	}

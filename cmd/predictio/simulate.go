@@ -55,6 +55,7 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 	junit := fs.String("junit", "", "write a JUnit XML report to FILE")
 	sweep := fs.String("sweep", "", "run several cache sizes in parallel: cache=64MiB,256MiB,1GiB")
 	plotFile := fs.String("plot", "", "draw coverage and speedup against cache size into FILE.svg or FILE.png")
+	limit[uint](fs, "max-pages", 1, 1<<20).orZero("256")
 	noVerify := addNoVerifyFlag(fs, stderr)
 	pos, code, ok := parseArgs(fs, args)
 	if !ok {
@@ -101,9 +102,6 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 		}
 	} else if cfg.Device, err = simulate.Preset(*device); err != nil {
 		return usageErr(fmt.Errorf("flag --device: %w", err))
-	}
-	if *maxPages > 1<<20 {
-		return usageErr(fmt.Errorf("flag --max-pages: %d exceeds %d", *maxPages, 1<<20))
 	}
 	var sizes []int64
 	if *sweep != "" {
