@@ -383,9 +383,6 @@ func (d *directCache) finish() directStats {
 			unused++
 		}
 	}
-	if e := d.firstErr.Load(); e != nil {
-		warn = append(warn, fmt.Sprintf("read failures, first: %v", *e))
-	}
 	if !d.eng.Mlocked() && d.eng.MlockErr() != nil {
 		warn = append(warn, d.eng.MlockErr().Error())
 	}
