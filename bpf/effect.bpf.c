@@ -155,11 +155,17 @@ static __always_inline __u32 *slot_of_host(struct inode *host)
 	return slot_of(BPF_CORE_READ(host, i_sb, s_dev), BPF_CORE_READ(host, i_ino));
 }
 
+// folio___617 is struct folio before Linux 6.18, whose flags were a plain
+// unsigned long (memdesc_flags_t since).
+struct folio___617 {
+	unsigned long flags;
+} __attribute__((preserve_access_index));
+
 static __always_inline __u64 folio_flags(__u64 folio)
 {
-	__u64 flags = 0;
-	bpf_probe_read_kernel(&flags, sizeof(flags), &((struct folio *)folio)->flags);
-	return flags;
+	if (bpf_core_type_exists(memdesc_flags_t))
+		return BPF_CORE_READ((struct folio *)folio, flags.f);
+	return BPF_CORE_READ((struct folio___617 *)folio, flags);
 }
 
 // folio___61 is struct folio before Linux 6.6, whose order had a field.
