@@ -70,6 +70,8 @@ struct active_demand {
 	__u32 fault;
 };
 
+_Static_assert(__builtin_offsetof(struct folio, flags) == 0, "folio flags are the first word");
+
 const struct file_counts *unused_counts __attribute__((unused));
 const struct page_key *unused_page __attribute__((unused));
 const struct pending_page *unused_pending __attribute__((unused));
@@ -155,17 +157,15 @@ static __always_inline __u32 *slot_of_host(struct inode *host)
 	return slot_of(BPF_CORE_READ(host, i_sb, s_dev), BPF_CORE_READ(host, i_ino));
 }
 
-// folio___617 is struct folio before Linux 6.18, whose flags were a plain
-// unsigned long (memdesc_flags_t since).
-struct folio___617 {
-	unsigned long flags;
-} __attribute__((preserve_access_index));
-
+// folio_flags reads a folio's flags word. It is the first word of struct
+// folio (and of struct page) in every kernel: an unsigned long before Linux
+// 6.18, memdesc_flags_t since, whose types CO-RE cannot relocate one to the
+// other, so it is read at offset 0.
 static __always_inline __u64 folio_flags(__u64 folio)
 {
-	if (bpf_core_type_exists(memdesc_flags_t))
-		return BPF_CORE_READ((struct folio *)folio, flags.f);
-	return BPF_CORE_READ((struct folio___617 *)folio, flags);
+	__u64 flags = 0;
+	bpf_probe_read_kernel(&flags, sizeof(flags), (void *)folio);
+	return flags;
 }
 
 // folio___61 is struct folio before Linux 6.6, whose order had a field.
