@@ -100,7 +100,7 @@ func TestGlobalHintsNeverEarly(t *testing.T) {
 	var early []time.Duration
 	opt := Options{Root: root, Backend: BackendDirect, Timing: TimingRecorded, CachePages: 16384, Runs: []string{"tree"}}
 	opt.onHint = func(st *runState, h *formats.Hint) {
-		if d := st.at(h.TS).Sub(time.Now()); d > 0 {
+		if d := time.Until(st.at(h.TS)); d > 0 {
 			early = append(early, d)
 		}
 	}

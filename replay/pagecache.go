@@ -60,17 +60,6 @@ func (d *pageCacheDemand) demand(w *worker, o *op) error {
 	return nil
 }
 
-// cachedPages returns how many pages of [off, off+n) bytes are in the page
-// cache (len 0: to end of file). Needs Linux 6.5 for cachestat.
-func cachedPages(fd int, off, n uint64) (uint64, error) {
-	var cs unix.Cachestat_t
-	r := unix.CachestatRange{Off: off, Len: n}
-	if err := unix.Cachestat(uint(fd), &r, &cs, 0); err != nil {
-		return 0, err
-	}
-	return cs.Cache, nil
-}
-
 func mincore(b []byte, vec []byte) error {
 	if len(b) == 0 {
 		return nil
@@ -98,34 +87,4 @@ func evict(files []*openFile, dropCaches bool) error {
 		}
 	}
 	return nil
-}
-
-// residentPages returns the cached pages of f, with cachestat or mincore;
-// f must be open.
-func residentPages(f *openFile) (uint64, error) {
-	c, err := cachedPages(f.fd, 0, 0) // len 0: to end of file
-	if err == nil {
-		return c, nil
-	}
-	if !errors.Is(err, unix.ENOSYS) {
-		return 0, err
-	}
-	mem := f.mem
-	if mem == nil {
-		m, err := unix.Mmap(f.fd, 0, int(f.size), unix.PROT_READ, unix.MAP_SHARED)
-		if err != nil {
-			return 0, err
-		}
-		defer unix.Munmap(m)
-		mem = m
-	}
-	vec := make([]byte, (len(mem)+os.Getpagesize()-1)/os.Getpagesize())
-	if err := mincore(mem, vec); err != nil {
-		return 0, err
-	}
-	var n uint64
-	for _, v := range vec {
-		n += uint64(v & 1)
-	}
-	return n, nil
 }
