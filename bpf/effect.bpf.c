@@ -470,3 +470,38 @@ int effect_map(struct trace_event_raw_mm_filemap_op_page_cache_range *ctx)
 	lookup(*slot, ctx->index, ctx->last_index, 1);
 	return 0;
 }
+
+// Before the filemap fault tracepoints (Linux 6.11; 6.1 has neither), kprobes on
+// the functions they sit in stand in for them; the observer loads one pair
+// or the other.
+
+// filemap_fault(struct vm_fault *vmf): the faulting page, at the fault's
+// entry.
+SEC("kprobe/filemap_fault")
+int BPF_KPROBE(effect_fault_kprobe, struct vm_fault *vmf)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_demand(pid_tgid))
+		return 0;
+	__u32 *slot = slot_of_host(BPF_CORE_READ(vmf, vma, vm_file, f_mapping, host));
+	if (!slot)
+		return 0;
+	__u64 index = BPF_CORE_READ(vmf, pgoff);
+	demand_begin(*slot, (__u32)pid_tgid, index, index, 1);
+	return 0;
+}
+
+// filemap_map_pages(struct vm_fault *vmf, pgoff_t start, pgoff_t end): the
+// fault-around window, at its entry (the pages up to date then are those
+// it maps).
+SEC("kprobe/filemap_map_pages")
+int BPF_KPROBE(effect_map_kprobe, struct vm_fault *vmf, unsigned long start, unsigned long end)
+{
+	if (!is_demand(bpf_get_current_pid_tgid()))
+		return 0;
+	__u32 *slot = slot_of_host(BPF_CORE_READ(vmf, vma, vm_file, f_mapping, host));
+	if (!slot)
+		return 0;
+	lookup(*slot, start, end, 1);
+	return 0;
+}

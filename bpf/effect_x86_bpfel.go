@@ -58,25 +58,27 @@ type EffectPendingPage struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	EffectMapActive          = "active"
-	EffectMapCounts          = "counts"
-	EffectMapDemandPids      = "demand_pids"
-	EffectMapDemandTids      = "demand_tids"
-	EffectMapPending         = "pending"
-	EffectMapPrefetchPids    = "prefetch_pids"
-	EffectMapReading         = "reading"
-	EffectMapWatched         = "watched"
-	EffectProgEffectAdd      = "effect_add"
-	EffectProgEffectDelete   = "effect_delete"
-	EffectProgEffectFault    = "effect_fault"
-	EffectProgEffectMap      = "effect_map"
-	EffectProgEffectSysEnter = "effect_sys_enter"
-	EffectProgEffectSysExit  = "effect_sys_exit"
-	EffectVarKthreadPrefetch = "kthread_prefetch"
-	EffectVarUnusedCounts    = "unused_counts"
-	EffectVarUnusedFile      = "unused_file"
-	EffectVarUnusedPage      = "unused_page"
-	EffectVarUnusedPending   = "unused_pending"
+	EffectMapActive             = "active"
+	EffectMapCounts             = "counts"
+	EffectMapDemandPids         = "demand_pids"
+	EffectMapDemandTids         = "demand_tids"
+	EffectMapPending            = "pending"
+	EffectMapPrefetchPids       = "prefetch_pids"
+	EffectMapReading            = "reading"
+	EffectMapWatched            = "watched"
+	EffectProgEffectAdd         = "effect_add"
+	EffectProgEffectDelete      = "effect_delete"
+	EffectProgEffectFault       = "effect_fault"
+	EffectProgEffectFaultKprobe = "effect_fault_kprobe"
+	EffectProgEffectMap         = "effect_map"
+	EffectProgEffectMapKprobe   = "effect_map_kprobe"
+	EffectProgEffectSysEnter    = "effect_sys_enter"
+	EffectProgEffectSysExit     = "effect_sys_exit"
+	EffectVarKthreadPrefetch    = "kthread_prefetch"
+	EffectVarUnusedCounts       = "unused_counts"
+	EffectVarUnusedFile         = "unused_file"
+	EffectVarUnusedPage         = "unused_page"
+	EffectVarUnusedPending      = "unused_pending"
 )
 
 // LoadEffect returns the embedded CollectionSpec for Effect.
@@ -121,12 +123,14 @@ type EffectSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type EffectProgramSpecs struct {
-	EffectAdd      *ebpf.ProgramSpec `ebpf:"effect_add"`
-	EffectDelete   *ebpf.ProgramSpec `ebpf:"effect_delete"`
-	EffectFault    *ebpf.ProgramSpec `ebpf:"effect_fault"`
-	EffectMap      *ebpf.ProgramSpec `ebpf:"effect_map"`
-	EffectSysEnter *ebpf.ProgramSpec `ebpf:"effect_sys_enter"`
-	EffectSysExit  *ebpf.ProgramSpec `ebpf:"effect_sys_exit"`
+	EffectAdd         *ebpf.ProgramSpec `ebpf:"effect_add"`
+	EffectDelete      *ebpf.ProgramSpec `ebpf:"effect_delete"`
+	EffectFault       *ebpf.ProgramSpec `ebpf:"effect_fault"`
+	EffectFaultKprobe *ebpf.ProgramSpec `ebpf:"effect_fault_kprobe"`
+	EffectMap         *ebpf.ProgramSpec `ebpf:"effect_map"`
+	EffectMapKprobe   *ebpf.ProgramSpec `ebpf:"effect_map_kprobe"`
+	EffectSysEnter    *ebpf.ProgramSpec `ebpf:"effect_sys_enter"`
+	EffectSysExit     *ebpf.ProgramSpec `ebpf:"effect_sys_exit"`
 }
 
 // EffectMapSpecs contains maps before they are loaded into the kernel.
@@ -212,12 +216,14 @@ type EffectVariables struct {
 //
 // It can be passed to LoadEffectObjects or ebpf.CollectionSpec.LoadAndAssign.
 type EffectPrograms struct {
-	EffectAdd      *ebpf.Program `ebpf:"effect_add"`
-	EffectDelete   *ebpf.Program `ebpf:"effect_delete"`
-	EffectFault    *ebpf.Program `ebpf:"effect_fault"`
-	EffectMap      *ebpf.Program `ebpf:"effect_map"`
-	EffectSysEnter *ebpf.Program `ebpf:"effect_sys_enter"`
-	EffectSysExit  *ebpf.Program `ebpf:"effect_sys_exit"`
+	EffectAdd         *ebpf.Program `ebpf:"effect_add"`
+	EffectDelete      *ebpf.Program `ebpf:"effect_delete"`
+	EffectFault       *ebpf.Program `ebpf:"effect_fault"`
+	EffectFaultKprobe *ebpf.Program `ebpf:"effect_fault_kprobe"`
+	EffectMap         *ebpf.Program `ebpf:"effect_map"`
+	EffectMapKprobe   *ebpf.Program `ebpf:"effect_map_kprobe"`
+	EffectSysEnter    *ebpf.Program `ebpf:"effect_sys_enter"`
+	EffectSysExit     *ebpf.Program `ebpf:"effect_sys_exit"`
 }
 
 func (p *EffectPrograms) Close() error {
@@ -225,7 +231,9 @@ func (p *EffectPrograms) Close() error {
 		p.EffectAdd,
 		p.EffectDelete,
 		p.EffectFault,
+		p.EffectFaultKprobe,
 		p.EffectMap,
+		p.EffectMapKprobe,
 		p.EffectSysEnter,
 		p.EffectSysExit,
 	)

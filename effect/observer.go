@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/predictio/predictio/bpf"
@@ -49,11 +50,16 @@ type Options struct {
 // (this process unless Options.NoSelf, AddPrefetcher) those whose inserts
 // count as prefetches. Its methods are safe for concurrent use.
 //
-// Needs Linux 5.17 with BTF, CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN).
+// Needs Linux 5.17 with BTF, CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN);
+// faults are seen through the filemap tracepoints (Linux 6.11), or kprobes
+// where the kernel predates them (Faults).
 type Observer struct {
 	mu        sync.Mutex
-	objs      bpf.EffectObjects
+	coll      *ebpf.Collection
+	objs      bpf.EffectMaps
 	links     []link.Link
+	faults    string // how faults are seen: "tracepoints", "kprobes", or "" (not at all)
+	faultErr  error  // why they are not
 	reads     []link.Link // the system call hooks
 	lazy      bool
 	demanders int
@@ -90,8 +96,25 @@ func NewObserver(o Options) (*Observer, error) {
 		}
 	}
 	ob := &Observer{slots: map[uint32]uint32{}, ids: map[uint32]uint32{}, keys: map[uint32]bpf.EffectFileKey{}, max: uint32(o.Files), lazy: o.LazyReads}
-	if err := spec.LoadAndAssign(&ob.objs, nil); err != nil {
+	// The fault tracepoints (Linux 6.11+) or, before them, kprobes on the
+	// functions they sit in: load one pair.
+	ob.faults = "tracepoints"
+	drop := []string{bpf.EffectProgEffectFaultKprobe, bpf.EffectProgEffectMapKprobe}
+	if !kernelHasTypes("trace_event_raw_mm_filemap_fault", "trace_event_raw_mm_filemap_op_page_cache_range") {
+		ob.faults = "kprobes"
+		drop = []string{bpf.EffectProgEffectFault, bpf.EffectProgEffectMap}
+	}
+	for _, name := range drop {
+		delete(spec.Programs, name)
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
 		return nil, fmt.Errorf("load effect programs: %w", notSupported(err))
+	}
+	ob.coll = coll
+	if err := coll.Assign(&ob.objs); err != nil {
+		coll.Close()
+		return nil, fmt.Errorf("load effect programs: %w", err)
 	}
 	err = ob.attach()
 	if err == nil && !o.LazyReads {
@@ -118,42 +141,76 @@ func notSupported(err error) error {
 	return err
 }
 
-// attach attaches the tp_btf programs on page-cache inserts and deletes
-// and the fault tracepoints.
+// kernelHasTypes reports whether the kernel's BTF has every named type.
+func kernelHasTypes(names ...string) bool {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return false
+	}
+	for _, n := range names {
+		if _, err := spec.AnyTypeByName(n); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// attach attaches the tp_btf programs on page-cache inserts and deletes,
+// and the fault hooks: the tracepoints, or the kprobes where the kernel
+// predates them. Without either (no tracepoints and no kprobes) the
+// observer still counts reads; Faults says so.
 func (ob *Observer) attach() error {
-	p := &ob.objs.EffectPrograms
-	for _, prog := range []*ebpf.Program{p.EffectAdd, p.EffectDelete} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+	p := ob.coll.Programs
+	for _, name := range []string{bpf.EffectProgEffectAdd, bpf.EffectProgEffectDelete} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p[name]})
 		if err != nil {
-			return fmt.Errorf("attach %s: %w", prog, notSupported(err))
+			return fmt.Errorf("attach %s: %w", name, notSupported(err))
 		}
 		ob.links = append(ob.links, l)
 	}
-	tps := []struct {
-		group, name string
-		prog        *ebpf.Program
-	}{
-		{"filemap", "mm_filemap_fault", p.EffectFault}, {"filemap", "mm_filemap_map_pages", p.EffectMap},
-	}
-	for _, tp := range tps {
-		l, err := link.Tracepoint(tp.group, tp.name, tp.prog, nil)
-		if err != nil {
-			return fmt.Errorf("attach tracepoint %s:%s: %w", tp.group, tp.name, notSupported(err))
+	var hooks []link.Link
+	var err error
+	if ob.faults == "tracepoints" {
+		for _, tp := range [][2]string{{"mm_filemap_fault", bpf.EffectProgEffectFault}, {"mm_filemap_map_pages", bpf.EffectProgEffectMap}} {
+			var l link.Link
+			if l, err = link.Tracepoint("filemap", tp[0], p[tp[1]], nil); err != nil {
+				err = fmt.Errorf("attach tracepoint filemap:%s: %w", tp[0], err)
+				break
+			}
+			hooks = append(hooks, l)
 		}
-		ob.links = append(ob.links, l)
+	} else {
+		for _, kp := range [][2]string{{"filemap_fault", bpf.EffectProgEffectFaultKprobe}, {"filemap_map_pages", bpf.EffectProgEffectMapKprobe}} {
+			var l link.Link
+			if l, err = link.Kprobe(kp[0], p[kp[1]], nil); err != nil {
+				err = fmt.Errorf("attach kprobe %s: %w", kp[0], err)
+				break
+			}
+			hooks = append(hooks, l)
+		}
 	}
+	if err != nil {
+		closeLinks(hooks)
+		ob.faults, ob.faultErr = "", err
+		return nil
+	}
+	ob.links = append(ob.links, hooks...)
 	return nil
 }
 
+// Faults says how the observer sees demand faults: "tracepoints",
+// "kprobes" (before Linux 6.11), or "" with the reason: then prefetched
+// pages that only faults demand count as wasted.
+func (ob *Observer) Faults() (string, error) { return ob.faults, ob.faultErr }
+
 // attachReads attaches the system call entry and exit hooks.
 func (ob *Observer) attachReads() error {
-	p := &ob.objs.EffectPrograms
-	for _, prog := range []*ebpf.Program{p.EffectSysEnter, p.EffectSysExit} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+	for _, name := range []string{bpf.EffectProgEffectSysEnter, bpf.EffectProgEffectSysExit} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: ob.coll.Programs[name]})
 		if err != nil {
 			closeLinks(ob.reads)
 			ob.reads = nil
-			return fmt.Errorf("attach %s: %w", prog, notSupported(err))
+			return fmt.Errorf("attach %s: %w", name, notSupported(err))
 		}
 		ob.reads = append(ob.reads, l)
 	}
@@ -396,7 +453,12 @@ func (ob *Observer) Close() error {
 	defer ob.mu.Unlock()
 	err := closeLinks(append(ob.links, ob.reads...))
 	ob.links, ob.reads = nil, nil
-	if err := errors.Join(err, ob.objs.Close()); err != nil {
+	if ob.coll != nil {
+		ob.coll.Close()
+		err = errors.Join(err, ob.objs.Close())
+		ob.coll = nil
+	}
+	if err != nil {
 		return fmt.Errorf("close effect observer: %w", err)
 	}
 	return nil

@@ -252,6 +252,20 @@ func TestLate(t *testing.T) {
 	}
 }
 
+// TestFaultHooks: the observer sees faults through the filemap tracepoints
+// where the kernel has them (Linux 6.11), through kprobes before.
+func TestFaultHooks(t *testing.T) {
+	ob := newObserver(t, Options{})
+	how, err := ob.Faults()
+	want := "kprobes"
+	if kernelHasTypes("trace_event_raw_mm_filemap_fault", "trace_event_raw_mm_filemap_op_page_cache_range") {
+		want = "tracepoints"
+	}
+	if how != want {
+		t.Fatalf("faults seen through %q (%v), want %q", how, err, want)
+	}
+}
+
 // TestForeignAndUntracked: another process's reads of a watched file are
 // foreign, not prefetches; prefetched pages beyond MaxPending are counted
 // untracked; unwatched files are not counted.

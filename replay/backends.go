@@ -47,6 +47,9 @@ func (r *Replayer) effectCounts(run *Run) {
 		return
 	}
 	run.Counts = c
+	if how, err := r.obs.Faults(); how == "" && r.t.hasFaults() {
+		run.Warnings = append(run.Warnings, fmt.Sprintf("the effect counters see no faults (%v): prefetched pages only faults demanded count as wasted", err))
+	}
 }
 
 // startObserver loads the eBPF effect observer for the page-cache backends

@@ -361,3 +361,15 @@ func (t *trace) markOpened() {
 		t.files[idx].opened = o.kind == formats.KindOpen && o.ret >= 0
 	}
 }
+
+// hasFaults reports whether any access is replayed as a fault.
+func (t *trace) hasFaults() bool {
+	for _, th := range t.threads {
+		for i := range th.ops {
+			if th.ops[i].fault {
+				return true
+			}
+		}
+	}
+	return false
+}
