@@ -58,8 +58,8 @@ type Observer struct {
 	coll      *ebpf.Collection
 	objs      bpf.EffectMaps
 	links     []link.Link
-	faults    string // how faults are seen: "tracepoints", "kprobes", or "" (not at all)
-	faultErr  error  // why they are not
+	faults    string      // how faults are seen: "tracepoints", "kprobes", or "" (not at all)
+	faultErr  error       // why they are not
 	reads     []link.Link // the system call hooks
 	lazy      bool
 	demanders int
