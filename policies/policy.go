@@ -74,6 +74,12 @@ type FileAccess struct {
 	Kind   formats.AccessKind
 	Page   uint64
 	NPages uint32
+	// End is when the operation behind the access completed (format
+	// 1.1 end_ns; Event.TS is then its start); 0 when unknown.
+	End uint64
+	// Op is the operation id shared by the rows of one syscall or fault
+	// (format 1.1 op); 0 when unknown.
+	Op uint64
 }
 
 // TreeChildEnter is a B-tree traversal hint: the cursor entered child

@@ -63,7 +63,7 @@ func TestGoldenSequentialScan(t *testing.T) {
 	if base.StallNS != n*(nvme.LatencyNS+xfer) {
 		t.Errorf("baseline stall %d, want %d x %d", base.StallNS, n, nvme.LatencyNS+xfer)
 	}
-	if ra.Misses != 1 || ra.Hits != n-1 || ra.Late != 0 || ra.Wasted != 0 || ra.Unused != 0 {
+	if ra.Misses != 1 || ra.Hits != n-1 || ra.Late != 0 || ra.Wasted != 0 {
 		t.Errorf("readahead: %+v", *ra)
 	}
 	if want := float64(n-1) / n; ra.Coverage != want || ra.Accuracy != 1 || ra.IOAmplification != 1 {
