@@ -165,6 +165,9 @@ func (f *Future) firstPage(i uint64) uint64 {
 	return f.first.at(i)
 }
 
+// Held returns the number of pages f holds in memory.
+func (f *Future) Held() uint64 { return f.pages.n - f.pages.base }
+
 // Len returns the number of accesses.
 func (f *Future) Len() int { return int(f.na) }
 

@@ -184,9 +184,10 @@ func (s *Simulator) check(b *batch) error {
 		if se.file > maxFile || a.Page > maxPage-maxReadPages || a.NPages > maxReadPages {
 			ev := policies.Event{Kind: policies.EventFileAccess, TS: se.ts, File: se.file, Access: *a}
 			if err := checkAccess(&ev); err != nil {
-				return fmt.Errorf("simulate event %d: %w", s.events+uint64(i), err)
+				return s.accessError(s.rows, &ev, err)
 			}
 		}
+		s.rows++
 		if policies.IsDemand(a.Kind) || isMetadata(a.Kind) {
 			if a.End != 0 {
 				s.timed++
@@ -314,6 +315,7 @@ func (l *lane) consumeAhead(s *Simulator, ch <-chan *batch) {
 		se := &held[fb].evs[fi]
 		if se.hint < 0 && policies.IsDemand(se.access.Kind) {
 			l.fut.Add(policies.FutureAccess{File: se.file, Page: se.access.Page, NPages: se.access.NPages})
+			l.futureHeld = max(l.futureHeld, l.fut.Held())
 		}
 		if fi++; fi == len(held[fb].evs) {
 			fb, fi = fb+1, 0

@@ -165,6 +165,7 @@ type Simulator struct {
 	// stream is set by Run: lanes whose policies use a future they were
 	// given feed it from the batches ahead.
 	stream bool
+	rows   uint64 // access rows seen, for errors
 }
 
 // BaselineName is the lane name of the baseline.
@@ -209,23 +210,17 @@ func cmpOr(s, def string) string {
 type laneSpec struct{ name, spec string }
 
 // laneSpecs names the lanes of cfg: the baseline, one per distinct policy
-// spec, and the oracle unless a policy lane already runs the same spec.
+// spec, and the oracle unless a policy lane already runs the same spec. A
+// lane is named by its policy's name, or by its whole spec where several
+// lanes run policies of one name.
 func laneSpecs(cfg *Config) []laneSpec {
-	specs := []laneSpec{{BaselineName, ""}}
-	seenName := map[string]bool{BaselineName: true}
-	seenSpec := map[string]bool{}
+	var specs []string
+	seen := map[string]bool{}
 	add := func(spec string) {
-		spec = strings.TrimSpace(spec)
-		if seenSpec[spec] {
-			return
+		if spec = strings.TrimSpace(spec); !seen[spec] {
+			seen[spec] = true
+			specs = append(specs, spec)
 		}
-		seenSpec[spec] = true
-		name := policies.SpecName(spec)
-		if seenName[name] {
-			name = spec
-		}
-		seenName[name] = true
-		specs = append(specs, laneSpec{name, spec})
 	}
 	for _, p := range cfg.Policies {
 		add(p)
@@ -233,7 +228,19 @@ func laneSpecs(cfg *Config) []laneSpec {
 	if cfg.Oracle {
 		add(cmpOr(cfg.OracleSpec, "oracle"))
 	}
-	return specs
+	names := map[string]int{BaselineName: 1}
+	for _, spec := range specs {
+		names[policies.SpecName(spec)]++
+	}
+	out := []laneSpec{{BaselineName, ""}}
+	for _, spec := range specs {
+		name := policies.SpecName(spec)
+		if names[name] > 1 {
+			name = spec
+		}
+		out = append(out, laneSpec{name, spec})
+	}
+	return out
 }
 
 // maxReadPages bounds one demand access: Linux returns at most MAX_RW_COUNT
@@ -249,12 +256,23 @@ func checkAccess(ev *policies.Event) error {
 	case ev.File > maxFile:
 		return fmt.Errorf("field file_id is %d, beyond the supported 2^24", ev.File)
 	case first > maxPage || n > maxPage-first:
-		return fmt.Errorf("file %d: fields first_page %d + npages %d reach beyond the supported 2^40 pages", ev.File, first, n)
+		return fmt.Errorf("fields first_page %d + npages %d reach beyond the supported 2^40 pages", first, n)
 	case n > maxReadPages && policies.IsDemand(ev.Access.Kind):
-		return fmt.Errorf("file %d page %d: field npages is %d, more than one %s can return (%d pages, Linux MAX_RW_COUNT); the bundle is corrupt",
-			ev.File, first, n, ev.Access.Kind, maxReadPages)
+		return fmt.Errorf("field npages is %d, more than one %s can return (%d pages, Linux MAX_RW_COUNT); the bundle is corrupt",
+			n, ev.Access.Kind, maxReadPages)
 	}
 	return nil
+}
+
+// accessError wraps a checkAccess error with the access row and its file.
+func (s *Simulator) accessError(row uint64, ev *policies.Event, err error) error {
+	file := fmt.Sprintf("file_id %d", ev.File)
+	if s.cfg.Env.FileKey != nil {
+		if k, ok := s.cfg.Env.FileKey(ev.File); ok && k.Path != "" {
+			file += " " + k.Path
+		}
+	}
+	return fmt.Errorf("simulate access row %d (%s, page %d): %w", row, file, ev.Access.Page, err)
 }
 
 // begin notes the trace start at the first event.
@@ -299,8 +317,9 @@ func (s *Simulator) Step(ev *policies.Event) error {
 	s.events++
 	if ev.Kind == policies.EventFileAccess {
 		if err := checkAccess(ev); err != nil {
-			return fmt.Errorf("simulate access: %w", err)
+			return s.accessError(s.rows, ev, err)
 		}
+		s.rows++
 	}
 	s.count(ev)
 	t, e := s.rel(ev)
@@ -407,8 +426,9 @@ type lane struct {
 
 	// fut is the streamed future this lane's policies read, fed from the
 	// batches ahead (Run only); nil when none.
-	fut    *policies.Future
-	demand uint64 // demand accesses served, the future's cursor
+	fut        *policies.Future
+	demand     uint64 // demand accesses served, the future's cursor
+	futureHeld uint64 // most pages fut held
 	ev     policies.Event
 
 	st Stats

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 
@@ -357,5 +358,38 @@ func TestMapRowsAreDemand(t *testing.T) {
 	}
 	if b := r.Lane(BaselineName); b.Misses != 16 || b.PagesRead <= 16 {
 		t.Errorf("fault: %+v; want 16 misses and a readaround window of more than 16 pages read", *b)
+	}
+}
+
+// TestOracleLaneOnce: asking for the oracle as a policy does not add a
+// second, identical oracle lane (issue 15); a different oracle spec is a
+// lane of its own, named by its spec.
+func TestOracleLaneOnce(t *testing.T) {
+	fut := policies.NewFuture([]policies.FutureAccess{{File: 1, Page: 0, NPages: 1}})
+	for _, tc := range []struct {
+		policies []string
+		oracle   string
+		want     []string
+	}{
+		{[]string{"oracle"}, "", []string{BaselineName, "oracle"}},
+		{[]string{"oracle", "oracle"}, "", []string{BaselineName, "oracle"}},
+		{[]string{"oracle:n=8"}, "oracle:n=8", []string{BaselineName, "oracle"}},
+		{[]string{"oracle:n=8"}, "", []string{BaselineName, "oracle:n=8", "oracle"}},
+		{[]string{"next"}, "", []string{BaselineName, "next", "oracle"}},
+		{[]string{"next", "next "}, "", []string{BaselineName, "next", "oracle"}},
+	} {
+		cfg := Config{CacheBytes: 1 << 20, Device: testDevice, Policies: tc.policies, Oracle: true, OracleSpec: tc.oracle, Build: testBuild}
+		cfg.Env.Future = fut
+		r, err := Run(cfg, &SliceSource{Events: reads(1, 1000, 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, p := range r.Policies {
+			names = append(names, p.Name)
+		}
+		if !slices.Equal(names, tc.want) {
+			t.Errorf("policies %q, oracle %q: lanes %q, want %q", tc.policies, tc.oracle, names, tc.want)
+		}
 	}
 }
