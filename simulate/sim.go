@@ -429,7 +429,7 @@ type lane struct {
 	fut        *policies.Future
 	demand     uint64 // demand accesses served, the future's cursor
 	futureHeld uint64 // most pages fut held
-	ev     policies.Event
+	ev         policies.Event
 
 	st Stats
 }
