@@ -10,7 +10,12 @@ type raWin struct {
 	index, start, size, async uint64
 }
 
+// raRecorder returns a model of cfg (Linux 6.18 unless cfg says) that
+// records its decisions.
 func raRecorder(cfg ReadaheadConfig) (*Readahead, *[]raWin) {
+	if cfg.Kernel == (KernelVersion{}) {
+		cfg.Kernel = KernelVersion{6, 18}
+	}
 	var ws []raWin
 	cfg.OnDecision = func(d *RADecision) {
 		if d.Window {
@@ -71,7 +76,7 @@ func TestReadaheadSequential(t *testing.T) {
 }
 
 func TestReadaheadRandomReadKeepsState(t *testing.T) {
-	m, ws := raRecorder(ReadaheadConfig{RAPages: 32, SmallFolios: true})
+	m, ws := raRecorder(ReadaheadConfig{RAPages: 32, Folios: FoliosSmall})
 	m.Read(1, 0, 1, func(*Request) {})
 	st := m.State(1)
 	m.Read(1, 1000, 1, func(*Request) {}) // standalone small random read
