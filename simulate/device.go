@@ -18,7 +18,10 @@ import (
 // min(QueueDepth/(LatencyNS+x), 1/x) requests per ns, x the transfer time of
 // one page.
 type Device struct {
-	Name        string  `json:"name"`
+	Name string `json:"name"`
+	// Source says where the figures come from: a preset, a profile file,
+	// this machine's cached profile (with its date).
+	Source      string  `json:"source,omitempty"`
 	LatencyNS   int64   `json:"latency_ns"`    // per-request access latency, excluding transfer
 	BytesPerSec float64 `json:"bytes_per_sec"` // sequential transfer bandwidth shared by all requests
 	QueueDepth  int     `json:"queue_depth"`   // requests served in parallel
@@ -43,7 +46,7 @@ const (
 func derive(name string, randBPS, seqBPS float64, qd int) Device {
 	per := float64(qd) * 4096 / randBPS * 1e9 // ns per request at depth qd
 	xfer := 4096 / seqBPS * 1e9
-	return Device{Name: name, LatencyNS: int64(math.Round(per - xfer)), BytesPerSec: seqBPS, QueueDepth: qd}
+	return Device{Name: name, Source: "preset", LatencyNS: int64(math.Round(per - xfer)), BytesPerSec: seqBPS, QueueDepth: qd}
 }
 
 // Presets are the built-in devices, by name.
@@ -95,7 +98,11 @@ func DeviceFromProfile(p *formats.DeviceProfile) (Device, error) {
 	if name == "" {
 		name = "profile"
 	}
-	return Device{Name: name, LatencyNS: int64(lat), BytesPerSec: p.SeqReadBytesPerSec, QueueDepth: p.QueueDepth}, nil
+	src := "device profile"
+	if !p.MeasuredAt.IsZero() {
+		src += " measured " + p.MeasuredAt.UTC().Format("2006-01-02")
+	}
+	return Device{Name: name, Source: src, LatencyNS: int64(lat), BytesPerSec: p.SeqReadBytesPerSec, QueueDepth: p.QueueDepth}, nil
 }
 
 func (d Device) validate() error {

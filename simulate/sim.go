@@ -26,9 +26,12 @@ type Config struct {
 	CacheModel CacheModel
 	// Device is the storage model.
 	Device Device
-	// Calibrated says Device was measured on this machine (a device
-	// profile); reports carry it as predicted_calibrated.
+	// Calibrated says Device was measured (a device profile); reports
+	// carry it as predicted_calibrated.
 	Calibrated bool
+	// ReadaheadParams says where the readahead model's parameters came
+	// from (MachineReadahead.Summary), for reports.
+	ReadaheadParams string
 	// NoReadahead turns the Linux readahead baseline off in every lane.
 	NoReadahead bool
 	// ReadaheadSpec configures the baseline; "" means "readahead".
@@ -134,9 +137,11 @@ type Report struct {
 	// mixed or none; Notes say what that means for the results.
 	ThinkTime string   `json:"think_time"`
 	Notes     []string `json:"notes,omitempty"`
-	// PredictedCalibrated is true when the device model was measured on
-	// this machine (Config.Calibrated).
+	// PredictedCalibrated is true when the device model was measured
+	// (Config.Calibrated).
 	PredictedCalibrated bool `json:"predicted_calibrated"`
+	// ReadaheadParams says where the readahead parameters came from.
+	ReadaheadParams string `json:"readahead_params,omitempty"`
 	// Policies holds the baseline first, then one entry per policy, then
 	// the oracle.
 	Policies []Stats `json:"policies"`
@@ -341,6 +346,7 @@ func (s *Simulator) Report() *Report {
 		PageSize:            s.cfg.pageSize(),
 		Threads:             len(s.lanes[0].threads.th),
 		PredictedCalibrated: s.cfg.Calibrated,
+		ReadaheadParams:     s.cfg.ReadaheadParams,
 	}
 	r.ThinkTime, r.Notes = s.thinkTime()
 	if s.started {
