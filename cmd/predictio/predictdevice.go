@@ -133,7 +133,9 @@ func deviceHolding(files []string) string {
 	for d := range count {
 		devs = append(devs, d)
 	}
-	sort.Slice(devs, func(i, j int) bool { return count[devs[i]] > count[devs[j]] || count[devs[i]] == count[devs[j]] && devs[i] < devs[j] })
+	sort.Slice(devs, func(i, j int) bool {
+		return count[devs[i]] > count[devs[j]] || count[devs[i]] == count[devs[j]] && devs[i] < devs[j]
+	})
 	if len(devs) > 0 {
 		return first[devs[0]]
 	}
