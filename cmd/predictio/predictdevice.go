@@ -16,6 +16,7 @@ import (
 
 	"github.com/predictio/predictio/bench"
 	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/replay"
 	"github.com/predictio/predictio/simulate"
 )
 
@@ -186,4 +187,14 @@ func loadDeviceProfile(path string) (*formats.DeviceProfile, error) {
 		return nil, fmt.Errorf("load device profile %s: %w", path, err)
 	}
 	return &p, nil
+}
+
+// predictReplay fills replay's predicted column with this machine's device
+// (or the one the flags name).
+func predictReplay(r *replay.Replayer, rep *replay.Report, f deviceFlags) error {
+	ch, err := chooseDevice(f, r.FilePaths(), os.Stderr)
+	if err != nil {
+		return err
+	}
+	return r.Predict(rep, replay.Prediction{Device: ch.device, Calibrated: ch.calibrated, DevicePath: ch.path, Notes: ch.notes})
 }
