@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/predictio/predictio/formats"
@@ -100,12 +101,17 @@ func TestThinkTimeFromServiceTimes(t *testing.T) {
 	for i := range evs {
 		evs[i].Access.End = 0
 	}
-	r, err = Run(Config{CacheBytes: 1 << 20, Device: dev, NoReadahead: true}, &SliceSource{Events: evs})
+	cfg := Config{CacheBytes: 1 << 20, Device: dev, NoReadahead: true}
+	cfg.Env.Kernel = "6.18.44-fc"
+	r, err = Run(cfg, &SliceSource{Events: evs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if b := r.Lane(BaselineName); b.WallNS != int64(300*us+3*10_001) || r.ThinkTime != ThinkGaps || len(r.Notes) != 1 {
 		t.Errorf("gaps: wall %d, think time %q, notes %q; want %d, gaps and the caveat", b.WallNS, r.ThinkTime, r.Notes, 300*us+3*10_001)
+	}
+	if n := strings.Join(r.Notes, " "); !strings.Contains(n, "Linux 6.18.44-fc") || !strings.Contains(n, "twice") {
+		t.Errorf("the caveat of a recorded bundle without service times must name its kernel and the double count: %q", n)
 	}
 	// Speed 2 halves think times (ends 1 ns after starts); NoThink drops
 	// them.

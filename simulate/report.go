@@ -72,6 +72,9 @@ func WriteTable(w io.Writer, r *Report) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if r.ReadaheadParams != "" && r.Readahead {
+		fmt.Fprintf(w, "%s\n", r.ReadaheadParams)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}

@@ -381,16 +381,22 @@ func (s *Simulator) thinkTime() (string, []string) {
 	case s.untimed == 0 && s.timed > 0:
 		return ThinkServiceTimes, nil
 	case s.timed == 0:
-		return ThinkGaps, []string{gapsNote}
+		return ThinkGaps, []string{s.gapsNote()}
 	}
-	return ThinkMixed, []string{fmt.Sprintf("%d of %d demand and metadata rows lack service times (end_ns); for them %s", s.untimed, s.timed+s.untimed, gapsNote)}
+	return ThinkMixed, []string{fmt.Sprintf("%d of %d demand and metadata rows lack service times (end_ns); for them %s", s.untimed, s.timed+s.untimed, s.gapsNote())}
 }
 
-// gapsNote is the caveat of gap-based think time.
-const gapsNote = "think time is the gap between a thread's recorded accesses, since the bundle has no service times (end_ns, format 1.1). " +
-	"On Linux 6.x a recorded read's gap already holds its I/O wait (filemap:mm_filemap_get_pages fires after it), " +
-	"so a read that missed when recorded is charged its wait twice: wall_ns and stall are upper bounds, and speedups are diluted. " +
-	"Record the program again with this predictio for service times"
+// gapsNote is the caveat of gap-based think time; for a bundle recorded on
+// a real kernel (Env.Kernel), what the kernel's timestamps hold.
+func (s *Simulator) gapsNote() string {
+	n := "think time is the gap between a thread's accesses, since the bundle has no service times (end_ns, format 1.1): a gap also holds the time the access before it took"
+	if k := s.cfg.Env.Kernel; k != "" {
+		n += fmt.Sprintf(". Recorded on Linux %s, where a read's row is stamped after its I/O wait (filemap:mm_filemap_get_pages), "+
+			"so a read that missed when recorded is charged its wait twice: wall_ns and stall are upper bounds and speedups are diluted; "+
+			"record the program again with this predictio for service times", k)
+	}
+	return n
+}
 
 // Run feeds all of src to a new simulator for cfg and returns its report.
 // Reading the source and every lane run in goroutines of their own,
