@@ -78,16 +78,16 @@ func readaheadOn(sysfs string, paths map[uint32]string, fallback string) *Machin
 	var parts []string
 	for _, d := range devs {
 		if d.files > 0 {
-			parts = append(parts, fmt.Sprintf("%s %s (%d files)", d.name, describeRA(d.params), d.files))
+			parts = append(parts, fmt.Sprintf("%s %s (%s)", d.name, describeRA(d.params), files(d.files)))
 		}
 	}
 	sort.Strings(parts)
 	if missing > 0 {
 		if d, ok := read(fallback); ok {
 			m.fallback = d.params
-			parts = append(parts, fmt.Sprintf("%d files not on this machine: %s %s, the modelled device", missing, d.name, describeRA(d.params)))
+			parts = append(parts, fmt.Sprintf("%s not on this machine: %s %s, the modelled device", files(missing), d.name, describeRA(d.params)))
 		} else {
-			parts = append(parts, fmt.Sprintf("%d files not on this machine: the readahead spec's defaults", missing))
+			parts = append(parts, fmt.Sprintf("%s not on this machine: the readahead spec's defaults", files(missing)))
 		}
 	}
 	m.Summary = "readahead parameters from this machine: " + strings.Join(parts, "; ")
@@ -119,6 +119,13 @@ func readDevRA(sysfs, path string, major, minor uint32) *devRA {
 		d.params.Folios = policies.FoliosLarge // ext4 and others: by kernel (auto)
 	}
 	return d
+}
+
+func files(n int) string {
+	if n == 1 {
+		return "1 file"
+	}
+	return fmt.Sprintf("%d files", n)
 }
 
 func readKB(path string) (uint64, error) {

@@ -52,7 +52,7 @@ func TestReadaheadOnThisMachine(t *testing.T) {
 	if got := m.FileRA(2); got.ReadAheadKB != 8192 || got.MaxSectorsKB != 1280 {
 		t.Errorf("file not on this machine: %+v, want the fallback device's", got)
 	}
-	for _, w := range []string{"vdz read_ahead_kb 8192, max_sectors_kb 1280 (1 files)", "1 files not on this machine: vdz"} {
+	for _, w := range []string{"vdz read_ahead_kb 8192, max_sectors_kb 1280 (1 file)", "1 file not on this machine: vdz"} {
 		if !strings.Contains(m.Summary, w) {
 			t.Errorf("summary %q lacks %q", m.Summary, w)
 		}
