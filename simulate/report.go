@@ -59,8 +59,12 @@ func WriteTable(w io.Writer, r *Report) error {
 	if r.PredictedCalibrated {
 		cal = "measured"
 	}
-	fmt.Fprintf(w, "events %d (%.1f M/s), cache %s %s, device %s (%s), readahead %v, %d threads, think time: %s\n",
-		r.Events, r.EventsPerSec/1e6, FormatSize(r.CacheBytes), r.CacheModel, r.Device.Name, cal, onOff(r.Readahead), r.Threads, r.ThinkTime)
+	threads := fmt.Sprintf("%d threads", r.Threads)
+	if r.Threads == 1 {
+		threads = "1 thread"
+	}
+	fmt.Fprintf(w, "events %d (%.1f M/s), cache %s %s, device %s (%s), readahead %v, %s, think time: %s\n",
+		r.Events, r.EventsPerSec/1e6, FormatSize(r.CacheBytes), r.CacheModel, r.Device.Name, cal, onOff(r.Readahead), threads, r.ThinkTime)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tdemand\thits\tmisses\tprefetched\tused\tlate\twasted\tcoverage\taccuracy\tio_amp\tstall\twall\tspeedup\t")
 	for i := range r.Policies {
