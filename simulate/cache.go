@@ -291,13 +291,19 @@ func (c *pageCache) prefetchPage(file uint32, page uint64) {
 	}
 }
 
-// prefetchVictim starts loading the entry of the LRU record d places from
-// the oldest, which is about to be evicted when the cache is full.
-func (c *pageCache) prefetchVictim(d uint64) {
+// prefetchVictims starts loading what evicting the LRU records d and 2d
+// places from the oldest will touch, when the cache is full: the entry of
+// the one 2d away, and the direct-table slot of the one d away (whose
+// entry the previous call prefetched).
+func (c *pageCache) prefetchVictims(d uint64) {
 	q := &c.inactive
-	if len(c.entries) == c.capacity && q.head+d < q.tail {
-		prefetch(unsafe.Pointer(&c.entries[q.buf[(q.head+d)&uint64(len(q.buf)-1)].idx]))
+	if len(c.entries) != c.capacity || q.head+2*d >= q.tail {
+		return
 	}
+	m := uint64(len(q.buf) - 1)
+	prefetch(unsafe.Pointer(&c.entries[q.buf[(q.head+2*d)&m].idx]))
+	k := c.entries[q.buf[(q.head+d)&m].idx].key
+	c.prefetchPage(uint32(k>>40), k&maxPage)
 }
 
 // lookupHash is lookup in the hash index.

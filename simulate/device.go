@@ -200,6 +200,42 @@ func (s *deviceState) submit(now int64, n uint64) int64 {
 	return done
 }
 
+// submitOne is submit of one page, with the in-order cases inline.
+func (s *deviceState) submitOne(now int64) int64 {
+	start := max(now, s.slots[s.head])
+	x := start + s.latency
+	k := len(s.busy)
+	if k == 0 || x < s.busy[k-1].start {
+		return s.submit(now, 1)
+	}
+	last := &s.busy[k-1]
+	var done int64
+	if x <= last.end {
+		done = last.end + s.onePage
+		last.end = done
+	} else {
+		done = x + s.onePage
+		s.busy = append(s.busy, span{x, done})
+		if k >= 2*maxSpans {
+			s.trim()
+		}
+	}
+	q := len(s.slots)
+	if j := s.head - 1; q > 1 && (j >= 0 && s.slots[j] <= done || j < 0 && s.slots[q-1] <= done) {
+		s.slots[s.head] = done
+		if s.head++; s.head == q {
+			s.head = 0
+		}
+		return done
+	}
+	if q == 1 {
+		s.slots[0] = done
+		return done
+	}
+	s.free(done)
+	return done
+}
+
 // free replaces the slot that freed first with one that frees at done,
 // keeping the ring sorted.
 func (s *deviceState) free(done int64) {

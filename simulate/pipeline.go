@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/predictio/predictio/policies"
 )
@@ -32,6 +33,10 @@ type simEvent struct {
 // batch is a run of events shared read-only by every lane.
 type batch struct {
 	evs   []simEvent
+	// checked events were validated and counted into timed and untimed
+	// by the source (fillAccesses) already.
+	checked        int
+	timed, untimed uint64
 	hints []policies.Event
 	kids  []uint64 // storage of the hints' Children
 	refs  atomic.Int32
@@ -40,6 +45,7 @@ type batch struct {
 
 func (b *batch) reset() {
 	b.evs = b.evs[:0]
+	b.checked, b.timed, b.untimed = 0, 0, 0
 	b.hints = b.hints[:0]
 	b.kids = b.kids[:0]
 }
@@ -175,7 +181,10 @@ func (s *Simulator) produce(src Source, pool *batchPool, chans []chan *batch) er
 // start, before any lane sees the batch.
 func (s *Simulator) check(b *batch) error {
 	s.begin(b.evs[0].ts)
-	for i := range b.evs {
+	s.rows += uint64(b.checked)
+	s.timed += b.timed
+	s.untimed += b.untimed
+	for i := b.checked; i < len(b.evs); i++ {
 		se := &b.evs[i]
 		if se.hint >= 0 {
 			continue
@@ -231,16 +240,42 @@ const prefetchAhead = 6
 
 // plain runs a lane without policies (the cache and the device alone)
 // over b: one-page demand accesses are served inline, with the memory
-// they will touch prefetched a few events ahead; every other event takes
-// step. The results are those of step (TestPlainFastPathMatches).
+// they will touch prefetched a few events ahead, and the common cases of
+// the cache (a full LRU cache of direct-table pages) and of the device (a
+// request in time order) inlined too; every other event takes step. The
+// results are those of step (TestPlainFastPathMatches).
 func (l *lane) plain(s *Simulator, b *batch) {
-	c := l.cache
+	c, dev := l.cache, l.dev
 	evs := b.evs
+	ts0 := s.ts0
+	fastLRU := c.model == LRU && c.onEvict == nil
+	var st Stats // counts of the inlined accesses, added to l.st at the end
+	// Prefetch the direct-table slot of the event prefetchAhead ahead,
+	// the entry of the LRU victim 2 prefetchAhead ahead, and the table
+	// slot of the victim prefetchAhead ahead (whose entry the prefetch
+	// before brought in), so that the misses of several events overlap.
+	// Lines not worth prefetching point at the lane itself.
+	self := unsafe.Pointer(l)
 	for i := range evs {
-		if j := i + prefetchAhead; j < len(evs) && evs[j].hint < 0 {
-			c.prefetchPage(evs[j].file, evs[j].access.Page)
+		pa, pb, pc := self, self, self
+		if j := i + prefetchAhead; j < len(evs) {
+			if f := evs[j].file; int(f) < len(c.direct) {
+				if t := c.direct[f]; evs[j].access.Page < uint64(len(t)) {
+					pa = unsafe.Pointer(&t[evs[j].access.Page])
+				}
+			}
 		}
-		c.prefetchVictim(prefetchAhead)
+		if q := &c.inactive; len(c.entries) == c.capacity && q.head+2*prefetchAhead < q.tail {
+			m := uint64(len(q.buf) - 1)
+			pb = unsafe.Pointer(&c.entries[q.buf[(q.head+2*prefetchAhead)&m].idx])
+			k := c.entries[q.buf[(q.head+prefetchAhead)&m].idx].key
+			if f, p := uint32(k>>40), k&maxPage; int(f) < len(c.direct) {
+				if t := c.direct[f]; p < uint64(len(t)) {
+					pc = unsafe.Pointer(&t[p])
+				}
+			}
+		}
+		prefetch3(pa, pb, pc)
 		se := &evs[i]
 		if se.hint >= 0 || se.access.NPages > 1 || !policies.IsDemand(se.access.Kind) {
 			b.event(i, &l.ev)
@@ -249,12 +284,12 @@ func (l *lane) plain(s *Simulator, b *batch) {
 			continue
 		}
 		var t int64
-		if se.ts > s.ts0 {
-			t = int64(se.ts - s.ts0)
+		if se.ts > ts0 {
+			t = int64(se.ts - ts0)
 		}
 		e := int64(-1)
 		if end := se.access.End; end >= se.ts && end != 0 {
-			e = int64(end - s.ts0)
+			e = int64(end - ts0)
 		}
 		id := se.tid
 		if id == 0 {
@@ -262,33 +297,53 @@ func (l *lane) plain(s *Simulator, b *batch) {
 		}
 		th := l.threads.get(id)
 		now := l.begin(th, t, e, se.access.Op)
-		l.st.Accesses++
-		l.st.Demand++
+		st.Accesses++
 		wait := now
-		if idx := c.lookup(se.file, se.access.Page); idx >= 0 {
+		file, page := se.file, se.access.Page
+		idx := int32(-1)
+		var tab []uint32
+		if int(file) < len(c.direct) {
+			if tab = c.direct[file]; page < uint64(len(tab)) {
+				idx = int32(tab[page]) - 1
+			} else {
+				idx = c.lookupHash(file, page)
+			}
+		} else {
+			idx = c.lookupHash(file, page)
+		}
+		if idx >= 0 {
 			ent := &c.entries[idx]
-			l.st.Hits++
+			st.Hits++
 			if ent.flags&flagPrefetched != 0 {
 				ent.flags &^= flagPrefetched
 				if ent.ready > now {
-					l.st.Late++
+					st.Late++
 				} else {
-					l.st.Used++
+					st.Used++
 				}
 			}
 			wait = max(wait, ent.ready)
 			c.touch(idx)
 		} else {
-			l.st.Misses++
-			l.st.PagesRead++
-			l.st.Requests++
-			wait = l.dev.submit(now, 1)
-			c.insert(se.file, se.access.Page, wait, flagReferenced)
+			st.Misses++
+			wait = dev.submitOne(now)
+			if !fastLRU || page >= uint64(len(tab)) || c.replaceDirect(file, page, wait, flagReferenced) < 0 {
+				c.insertSlow(file, page, wait, flagReferenced)
+			}
 		}
-		l.st.StallNS += wait - now
+		st.StallNS += wait - now
 		th.clock = wait
-		l.demand++
 	}
+	l.st.Accesses += st.Accesses
+	l.st.Demand += st.Accesses
+	l.st.Hits += st.Hits
+	l.st.Misses += st.Misses
+	l.st.PagesRead += st.Misses
+	l.st.Requests += st.Misses
+	l.st.Used += st.Used
+	l.st.Late += st.Late
+	l.st.StallNS += st.StallNS
+	l.demand += st.Accesses
 }
 
 // consumeAhead is consume for a lane whose policies read a streamed

@@ -3,9 +3,14 @@ package simulate
 import "unsafe"
 
 // prefetch asks the CPU to bring the cache line at p into its caches
-// without waiting for it (PREFETCHT0): the lanes issue it for the page
-// table slot of an event a few events ahead, so that the memory accesses
-// of several events overlap.
+// without waiting for it (PREFETCHT0): lanes issue it for memory an event a
+// few events ahead will touch, so that the misses of several events
+// overlap.
 //
 //go:noescape
 func prefetch(p unsafe.Pointer)
+
+// prefetch3 is prefetch of three lines in one call.
+//
+//go:noescape
+func prefetch3(a, b, c unsafe.Pointer)

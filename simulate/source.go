@@ -146,9 +146,12 @@ func (s *bundleSource) fill(b *batch) bool {
 }
 
 // fillAccesses copies accesses into b without merging: no hint is left.
+// It also does Simulator.check's work for the rows it copies, up to the
+// first that check must look at closely (b.checked).
 func (s *bundleSource) fillAccesses(b *batch) {
 	n := len(b.evs)
 	evs := b.evs[:batchSize]
+	clean := b.checked == n
 	for n < batchSize {
 		if s.advanceAcc {
 			s.advanceAcc = false
@@ -162,6 +165,20 @@ func (s *bundleSource) fillAccesses(b *batch) {
 		se.access = policies.AccessOf(a)
 		n++
 		s.advanceAcc = true
+		if clean {
+			if a.FileID > maxFile || a.FirstPage > maxPage-maxReadPages || a.NPages > maxReadPages {
+				clean = false
+				continue
+			}
+			if policies.IsDemand(a.Kind) || isMetadata(a.Kind) {
+				if se.access.End != 0 {
+					b.timed++
+				} else {
+					b.untimed++
+				}
+			}
+			b.checked = n
+		}
 	}
 	b.evs = evs[:n]
 }
