@@ -32,15 +32,15 @@ type simEvent struct {
 
 // batch is a run of events shared read-only by every lane.
 type batch struct {
-	evs   []simEvent
+	evs []simEvent
 	// checked events were validated and counted into timed and untimed
 	// by the source (fillAccesses) already.
 	checked        int
 	timed, untimed uint64
-	hints []policies.Event
-	kids  []uint64 // storage of the hints' Children
-	refs  atomic.Int32
-	pool  *batchPool
+	hints          []policies.Event
+	kids           []uint64 // storage of the hints' Children
+	refs           atomic.Int32
+	pool           *batchPool
 }
 
 func (b *batch) reset() {
