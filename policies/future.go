@@ -165,6 +165,24 @@ func (f *Future) firstPage(i uint64) uint64 {
 	return f.first.at(i)
 }
 
+// Upcoming returns the page d positions past the front of the window of
+// f's first attached oracle of global scope: one the oracle is about to
+// request, for its owner to prefetch memory for. ok is false when there is
+// none (no such oracle, or not fed that far).
+func (f *Future) Upcoming(d int) (file uint32, page uint64, ok bool) {
+	for _, o := range f.oracles {
+		if o.perFile {
+			continue
+		}
+		if p := o.global.front + uint64(d); p >= f.pages.base && p < f.np {
+			k := f.pages.at(p)
+			return uint32(k >> futPageBits), k & futMaxPage, true
+		}
+		return 0, 0, false
+	}
+	return 0, 0, false
+}
+
 // Held returns the number of pages f holds in memory.
 func (f *Future) Held() uint64 { return f.pages.n - f.pages.base }
 

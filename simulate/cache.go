@@ -291,6 +291,17 @@ func (c *pageCache) prefetchPage(file uint32, page uint64) {
 	}
 }
 
+// slot returns the address of the direct-table slot of (file, page), or
+// def when it has none.
+func (c *pageCache) slot(file uint32, page uint64, def unsafe.Pointer) unsafe.Pointer {
+	if int(file) < len(c.direct) {
+		if t := c.direct[file]; page < uint64(len(t)) {
+			return unsafe.Pointer(&t[page])
+		}
+	}
+	return def
+}
+
 // prefetchVictims starts loading what evicting the LRU records d and 2d
 // places from the oldest will touch, when the cache is full: the entry of
 // the one 2d away, and the direct-table slot of the one d away (whose

@@ -222,6 +222,7 @@ func (l *lane) consume(s *Simulator, ch <-chan *batch) {
 	default:
 		for b := range ch {
 			for i := range b.evs {
+				l.prefetchFor(b.evs, i)
 				b.event(i, &l.ev)
 				t, e := s.rel(&l.ev)
 				l.step(&l.ev, t, e)
@@ -250,32 +251,8 @@ func (l *lane) plain(s *Simulator, b *batch) {
 	ts0 := s.ts0
 	fastLRU := c.model == LRU && c.onEvict == nil
 	var st Stats // counts of the inlined accesses, added to l.st at the end
-	// Prefetch the direct-table slot of the event prefetchAhead ahead,
-	// the entry of the LRU victim 2 prefetchAhead ahead, and the table
-	// slot of the victim prefetchAhead ahead (whose entry the prefetch
-	// before brought in), so that the misses of several events overlap.
-	// Lines not worth prefetching point at the lane itself.
-	self := unsafe.Pointer(l)
 	for i := range evs {
-		pa, pb, pc := self, self, self
-		if j := i + prefetchAhead; j < len(evs) {
-			if f := evs[j].file; int(f) < len(c.direct) {
-				if t := c.direct[f]; evs[j].access.Page < uint64(len(t)) {
-					pa = unsafe.Pointer(&t[evs[j].access.Page])
-				}
-			}
-		}
-		if q := &c.inactive; len(c.entries) == c.capacity && q.head+2*prefetchAhead < q.tail {
-			m := uint64(len(q.buf) - 1)
-			pb = unsafe.Pointer(&c.entries[q.buf[(q.head+2*prefetchAhead)&m].idx])
-			k := c.entries[q.buf[(q.head+prefetchAhead)&m].idx].key
-			if f, p := uint32(k>>40), k&maxPage; int(f) < len(c.direct) {
-				if t := c.direct[f]; p < uint64(len(t)) {
-					pc = unsafe.Pointer(&t[p])
-				}
-			}
-		}
-		prefetch3(pa, pb, pc)
+		l.prefetchFor(evs, i)
 		se := &evs[i]
 		if se.hint >= 0 || se.access.NPages > 1 || !policies.IsDemand(se.access.Kind) {
 			b.event(i, &l.ev)
@@ -346,6 +323,35 @@ func (l *lane) plain(s *Simulator, b *batch) {
 	l.demand += st.Accesses
 }
 
+// prefetchFor prefetches what serving evs[i] and the events after it
+// will touch: the direct-table slot of the event prefetchAhead ahead, the
+// entry of the LRU victim 2 prefetchAhead ahead and the table slot of the
+// victim prefetchAhead ahead (whose entry the prefetch before brought in),
+// and, for a lane with an oracle, the slot of the page prefetchAhead past
+// its window's front (Future.Upcoming), which it will soon request. The
+// misses of several events then overlap. Lines not worth prefetching point
+// at the lane itself.
+func (l *lane) prefetchFor(evs []simEvent, i int) {
+	c := l.cache
+	self := unsafe.Pointer(l)
+	pa, pb, pc := self, self, self
+	if j := i + prefetchAhead; j < len(evs) {
+		pa = c.slot(evs[j].file, evs[j].access.Page, self)
+	}
+	if q := &c.inactive; len(c.entries) == c.capacity && q.head+2*prefetchAhead < q.tail {
+		m := uint64(len(q.buf) - 1)
+		pb = unsafe.Pointer(&c.entries[q.buf[(q.head+2*prefetchAhead)&m].idx])
+		k := c.entries[q.buf[(q.head+prefetchAhead)&m].idx].key
+		pc = c.slot(uint32(k>>40), k&maxPage, self)
+	}
+	if l.fut != nil {
+		if f, p, ok := l.fut.Upcoming(prefetchAhead); ok {
+			prefetch(c.slot(f, p, self))
+		}
+	}
+	prefetch3(pa, pb, pc)
+}
+
 // consumeAhead is consume for a lane whose policies read a streamed
 // future: before each demand access the lane feeds the future from the
 // batches ahead until it holds what the policies need (Future.Needs),
@@ -387,6 +393,7 @@ func (l *lane) consumeAhead(s *Simulator, ch <-chan *batch) {
 				for l.fut.Needs(int(l.demand)) && feed() {
 				}
 			}
+			l.prefetchFor(b.evs, i)
 			b.event(i, &l.ev)
 			t, e := s.rel(&l.ev)
 			l.step(&l.ev, t, e)
