@@ -14,6 +14,9 @@ func TestNoAllocationsPerRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := w.AddFile(File{ID: 1, Path: "/f", Mode: ModeRegular}); err != nil {
+		t.Fatal(err)
+	}
 	rows := seqRows(1000)
 	i := 0
 	// Warm up: the first batch interns comm values.

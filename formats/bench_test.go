@@ -66,7 +66,7 @@ func benchWrite(b *testing.B, rows []Access) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w.AddFile(File{ID: 1, Size: 1 << 40})
+	w.AddFile(File{ID: 1, Path: "/bench", Size: 1 << 40, Mode: ModeRegular})
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := cpuSeconds()

@@ -19,15 +19,15 @@ func TestDictionaryDeltasBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := w.AddFile(File{ID: 1, Path: "/f", Mode: ModeRegular}); err != nil {
+		t.Fatal(err)
+	}
 	// 1200 distinct comms in batches of 400: a dictionary and two deltas.
 	for i := range 1200 {
 		a := Access{TS: synthStartNS + uint64(i), PID: 1, TID: 1, Comm: fmt.Sprint("c", i), FileID: 1, NPages: 1, Kind: KindRead}
 		if err := w.Append(&a); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := w.AddFile(File{ID: 1, Path: "/f"}); err != nil {
-		t.Fatal(err)
 	}
 	w.Manifest().Complete = true
 	if err := w.Close(); err != nil {

@@ -34,6 +34,78 @@ func schemaMessage(s *arrow.Schema) ([]byte, error) {
 	return m, nil
 }
 
+var filePrefixCache sync.Map // *arrow.Schema -> []byte
+
+// filePrefix returns what a table file of schema s starts with: the file
+// magic and the Schema message, whose schema metadata MetaCRC32C holds the
+// CRC32C of these bytes (computed with the value read as '0's).
+func filePrefix(s *arrow.Schema) ([]byte, error) {
+	if m, ok := filePrefixCache.Load(s); ok {
+		return m.([]byte), nil
+	}
+	sm, err := schemaMessage(s)
+	if err != nil {
+		return nil, err
+	}
+	p := append(bytes.Clone(arrowMagic), sm...)
+	m, err := readMessage(p, len(arrowMagic))
+	if err != nil || m.hdrType != msgSchema {
+		return nil, fmt.Errorf("encode schema: cannot read back the schema message (%v)", err)
+	}
+	pos, err := schemaCRCPos(m.hdr)
+	if err != nil || pos < 0 {
+		return nil, fmt.Errorf("encode schema: no %s in the schema metadata (%v)", MetaCRC32C, err)
+	}
+	pos += m.metaStart()
+	c, _, _ := crcWithPlaceholder(p, pos)
+	putCRC(p[pos:pos+8], c)
+	filePrefixCache.Store(s, p)
+	return p, nil
+}
+
+// schemaCRCPos returns the offset in st.b of the MetaCRC32C value in the
+// metadata of Schema table st, or -1 when there is none.
+func schemaCRCPos(st fbTable) (pos int, err error) {
+	defer catch(&err, "read schema metadata")
+	pos, v := st.findMeta(2, MetaCRC32C)
+	if pos >= 0 && len(v) != 8 {
+		return 0, fmt.Errorf("schema metadata %s has %d bytes, want 8: %w", MetaCRC32C, len(v), ErrCorrupt)
+	}
+	return pos, nil
+}
+
+// footerTail returns the end of a table file after its end-of-stream
+// marker: the footer, its length and the magic, with the footer schema's
+// MetaCRC32C set to the CRC32C of these bytes (computed with the value read
+// as '0's). A schema without MetaCRC32C (format 1.0) is left without.
+func footerTail(footer []byte) ([]byte, error) {
+	tail := make([]byte, 0, len(footer)+10)
+	tail = append(tail, footer...)
+	tail = binary.LittleEndian.AppendUint32(tail, uint32(len(footer)))
+	tail = append(tail, "ARROW1"...)
+	pos, err := footerCRCPos(footer)
+	if err != nil {
+		return nil, err
+	}
+	if pos < 0 {
+		return tail, nil // a format 1.0 schema, as Repair keeps it
+	}
+	c, _, _ := crcWithPlaceholder(tail, pos)
+	putCRC(tail[pos:pos+8], c)
+	return tail, nil
+}
+
+// footerCRCPos returns the offset in footer of the footer schema's
+// MetaCRC32C value, or -1.
+func footerCRCPos(footer []byte) (pos int, err error) {
+	defer catch(&err, "read footer")
+	st, ok := fbRoot(footer).table(1)
+	if !ok {
+		return 0, fmt.Errorf("read footer: no schema: %w", ErrCorrupt)
+	}
+	return schemaCRCPos(st)
+}
+
 // buildFooter returns the Arrow file footer flatbuffer for schema s with the
 // given dictionary and record batch blocks. arrow-go serializes the schema:
 // it writes a scratch file with as many empty batches, whose footer blocks
@@ -95,4 +167,31 @@ func buildFooter(s *arrow.Schema, dicts, recs []block) ([]byte, error) {
 		return nil, err
 	}
 	return footer, nil
+}
+
+var dictIDCache sync.Map // *arrow.Schema -> map[string]int64
+
+// dictIDs returns the dictionary id of each dictionary-encoded column of s
+// as arrow-go numbers them in the schema message.
+func dictIDs(s *arrow.Schema) map[string]int64 {
+	if m, ok := dictIDCache.Load(s); ok {
+		return m.(map[string]int64)
+	}
+	sm, err := schemaMessage(s)
+	if err != nil {
+		panic(err) // the package's own schemas always encode
+	}
+	m, err := readMessage(sm, 0)
+	if err != nil {
+		panic(err)
+	}
+	fields, _ := parseSchema(m.hdr)
+	ids := map[string]int64{}
+	for _, f := range fields {
+		if f.typ.dict {
+			ids[f.name] = f.typ.dictID
+		}
+	}
+	dictIDCache.Store(s, ids)
+	return ids
 }

@@ -19,13 +19,27 @@ func fuzzTables(t testing.TB) map[string][]byte {
 		t.Fatal(err)
 	}
 	w.Manifest().Host = Host{KernelRelease: "fuzz", CPUs: 1, PageSize: 4096}
-	w.AddFile(File{ID: 1, Path: "/a", Size: 4096 * 100})
-	w.AddFile(File{ID: 2, Path: "/bb", Size: 4096})
+	w.Manifest().Timing.ServiceTimes = true
+	w.AddFile(File{ID: 1, Path: "/a", Size: 4096 * 100, Mode: ModeRegular})
+	w.AddFile(File{ID: 2, Path: "/bb", Size: 4096, Ino: 7})
+	w.AddFile(File{ID: 3, Path: "/missing"}) // path-only
+	kinds := []AccessKind{KindRead, KindFault, KindMmap, KindOpen, KindStat, KindExec}
 	for i := 0; i < 100; i++ {
-		w.Append(&Access{TS: uint64(i), PID: 1, TID: 2, Comm: "c" + strconv.Itoa(i/30), FileID: 1, FirstPage: uint64(i), NPages: 1, Kind: KindRead})
+		a := Access{TS: uint64(i), PID: 1, TID: 2, Comm: "c" + strconv.Itoa(i/30), FileID: 1, FirstPage: uint64(i), NPages: 1, Kind: kinds[i%len(kinds)],
+			EndNS: uint64(i) + 1, Op: uint64(i/2 + 1), Ret: 4096}
+		switch {
+		case a.Kind.Mapping():
+			a.Prot, a.MapFirstPage, a.MapPages = ProtRead|ProtExec, 0, 100
+		case a.Kind.Metadata():
+			a.NPages, a.FirstPage, a.Ret = 0, 0, 3
+		}
+		if a.Kind == KindOpen && i%4 == 0 {
+			a.FileID, a.Ret = 3, -2
+		}
+		w.Append(&a)
 	}
 	for i := 0; i < 5; i++ {
-		w.AppendHint(&Hint{TS: uint64(i), Kind: HintTreeChildEnter, FileID: 1, Children: []uint64{1, 2, 3}, Name: "n"})
+		w.AppendHint(&Hint{TS: uint64(i), Kind: HintTreeChildEnter, FileID: 1, Children: []uint64{1, 2, 3}, Name: "n", TID: 9, Source: []string{HintSourceApp, "adapter:sqlite"}[i%2]})
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
@@ -42,45 +56,54 @@ func fuzzTables(t testing.TB) map[string][]byte {
 }
 
 // readAllTables decodes data as each of the three tables, through this
-// package's cursors and through arrow-go (as OpenTable does). Errors are
-// expected; panics and huge allocations are bugs.
+// package's cursors and through arrow-go (as OpenTable does), with and
+// without integrity checks (without them, corrupt bytes reach the decoders).
+// Errors are expected; panics and huge allocations are bugs.
 func readAllTables(data []byte) {
-	for _, name := range []string{FilesFile, AccessesFile, HintsFile} {
-		tf, err := newTableFileBytes(data, name)
-		if err != nil {
-			continue
+	for _, verify := range []bool{true, false} {
+		for _, name := range []string{FilesFile, AccessesFile, HintsFile} {
+			readTable(data, name, tableOpts{verify: verify})
 		}
-		switch name {
-		case FilesFile:
-			readFiles(tf)
-		case AccessesFile:
-			if c, err := newAccessCursor(tf); err == nil {
-				for c.Next() {
-				}
-			}
-		case HintsFile:
-			if c, err := newHintCursor(tf); err == nil {
-				for c.Next() {
-				}
-			}
-		}
-		if tf.checkArrowSafe() != nil {
-			continue
-		}
-		fr, err := newArrowReader(bytes.NewReader(data), int64(len(data)), name)
-		if err != nil {
-			continue
-		}
-		t := &Table{tf: tf, fr: fr, dec: newBatchDecoder()}
-		for i := 0; i < t.NumBatches(); i++ {
-			if rec, err := t.Batch(i); err == nil {
-				rec.Release()
-			}
-		}
-		fr.Close()
 	}
 	// A killed writer's file: scan as a stream.
 	scanStream(data, AccessesFile)
+	scanStream(data, HintsFile)
+}
+
+func readTable(data []byte, name string, o tableOpts) {
+	tf, err := newTableFileBytes(data, name, o)
+	if err != nil {
+		return
+	}
+	switch name {
+	case FilesFile:
+		readFiles(tf, ModeRegular)
+	case AccessesFile:
+		if c, err := newAccessCursor(tf); err == nil {
+			c.withKindName = true
+			for c.Next() {
+			}
+		}
+	case HintsFile:
+		if c, err := newHintCursor(tf); err == nil {
+			for c.Next() {
+			}
+		}
+	}
+	if tf.checkArrowSafe() != nil {
+		return
+	}
+	fr, err := newArrowReader(bytes.NewReader(data), int64(len(data)), name)
+	if err != nil {
+		return
+	}
+	t := &Table{tf: tf, fr: fr, dec: tf.newDecoder()}
+	for i := 0; i < t.NumBatches(); i++ {
+		if rec, err := t.Batch(i); err == nil {
+			rec.Release()
+		}
+	}
+	fr.Close()
 }
 
 // FuzzReadTable feeds arbitrary bytes to the table readers: truncated
@@ -110,6 +133,7 @@ func FuzzManifest(f *testing.F) {
 	f.Add(fuzzTables(f)[ManifestFile])
 	f.Add([]byte(`{"format_version":"9.0.0"}`))
 	f.Add([]byte(`{"format_version":"1.0.0","counters":{"events":-1}}`))
+	f.Add([]byte(`{"format_version":"1.1.0","timing":{"service_times":true,"first_start_ns":5,"last_end_ns":3},"recording":{"adapters":["sqlite"],"kernel":"6.18.0"}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := parseManifest(data, ManifestFile)
 		if err == nil {
@@ -142,7 +166,7 @@ func fuzzSeeds(t testing.TB) [][]byte {
 // hugeLength returns a copy of an accesses table whose first batch declares
 // a 1 TiB uncompressed buffer.
 func hugeLength(b []byte) []byte {
-	tf, err := newTableFileBytes(b, AccessesFile)
+	tf, err := newTableFileBytes(b, AccessesFile, tableOpts{})
 	if err != nil || len(tf.batches) == 0 {
 		return nil
 	}

@@ -10,6 +10,7 @@ package formats
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"math"
 
 	flatbuffers "github.com/google/flatbuffers/go"
@@ -111,11 +112,36 @@ func (e *batchEncoder) buffer(raw []byte) {
 	e.bufs = append(e.bufs, bufMeta{int64(off), int64(n)})
 }
 
+// repeat appends a copy of body buffer i, for a raw buffer equal to it.
+func (e *batchEncoder) repeat(i int) {
+	bm := e.bufs[i]
+	off := len(e.body)
+	e.body = append(e.body, e.body[bm.off:bm.off+bm.len]...)
+	for len(e.body)%8 != 0 {
+		e.body = append(e.body, 0)
+	}
+	e.bufs = append(e.bufs, bufMeta{int64(off), bm.len})
+}
+
 // finish builds the framed message for a record batch (dictID < 0) or a
 // dictionary batch of nrows rows.
+//
+// The message's custom_metadata holds MetaCRC32C: the CRC32C of the framed
+// message (prefix, metadata, padding and body) computed with the value's
+// eight hex digits set to '0' (see checkMessageCRC).
 func (e *batchEncoder) finish(nrows int, dictID int64, isDelta bool) {
 	b := e.fb
 	b.Reset()
+	crcKey := b.CreateString(MetaCRC32C)
+	crcVal := b.CreateString(crcPlaceholder)
+	b.StartObject(2)
+	b.PrependUOffsetTSlot(0, crcKey, 0)
+	b.PrependUOffsetTSlot(1, crcVal, 0)
+	kv := b.EndObject()
+	b.StartVector(4, 1, 4)
+	b.PrependUOffsetT(kv)
+	meta := b.EndVector(1)
+
 	b.StartObject(2)
 	b.PrependByteSlot(0, codecZstd, 0)
 	comp := b.EndObject()
@@ -155,6 +181,7 @@ func (e *batchEncoder) finish(nrows int, dictID int64, isDelta bool) {
 	b.PrependByteSlot(1, hdrType, 0)
 	b.PrependUOffsetTSlot(2, hdr, 0)
 	b.PrependInt64Slot(3, int64(len(e.body)), 0)
+	b.PrependUOffsetTSlot(4, meta, 0)
 	msg := b.EndObject()
 	b.Finish(msg)
 	fbb := b.FinishedBytes()
@@ -167,6 +194,59 @@ func (e *batchEncoder) finish(nrows int, dictID int64, isDelta bool) {
 	for len(e.msg) < padded {
 		e.msg = append(e.msg, 0)
 	}
+	// crcVal counts from the end of the flatbuffer; its bytes follow the
+	// string's 4-byte length.
+	pos := 8 + len(fbb) - int(crcVal) + 4
+	crc := crc32.Update(0, castagnoli, e.msg)
+	crc = crc32.Update(crc, castagnoli, e.body)
+	putCRC(e.msg[pos:pos+8], crc)
+}
+
+// castagnoli is the CRC32C table (hardware-accelerated with SSE 4.2).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+const hexDigits = "0123456789abcdef"
+
+// putCRC writes crc as eight lowercase hex digits.
+func putCRC(dst []byte, crc uint32) {
+	for i := 7; i >= 0; i-- {
+		dst[i] = hexDigits[crc&15]
+		crc >>= 4
+	}
+}
+
+// parseCRC parses eight lowercase hex digits.
+func parseCRC(b []byte) (uint32, bool) {
+	if len(b) != 8 {
+		return 0, false
+	}
+	var v uint32
+	for _, c := range b {
+		switch {
+		case c >= '0' && c <= '9':
+			v = v<<4 | uint32(c-'0')
+		case c >= 'a' && c <= 'f':
+			v = v<<4 | uint32(c-'a'+10)
+		default:
+			return 0, false
+		}
+	}
+	return v, true
+}
+
+var zeroCRC = []byte(crcPlaceholder)
+
+// crcWithPlaceholder returns the CRC32C of region with the eight bytes at
+// pos (relative to region) read as crcPlaceholder, and the CRC stored there.
+func crcWithPlaceholder(region []byte, pos int) (computed, stored uint32, ok bool) {
+	if pos < 0 || pos+8 > len(region) {
+		return 0, 0, false
+	}
+	stored, ok = parseCRC(region[pos : pos+8])
+	c := crc32.Update(0, castagnoli, region[:pos])
+	c = crc32.Update(c, castagnoli, zeroCRC)
+	c = crc32.Update(c, castagnoli, region[pos+8:])
+	return c, stored, ok
 }
 
 // ---------------------------------------------------------------------------
@@ -305,6 +385,27 @@ func (t fbTable) vector(i, elem int) (start, n int) {
 func (t fbTable) str(i int) string {
 	start, n := t.vector(i, 1)
 	return string(t.b[start : start+n])
+}
+
+// bytes returns the bytes of string field i without copying, and their
+// offset in t.b.
+func (t fbTable) bytes(i int) ([]byte, int) {
+	start, n := t.vector(i, 1)
+	return t.b[start : start+n], start
+}
+
+// findMeta returns the offset in t.b of the value of key in the KeyValue
+// vector field i (custom_metadata), or -1 when absent, and the value.
+func (t fbTable) findMeta(i int, key string) (int, []byte) {
+	ks, kn := t.vector(i, 4)
+	for j := 0; j < kn && j < 1024; j++ {
+		kv := t.tableVecAt(ks, j)
+		if k, _ := kv.bytes(0); string(k) == key {
+			v, off := kv.bytes(1)
+			return off, v
+		}
+	}
+	return -1, nil
 }
 
 // tableVecAt returns element j of a vector of tables starting at start.
@@ -459,7 +560,34 @@ type message struct {
 	hdr     fbTable
 	body    []byte
 	size    int // prefix + metadata + body
+	off     int // offset of the message in the data
+	crcPos  int // offset in the data of the MetaCRC32C value, or -1
+	crcBad  bool
 }
+
+// metaStart returns the offset in the data of the message's metadata
+// flatbuffer, which offsets into m.hdr.b count from.
+func (m *message) metaStart() int { return m.off + m.size - len(m.body) - len(m.hdr.b) }
+
+// checkCRC checks the message's CRC32C in data. It returns errNoCRC when the
+// message carries none.
+func (m *message) checkCRC(data []byte) error {
+	if m.crcPos < 0 {
+		return errNoCRC
+	}
+	region := data[m.off : m.off+m.size]
+	got, want, ok := crcWithPlaceholder(region, m.crcPos-m.off)
+	if !ok || m.crcBad {
+		return fmt.Errorf("%s value %q is not eight hex digits: %w", MetaCRC32C, region[m.crcPos-m.off:min(m.crcPos-m.off+8, len(region))], ErrCorrupt)
+	}
+	if got != want {
+		return fmt.Errorf("CRC32C %08x, stored %08x: the data changed after it was written (bit rot, an overwrite): %w", got, want, ErrCorrupt)
+	}
+	return nil
+}
+
+// errNoCRC means a message or schema carries no MetaCRC32C.
+var errNoCRC = fmt.Errorf("no %s: %w", MetaCRC32C, ErrCorrupt)
 
 // readMessage parses the message at data[off:].
 func readMessage(data []byte, off int) (m message, err error) {
@@ -475,7 +603,7 @@ func readMessage(data []byte, off int) (m message, err error) {
 	}
 	p += 4
 	if l == 0 {
-		return message{size: p - off}, nil // end of stream
+		return message{size: p - off, off: off, crcPos: -1}, nil // end of stream
 	}
 	if int64(l) > int64(len(data)-p) {
 		return m, fmt.Errorf("read message at %d: metadata length %d past end of file: %w", off, l, ErrCorrupt)
@@ -492,6 +620,11 @@ func readMessage(data []byte, off int) (m message, err error) {
 		return m, fmt.Errorf("read message at %d: body length %d past end of file: %w", off, bodyLen, ErrCorrupt)
 	}
 	t.vector(4, 4) // custom_metadata: bounds-checked before arrow-go sizes a slice by it
+	m.off, m.crcPos = off, -1
+	if pos, v := t.findMeta(4, MetaCRC32C); pos >= 0 {
+		m.crcPos = p - int(l) + pos
+		m.crcBad = len(v) != 8
+	}
 	hdr, ok := t.table(2)
 	if !ok && m.hdrType != 0 {
 		return m, fmt.Errorf("read message at %d: no header: %w", off, ErrCorrupt)

@@ -12,6 +12,7 @@ type Manifest struct {
 	Start         Timestamp    `json:"start"`
 	End           Timestamp    `json:"end"`
 	Counters      Counters     `json:"counters"`
+	Timing        Timing       `json:"timing"`
 	// Tables maps a table file name to its SHA-256 and row count.
 	Tables map[string]TableInfo `json:"tables"`
 	// Complete is false for a bundle recovered by repair.
@@ -51,6 +52,29 @@ type Recording struct {
 	MinSizeBytes uint64   `json:"min_size_bytes,omitempty"`
 	EventSources []string `json:"event_sources,omitempty"` // attached tracepoints/probes
 	HintSocket   string   `json:"hint_socket,omitempty"`
+	// Adapters lists the file-structure adapters that ran at record time
+	// (format 1.1), e.g. ["sqlite"].
+	Adapters []string `json:"adapters,omitempty"`
+	// Kernel is the kernel release the event semantics come from (format
+	// 1.1): which tracepoints fired where. Close sets it to
+	// Host.KernelRelease when the writer's caller left it empty.
+	Kernel string `json:"kernel,omitempty"`
+}
+
+// Timing describes the time base of the access rows (format 1.1; zero in 1.0
+// manifests).
+type Timing struct {
+	// ServiceTimes is true when access rows carry end_ns: ts_ns is then the
+	// start of the operation, end_ns its completion. The recorder sets it.
+	ServiceTimes bool `json:"service_times"`
+	// FirstStartNS is the smallest ts_ns of accesses.arrow; LastEndNS the
+	// largest completion (end_ns, or ts_ns for rows whose end_ns is 0).
+	// The writer sets both from the rows it wrote.
+	FirstStartNS uint64 `json:"first_start_ns"`
+	LastEndNS    uint64 `json:"last_end_ns"`
+	// RecordedWallNS is LastEndNS - FirstStartNS: the recorded wall time
+	// that replay's timing error compares against. The writer sets it.
+	RecordedWallNS uint64 `json:"recorded_wall_ns"`
 }
 
 // Timestamp is a point in time on both clocks.

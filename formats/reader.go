@@ -8,8 +8,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
@@ -22,19 +25,54 @@ const maxManifestBytes = 64 << 20
 // Bundle is an open trace bundle. Its methods may be called from one
 // goroutine at a time; cursors are independent of each other.
 type Bundle struct {
-	dir string
-	man Manifest
+	dir    string
+	man    Manifest
+	verify bool
 }
+
+// OpenOption configures Open.
+type OpenOption func(*openConfig)
+
+type openConfig struct {
+	verify bool
+}
+
+// NoVerify makes the bundle's readers skip the integrity checks (CRC32C,
+// or for format 1.0 the zstd frame checksums and the SHA-256 against the
+// manifest): corrupt data is then read as it is. The structural checks that
+// keep a reader from panicking or allocating without bound stay on. Tools
+// that take it must say in their output that verification was skipped.
+func NoVerify() OpenOption { return func(c *openConfig) { c.verify = false } }
+
+var skipVerify atomic.Bool
+
+// SetDefaultVerify sets whether Open checks integrity when no OpenOption
+// says otherwise (it does unless this was called with false). A command
+// calls SetDefaultVerify(false) once, for --no-verify, before it opens
+// bundles through packages that take no OpenOption (simulate, replay,
+// train); libraries pass NoVerify to Open instead.
+func SetDefaultVerify(on bool) { skipVerify.Store(!on) }
+
+// DefaultVerify reports the default that SetDefaultVerify sets.
+func DefaultVerify() bool { return !skipVerify.Load() }
 
 // Open opens the bundle in dir and reads its manifest. It rejects a bundle
 // whose major format version differs from FormatVersion's with an error
 // wrapping ErrVersion that names both versions.
-func Open(dir string) (*Bundle, error) {
+//
+// Every table is checked while it is read (docs/format.md, Integrity): a
+// failed check is an error wrapping ErrCorrupt that names the file and the
+// batch. NoVerify skips the checks.
+func Open(dir string, opts ...OpenOption) (*Bundle, error) {
+	cfg := openConfig{verify: DefaultVerify()}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	m, err := readManifest(dir, ManifestFile)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			if _, perr := os.Stat(filepath.Join(dir, PartialManifestFile)); perr == nil {
-				return nil, fmt.Errorf("open bundle %s: no %s but a %s: the writer did not finish; run 'predictio trace repair %s'", dir, ManifestFile, PartialManifestFile, dir)
+				return nil, fmt.Errorf("open bundle %s: no %s but a %s: the writer did not finish; run 'predictio trace repair %s': %w", dir, ManifestFile, PartialManifestFile, dir, ErrIncomplete)
 			}
 		}
 		return nil, fmt.Errorf("open bundle: %w", err)
@@ -42,7 +80,7 @@ func Open(dir string) (*Bundle, error) {
 	if err := checkVersion(m.FormatVersion); err != nil {
 		return nil, fmt.Errorf("open bundle %s: %s: %w", dir, ManifestFile, err)
 	}
-	return &Bundle{dir: dir, man: *m}, nil
+	return &Bundle{dir: dir, man: *m, verify: cfg.verify}, nil
 }
 
 func readManifest(dir, name string) (*Manifest, error) {
@@ -106,8 +144,88 @@ func (b *Bundle) Manifest() *Manifest { return &b.man }
 // Close releases the bundle. Cursors and tables have their own Close.
 func (b *Bundle) Close() error { return nil }
 
+// Integrity says how a bundle's tables are checked while they are read.
+type Integrity string
+
+const (
+	// IntegrityCRC32C: format 1.1 and later, a CRC32C per IPC message and
+	// for the schema and footer of each table.
+	IntegrityCRC32C Integrity = "crc32c"
+	// IntegrityLegacy: format 1.0 tables have no CRCs; readers check the
+	// zstd frame checksums of every buffer and, when the batches are read
+	// in order, each file's SHA-256 against manifest.json.
+	IntegrityLegacy Integrity = "zstd-checksums+sha256"
+	// IntegritySkipped: NoVerify.
+	IntegritySkipped Integrity = "skipped"
+)
+
+// Integrity returns how the bundle's tables are checked (by its manifest's
+// format version), or IntegritySkipped after NoVerify.
+func (b *Bundle) Integrity() Integrity {
+	switch {
+	case !b.verify:
+		return IntegritySkipped
+	case versionHasCRC(b.man.FormatVersion):
+		return IntegrityCRC32C
+	}
+	return IntegrityLegacy
+}
+
+// Describe returns a sentence for people saying what Integrity means.
+func (i Integrity) Describe() string {
+	switch i {
+	case IntegrityCRC32C:
+		return "verified: CRC32C of every message, schema and footer"
+	case IntegrityLegacy:
+		return "verified as format 1.0 allows: zstd frame checksums, SHA-256 against manifest.json"
+	}
+	return "not verified (--no-verify): corrupt data would be read as it is"
+}
+
+// HasServiceTimes reports whether the bundle's access rows carry service
+// times (manifest timing.service_times; format 1.1): ts_ns is an
+// operation's start and end_ns its completion. Without them, end_ns reads as
+// 0 and tools must fall back to ts_ns alone; with them a row's end_ns may
+// still be 0 (unknown).
+func (b *Bundle) HasServiceTimes() bool { return b.man.Timing.ServiceTimes }
+
+// Columns returns the column names of a table file (FilesFile,
+// AccessesFile or HintsFile) in file order. A bundle without hints.arrow has
+// no hints columns.
+func (b *Bundle) Columns(table string) ([]string, error) {
+	if table == HintsFile && !b.hasHints() {
+		return nil, nil
+	}
+	tf, err := b.openTable(table)
+	if err != nil {
+		return nil, err
+	}
+	defer tf.close()
+	out := make([]string, len(tf.fields))
+	for i, f := range tf.fields {
+		out[i] = f.name
+	}
+	return out, nil
+}
+
+// HasColumn reports whether a table file has the named column. Columns of
+// format 1.1 are absent from 1.0 bundles, and read as zero there.
+func (b *Bundle) HasColumn(table, column string) (bool, error) {
+	cols, err := b.Columns(table)
+	return slices.Contains(cols, column), err
+}
+
+func (b *Bundle) hasHints() bool {
+	_, err := os.Stat(filepath.Join(b.dir, HintsFile))
+	return !errors.Is(err, os.ErrNotExist)
+}
+
 func (b *Bundle) openTable(name string) (*tableFile, error) {
-	tf, err := openTableFile(filepath.Join(b.dir, name), name)
+	o := tableOpts{verify: b.verify, requireCRC: versionHasCRC(b.man.FormatVersion)}
+	if ti, ok := b.man.Tables[name]; ok {
+		o.sha256 = ti.SHA256
+	}
+	tf, err := openTableFile(filepath.Join(b.dir, name), name, o)
 	if err != nil {
 		return nil, err
 	}
@@ -120,43 +238,67 @@ func (b *Bundle) openTable(name string) (*tableFile, error) {
 	return tf, nil
 }
 
-var (
-	filesCols    = []string{"file_id", "dev", "ino", "path", "size_bytes", "mtime_ns"}
-	accessesCols = []string{"ts_ns", "pid", "tid", "comm", "file_id", "first_page", "npages", "kind"}
-	hintsCols    = []string{"ts_ns", "pid", "kind", "file_id", "parent_page", "position", "children", "name", "offset_bytes", "length_bytes"}
-)
-
-func wantTypes(s *arrow.Schema, names []string) []colType {
-	out := make([]colType, len(names))
-	for i, n := range names {
-		idx := s.FieldIndices(n)
-		out[i] = wantType(s.Field(idx[0]).Type)
+// tableColumns derives a table's column list from its schema; the first
+// required columns are those of format 1.0.
+func tableColumns(s *arrow.Schema, required int) *columns {
+	c := &columns{required: required}
+	for _, f := range s.Fields() {
+		c.names = append(c.names, f.Name)
+		c.types = append(c.types, wantType(f.Type))
 	}
-	return out
+	return c
 }
 
 var (
-	filesTypes    = wantTypes(FilesSchema, filesCols)
-	accessesTypes = wantTypes(AccessesSchema, accessesCols)
-	hintsTypes    = wantTypes(HintsSchema, hintsCols)
+	filesCols    = tableColumns(FilesSchema, 6)
+	accessesCols = tableColumns(AccessesSchema, 8)
+	hintsCols    = tableColumns(HintsSchema, 10)
 )
 
+// columnsOf returns the column list of a table file name.
+func columnsOf(name string) *columns {
+	switch name {
+	case FilesFile:
+		return filesCols
+	case AccessesFile:
+		return accessesCols
+	case HintsFile:
+		return hintsCols
+	}
+	return nil
+}
+
 // Files returns all rows of files.arrow.
+//
+// A format 1.0 files.arrow has no mode column: Mode reads as 0, except for
+// rows with Ino 0 (imported traces), whose Mode reads as ModeRegular
+// (ModeBlock for block-trace imports, recording source import:blkparse and
+// import:csv), so that they do not read as path-only: 1.0 has none.
 func (b *Bundle) Files() ([]File, error) {
 	tf, err := b.openTable(FilesFile)
 	if err != nil {
 		return nil, err
 	}
 	defer tf.close()
-	return readFiles(tf)
+	legacy := ModeRegular
+	if s := b.man.Recording.Source; s == "import:blkparse" || s == "import:csv" {
+		legacy = ModeBlock
+	}
+	return readFiles(tf, legacy)
 }
 
-func readFiles(tf *tableFile) (out []File, err error) {
-	refs, err := tf.locate(filesCols, filesTypes)
+// readFiles reads files.arrow; a file without the mode column gives rows
+// with Ino 0 legacyMode.
+func readFiles(tf *tableFile, legacyMode uint32) (out []File, err error) {
+	refs, err := tf.locate(filesCols)
 	if err != nil {
 		return nil, err
 	}
-	dec := newBatchDecoder()
+	if refs[6].present() {
+		legacyMode = 0
+	}
+	dec := tf.newDecoder()
+	var z zeroBuf
 	for bi := range tf.batches {
 		if err := tf.loadBatch(dec, bi); err != nil {
 			return nil, err
@@ -167,325 +309,44 @@ func readFiles(tf *tableFile) (out []File, err error) {
 		ino, err3 := fixed(dec, refs[2], 8)
 		size, err4 := fixed(dec, refs[4], 8)
 		mt, err5 := fixed(dec, refs[5], 8)
-		if err := errors.Join(err1, err2, err3, err4, err5, checkNode(dec, refs[3].node, n)); err != nil {
+		mode, err6 := z.column(dec, refs[6], 4)
+		if err := errors.Join(err1, err2, err3, err4, err5, err6, checkNode(dec, refs[3].node, n)); err != nil {
 			return nil, fmt.Errorf("read %s: batch %d: %w", tf.name, bi, err)
 		}
 		offs, data, err := decodeUtf8(dec, refs[3].buf, n)
 		if err != nil {
 			return nil, fmt.Errorf("read %s: batch %d: column path: %w", tf.name, bi, err)
 		}
-		ids, devs, inos, sizes, mts := asU32(id), asU64(dev), asU64(ino), asU64(size), asU64(mt)
+		ids, devs, inos, sizes, mts, modes := asU32(id), asU64(dev), asU64(ino), asU64(size), asU64(mt), asU32(mode)
 		for i := 0; i < n; i++ {
-			out = append(out, File{ID: ids[i], Dev: devs[i], Ino: inos[i], Path: string(data[offs[i]:offs[i+1]]), Size: sizes[i], MtimeNS: int64(mts[i])})
+			f := File{ID: ids[i], Dev: devs[i], Ino: inos[i], Path: string(data[offs[i]:offs[i+1]]), Size: sizes[i], MtimeNS: int64(mts[i]), Mode: modes[i]}
+			if f.Ino == 0 && legacyMode != 0 {
+				f.Mode = legacyMode
+			}
+			out = append(out, f)
 		}
 	}
 	return out, nil
 }
 
-// Accesses returns a cursor over accesses.arrow in file order.
-func (b *Bundle) Accesses() (*AccessCursor, error) {
-	tf, err := b.openTable(AccessesFile)
-	if err != nil {
-		return nil, err
-	}
-	c, err := newAccessCursor(tf)
-	if err != nil {
-		tf.close()
-		return nil, err
-	}
-	return c, nil
-}
+// zeroBuf supplies the zero values of optional columns a file lacks. It
+// grows to the largest batch and is then reused.
+type zeroBuf struct{ b []uint64 }
 
-func newAccessCursor(tf *tableFile) (*AccessCursor, error) {
-	refs, err := tf.locate(accessesCols, accessesTypes)
-	if err != nil {
-		return nil, err
+// column returns the data buffer of the fixed-width column r, or zeros when
+// the file lacks it.
+func (z *zeroBuf) column(dec *batchDecoder, r colRef, width int) ([]byte, error) {
+	if r.present() {
+		return fixed(dec, r, width)
 	}
-	c := &AccessCursor{tf: tf, dec: newBatchDecoder(), refs: refs}
-	c.dict = tf.dicts[refs[3].typ.dictID]
-	c.commW = refs[3].typ.bitWidth / 8
-	if c.commW != 1 && c.commW != 2 && c.commW != 4 && c.commW != 8 {
-		return nil, tf.errf("column comm: index width %d bits", refs[3].typ.bitWidth)
+	n := dec.rows * width
+	if len(z.b)*8 < n {
+		z.b = make([]uint64, (n+7)/8)
 	}
-	return c, nil
-}
-
-// AccessCursor iterates over accesses.arrow rows. It allocates nothing per
-// row: At returns the same Access, overwritten by each Next.
-type AccessCursor struct {
-	tf    *tableFile
-	dec   *batchDecoder
-	refs  []colRef
-	batch int
-	i, n  int
-
-	ts, page            []uint64
-	pid, tid, file, npg []uint32
-	comm                []int32
-	commBuf             []int32 // comm indices converted from other widths
-	commW               int
-	kind                []byte
-	dict                []string
-
-	cur Access
-	err error
-}
-
-// Next advances to the next row. It returns false at the end or on error;
-// check Err.
-func (c *AccessCursor) Next() bool {
-	i := c.i
-	if i >= c.n {
-		if !c.advance() {
-			return false
-		}
-		i = 0
-	}
-	c.i = i + 1
-	a := &c.cur
-	a.TS = c.ts[i]
-	a.PID = c.pid[i]
-	a.TID = c.tid[i]
-	a.Comm = c.dict[c.comm[i]] // indices checked by load
-	a.FileID = c.file[i]
-	a.FirstPage = c.page[i]
-	a.NPages = c.npg[i]
-	a.Kind = AccessKind(c.kind[i])
-	return true
-}
-
-// advance loads the next non-empty batch.
-func (c *AccessCursor) advance() bool {
-	for {
-		if c.err != nil || c.tf == nil || c.batch >= len(c.tf.batches) {
-			c.i, c.n = 0, 0
-			return false
-		}
-		if err := c.load(c.batch); err != nil {
-			c.err = err
-			c.i, c.n = 0, 0
-			return false
-		}
-		c.batch++
-		if c.n > 0 {
-			return true
-		}
-	}
-}
-
-func (c *AccessCursor) load(bi int) error {
-	d := c.dec
-	if err := c.tf.loadBatch(d, bi); err != nil {
-		return err
-	}
-	r := c.refs
-	ts, e1 := fixed(d, r[0], 8)
-	pid, e2 := fixed(d, r[1], 4)
-	tid, e3 := fixed(d, r[2], 4)
-	comm, e4 := fixed(d, r[3], c.commW)
-	file, e5 := fixed(d, r[4], 4)
-	page, e6 := fixed(d, r[5], 8)
-	npg, e7 := fixed(d, r[6], 4)
-	kind, e8 := fixed(d, r[7], 1)
-	if err := errors.Join(e1, e2, e3, e4, e5, e6, e7, e8); err != nil {
-		return fmt.Errorf("read %s: batch %d: %w", c.tf.name, bi, err)
-	}
-	n := d.rows
-	if c.commW == 4 {
-		c.comm = asInt32(comm)
-	} else {
-		c.commBuf = c.commBuf[:0]
-		for i := 0; i < n; i++ {
-			c.commBuf = append(c.commBuf, int32(dictIndex(comm, c.commW, i)))
-		}
-		c.comm = c.commBuf
-	}
-	nd := int32(len(c.dict))
-	for i, ci := range c.comm[:n] {
-		if ci < 0 || ci >= nd {
-			return fmt.Errorf("read %s: batch %d row %d: comm index %d outside dictionary of %d: %w", c.tf.name, bi, i, ci, nd, ErrCorrupt)
-		}
-	}
-	c.ts, c.pid, c.tid, c.file, c.page, c.npg, c.kind = asU64(ts), asU32(pid), asU32(tid), asU32(file), asU64(page), asU32(npg), kind
-	c.i, c.n = 0, n
-	return nil
-}
-
-// At returns the current row, valid until the next call to Next.
-func (c *AccessCursor) At() *Access { return &c.cur }
-
-// Err returns the first error met.
-func (c *AccessCursor) Err() error { return c.err }
-
-// Close releases the cursor.
-func (c *AccessCursor) Close() error {
-	if c.tf != nil {
-		c.tf.close()
-		c.tf = nil
-	}
-	c.n, c.i = 0, 0
-	return nil
-}
-
-// Hints returns a cursor over hints.arrow. A bundle without hints.arrow has
-// no hints: the cursor is empty.
-func (b *Bundle) Hints() (*HintCursor, error) {
-	if _, err := os.Stat(filepath.Join(b.dir, HintsFile)); errors.Is(err, os.ErrNotExist) {
-		return &HintCursor{}, nil
-	}
-	tf, err := b.openTable(HintsFile)
-	if err != nil {
-		return nil, err
-	}
-	c, err := newHintCursor(tf)
-	if err != nil {
-		tf.close()
-		return nil, err
-	}
-	return c, nil
-}
-
-func newHintCursor(tf *tableFile) (*HintCursor, error) {
-	refs, err := tf.locate(hintsCols, hintsTypes)
-	if err != nil {
-		return nil, err
-	}
-	return &HintCursor{tf: tf, dec: newBatchDecoder(), refs: refs, names: map[string]string{}}, nil
-}
-
-// HintCursor iterates over hints.arrow rows. At returns the same Hint,
-// overwritten by each Next; its Children slice is reused.
-type HintCursor struct {
-	tf    *tableFile
-	dec   *batchDecoder
-	refs  []colRef
-	batch int
-	i, n  int
-
-	hintCols // the current batch's columns, as the Writer buffers them
-	names    map[string]string
-
-	cur Hint
-	err error
-}
-
-// Next advances to the next row. It returns false at the end or on error.
-func (c *HintCursor) Next() bool {
-	for c.i >= c.n {
-		if c.err != nil || c.tf == nil || c.batch >= len(c.tf.batches) {
-			return false
-		}
-		if err := c.load(c.batch); err != nil {
-			c.err = err
-			return false
-		}
-		c.batch++
-	}
-	i := c.i
-	c.i++
-	h := &c.cur
-	h.TS = c.ts[i]
-	h.PID = c.pid[i]
-	h.Kind = HintKind(c.kind[i])
-	h.FileID = c.file[i]
-	h.ParentPage = c.parent[i]
-	h.Position = c.pos[i]
-	h.Children = append(h.Children[:0], c.children[c.childOff[i]:c.childOff[i+1]]...)
-	nb := c.nameData[c.nameOff[i]:c.nameOff[i+1]]
-	if s, ok := c.names[string(nb)]; ok {
-		h.Name = s
-	} else {
-		h.Name = string(nb)
-		if len(c.names) < 4096 {
-			c.names[h.Name] = h.Name
-		}
-	}
-	h.OffsetBytes = c.off[i]
-	h.LengthBytes = c.length[i]
-	return true
-}
-
-func (c *HintCursor) load(bi int) error {
-	d := c.dec
-	if err := c.tf.loadBatch(d, bi); err != nil {
-		return err
-	}
-	r := c.refs
-	n := d.rows
-	ts, e1 := fixed(d, r[0], 8)
-	pid, e2 := fixed(d, r[1], 4)
-	kind, e3 := fixed(d, r[2], 1)
-	file, e4 := fixed(d, r[3], 4)
-	parent, e5 := fixed(d, r[4], 8)
-	pos, e6 := fixed(d, r[5], 4)
-	off, e7 := fixed(d, r[8], 8)
-	length, e8 := fixed(d, r[9], 8)
-	if err := errors.Join(e1, e2, e3, e4, e5, e6, e7, e8, checkNode(d, r[6].node, n), checkNode(d, r[7].node, n)); err != nil {
-		return fmt.Errorf("read %s: batch %d: %w", c.tf.name, bi, err)
-	}
-	// children: list offsets, then the child node and its values.
-	minOff := int64(n+1) * 4
 	if n == 0 {
-		minOff = 0
+		return nil, nil
 	}
-	cob, err := d.buffer(r[6].buf+1, minOff, int64(n+1)*4+64)
-	if err != nil {
-		return fmt.Errorf("read %s: batch %d: column children: %w", c.tf.name, bi, err)
-	}
-	childOff := []int32{0}
-	if n > 0 || len(cob) >= 4 {
-		childOff = asInt32(cob)[:n+1]
-	}
-	nchild := int(childOff[n])
-	if nchild < 0 || nchild > maxBufferBytes/8 {
-		return c.tf.errf("batch %d: column children: %d values", bi, nchild)
-	}
-	if err := checkNodeLen(d, r[6].node+1, nchild); err != nil {
-		return fmt.Errorf("read %s: batch %d: column children: %w", c.tf.name, bi, err)
-	}
-	cv, err := d.buffer(r[6].buf+3, int64(nchild)*8, int64(nchild)*8+64)
-	if err != nil {
-		return fmt.Errorf("read %s: batch %d: column children: %w", c.tf.name, bi, err)
-	}
-	if err := checkOffsets(childOff, nchild); err != nil {
-		return fmt.Errorf("read %s: batch %d: column children: %w", c.tf.name, bi, err)
-	}
-	nameOff, nameData, err := decodeUtf8(d, r[7].buf, n)
-	if err != nil {
-		return fmt.Errorf("read %s: batch %d: column name: %w", c.tf.name, bi, err)
-	}
-	c.ts, c.pid, c.kind, c.file, c.parent, c.pos = asU64(ts), asU32(pid), kind, asU32(file), asU64(parent), asU32(pos)
-	c.off, c.length = asU64(off), asU64(length)
-	c.childOff, c.children = childOff, asU64(cv[:nchild*8])
-	c.nameOff, c.nameData = nameOff, nameData
-	c.i, c.n = 0, n
-	return nil
-}
-
-func checkNodeLen(dec *batchDecoder, n, rows int) error {
-	if n >= len(dec.nodes) {
-		return fmt.Errorf("field node %d missing: %w", n, ErrCorrupt)
-	}
-	if dec.nodes[n].len != int64(rows) || dec.nodes[n].nulls != 0 {
-		return fmt.Errorf("field node %d: %d values (%d null), want %d non-null: %w", n, dec.nodes[n].len, dec.nodes[n].nulls, rows, ErrCorrupt)
-	}
-	return nil
-}
-
-// At returns the current row, valid until the next call to Next.
-func (c *HintCursor) At() *Hint { return &c.cur }
-
-// Err returns the first error met.
-func (c *HintCursor) Err() error { return c.err }
-
-// Close releases the cursor.
-func (c *HintCursor) Close() error {
-	if c.tf != nil {
-		c.tf.close()
-		c.tf = nil
-	}
-	c.n, c.i = 0, 0
-	return nil
+	return unsafe.Slice((*byte)(unsafe.Pointer(&z.b[0])), n), nil
 }
 
 // Table gives raw Arrow access to one table file through arrow-go, for
@@ -510,10 +371,18 @@ func (b *Bundle) OpenTable(name string) (*Table, error) {
 	}
 	// Records may outlive Close, so they must not point into a mapping.
 	data := bytes.Clone(mapped.data)
+	opts, path := mapped.opts, mapped.path
 	mapped.close()
-	tf, err := newTableFileBytes(data, name)
+	tf, err := newTableFileBytes(data, name, opts)
 	if err != nil {
 		return nil, err
+	}
+	tf.path = path
+	if tf.sha != nil {
+		// Raw access may read batches in any order: check the whole file now.
+		if err := tf.finishSHA(); err != nil {
+			return nil, err
+		}
 	}
 	if err := tf.checkArrowSafe(); err != nil {
 		return nil, err
@@ -523,7 +392,18 @@ func (b *Bundle) OpenTable(name string) (*Table, error) {
 		tf.close()
 		return nil, err
 	}
-	return &Table{tf: tf, fr: fr, dec: newBatchDecoder()}, nil
+	return &Table{tf: tf, fr: fr, dec: tf.newDecoder()}, nil
+}
+
+// Integrity returns how the table's contents are checked.
+func (t *Table) Integrity() Integrity {
+	switch t.tf.check {
+	case checkCRC:
+		return IntegrityCRC32C
+	case checkLegacy:
+		return IntegrityLegacy
+	}
+	return IntegritySkipped
 }
 
 // checkArrowSafe rejects schemas with column types this package cannot
@@ -572,6 +452,11 @@ func (t *Table) Batch(i int) (rec arrow.RecordBatch, err error) {
 	m, err := readMessage(t.tf.data, int(t.tf.batches[i].off))
 	if err == nil && m.hdrType != msgRecordBatch {
 		err = fmt.Errorf("message type %d: %w", m.hdrType, ErrCorrupt)
+	}
+	if err == nil && t.tf.check == checkCRC {
+		if err := t.tf.checkBatch(i, &m); err != nil {
+			return nil, err
+		}
 	}
 	if err == nil {
 		err = checkBatch(t.dec, m)

@@ -1,11 +1,16 @@
 package formats
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
 )
 
 // RepairReport says what Repair did.
@@ -71,12 +76,27 @@ func Repair(dir string) (*RepairReport, error) {
 		}
 	}
 	// Counts and end time reflect what was recovered.
-	b := &Bundle{dir: dir, man: *m}
+	b := &Bundle{dir: dir, man: *m, verify: true}
+	m.Timing.FirstStartNS, m.Timing.LastEndNS, m.Timing.RecordedWallNS = 0, 0, 0
 	if ac, err := b.Accesses(); err == nil {
+		first := true
 		for ac.Next() {
-			maxTS = max(maxTS, ac.At().TS)
+			a := ac.At()
+			end := max(a.TS, a.EndNS)
+			maxTS = max(maxTS, end)
+			if first || a.TS < m.Timing.FirstStartNS {
+				m.Timing.FirstStartNS, first = a.TS, false
+			}
+			m.Timing.LastEndNS = max(m.Timing.LastEndNS, end)
 		}
 		ac.Close()
+		m.Timing.RecordedWallNS = m.Timing.LastEndNS - m.Timing.FirstStartNS
+	}
+	if hc, err := b.Hints(); err == nil {
+		for hc.Next() {
+			maxTS = max(maxTS, hc.At().TS)
+		}
+		hc.Close()
 	}
 	m.Counters.Files = rep.Tables[FilesFile]
 	m.Counters.Events = rep.Tables[AccessesFile]
@@ -116,14 +136,20 @@ func repairTable(dir, name string) (TableInfo, int64, string, error) {
 	if err != nil {
 		return TableInfo{}, 0, "", err
 	}
-	if tf, err := openTableFile(path, name); err == nil {
-		tf.close()
-		ti, err := tableInfo(path, name)
-		return ti, 0, "", err
-	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return TableInfo{}, 0, "", fmt.Errorf("read %s: %w", name, err)
+	}
+	if _, err := newTableFileBytes(data, name, tableOpts{verify: true}); err == nil {
+		ti, err := tableInfo(path, name)
+		if err != nil {
+			return TableInfo{}, 0, "", damaged(name, err)
+		}
+		return ti, 0, "", nil
+	} else if len(data) >= 14 && string(data[len(data)-6:]) == "ARROW1" && !errors.Is(err, ErrIncomplete) {
+		// A writer that is killed never leaves the closing magic: the file
+		// was complete and has been damaged since.
+		return TableInfo{}, 0, "", damaged(name, err)
 	}
 	sc := scanStream(data, name)
 	if sc.schemaEnd == 0 {
@@ -132,6 +158,10 @@ func repairTable(dir, name string) (TableInfo, int64, string, error) {
 		}
 		ti, err := tableInfo(path, name)
 		return ti, int64(len(data)), fmt.Sprintf("%s: no readable schema (%v); wrote an empty table", name, sc.stop), err
+	}
+	schema, err := streamSchema(data[len(arrowMagic):sc.schemaEnd])
+	if err != nil {
+		return TableInfo{}, 0, "", fmt.Errorf("repair %s: %w", name, err)
 	}
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
@@ -144,33 +174,61 @@ func repairTable(dir, name string) (TableInfo, int64, string, error) {
 	if _, err := f.Seek(sc.end, 0); err != nil {
 		return TableInfo{}, 0, "", fmt.Errorf("repair %s: %w", name, err)
 	}
-	tw := &tableWriter{name: name, schema: schemaFor(name), f: f, h: nopHash{}, pos: sc.end, batches: sc.batches, enc: newBatchEncoder()}
+	tw := &tableWriter{name: name, schema: schema, f: f, h: nopHash{}, pos: sc.end, batches: sc.batches, enc: newBatchEncoder()}
 	if len(tw.batches) == 0 {
-		writeEmptyBatch(tw, sc.dict)
+		writeEmptyBatch(tw)
 	}
-	var dicts func() []block
-	if name == AccessesFile {
-		dicts = func() []block {
-			e := tw.enc
-			e.reset()
-			offs := []int32{0}
-			var data []byte
-			for _, s := range sc.dict {
-				data = append(data, s...)
-				offs = append(offs, int32(len(data)))
-			}
-			strCol(e, offs, data)
-			e.finish(len(sc.dict), 0, false)
-			return []block{tw.writeMessage()}
-		}
-	}
-	if err := tw.finish(dicts); err != nil {
+	if err := tw.finish(func() []block { return fullDicts(tw, sc.fields, sc.dicts) }); err != nil {
 		return TableInfo{}, 0, "", fmt.Errorf("repair %s: %w", name, err)
 	}
 	ti, err := tableInfo(path, name)
 	dropped := int64(len(data)) - sc.end
 	note := fmt.Sprintf("%s: recovered %d rows in %d batches; cut %d bytes (%v)", name, sc.rows, len(sc.batches), dropped, sc.stop)
 	return ti, dropped, note, err
+}
+
+// damaged is Repair's error for a table that was complete and is corrupt.
+func damaged(name string, err error) error {
+	return fmt.Errorf("%s is damaged, not truncated: repair only recovers a bundle whose writer was killed; restore the file from a copy (%w)", name, err)
+}
+
+// streamSchema decodes a Schema message (without the file magic) with
+// arrow-go, for the footer repair writes.
+func streamSchema(msg []byte) (s *arrow.Schema, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("decode schema: malformed data (%v): %w", r, ErrCorrupt)
+		}
+	}()
+	b := append(bytes.Clone(msg), 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0)
+	r, err := ipc.NewReader(bytes.NewReader(b), ipc.WithAllocator(&limitAllocator{max: maxBufferBytes}))
+	if err != nil {
+		return nil, fmt.Errorf("decode schema: %w", err)
+	}
+	defer r.Release()
+	return r.Schema(), nil
+}
+
+// fullDicts writes one non-delta dictionary message per dictionary column
+// of fields, with the values in vals (the fixed kind names when a kind_name
+// dictionary was never written), and returns their blocks.
+func fullDicts(tw *tableWriter, fields []colField, vals map[int64][]string) []block {
+	var out []block
+	for _, f := range fields {
+		if !f.typ.dict {
+			continue
+		}
+		v, ok := vals[f.typ.dictID]
+		if !ok && f.name == "kind_name" {
+			v = accessKindDict
+			if tw.name == HintsFile {
+				v = hintKindDict
+			}
+		}
+		d := &dictState{id: f.typ.dictID, vals: v}
+		out = append(out, d.emit(tw, true))
+	}
+	return out
 }
 
 type nopHash struct{}
@@ -181,13 +239,15 @@ func (nopHash) Reset()                      {}
 func (nopHash) Size() int                   { return 0 }
 func (nopHash) BlockSize() int              { return 1 }
 
+// tableInfo checks every batch of a table file and returns its checksum and
+// row count.
 func tableInfo(path, name string) (TableInfo, error) {
-	tf, err := openTableFile(path, name)
+	tf, err := openTableFile(path, name, tableOpts{verify: true})
 	if err != nil {
 		return TableInfo{}, err
 	}
 	var rows uint64
-	dec := newBatchDecoder()
+	dec := tf.newDecoder()
 	for i := range tf.batches {
 		if err := tf.loadBatch(dec, i); err != nil {
 			tf.close()
@@ -205,78 +265,40 @@ func tableInfo(path, name string) (TableInfo, error) {
 
 func writeEmptyTable(path, name string) error {
 	os.Remove(path)
-	dir := filepath.Dir(path)
+	dir := filepath.Join(filepath.Dir(path))
 	tw, err := newTableWriter(dir, name, newBatchEncoder())
 	if err != nil {
 		return err
 	}
 	defer tw.f.Close()
-	writeEmptyBatch(tw, nil)
-	var dicts func() []block
-	if name == AccessesFile {
-		dicts = func() []block {
-			tw.enc.reset()
-			strCol(tw.enc, []int32{0}, nil)
-			tw.enc.finish(0, 0, false)
-			return []block{tw.writeMessage()}
-		}
+	writeEmptyBatch(tw)
+	sm, err := schemaMessage(tw.schema)
+	if err != nil {
+		return err
 	}
-	return tw.finish(dicts)
-}
-
-// writeEmptyBatch writes a zero-row record batch of tw's table.
-func writeEmptyBatch(tw *tableWriter, dict []string) {
-	e := tw.enc
-	e.reset()
-	switch tw.name {
-	case FilesFile:
-		fixedCol(e, []uint32{})
-		fixedCol(e, []uint64{})
-		fixedCol(e, []uint64{})
-		strCol(e, []int32{0}, nil)
-		fixedCol(e, []uint64{})
-		fixedCol(e, []int64{})
-	case AccessesFile:
-		fixedCol(e, []uint64{})
-		fixedCol(e, []uint32{})
-		fixedCol(e, []uint32{})
-		fixedCol(e, []int32{})
-		fixedCol(e, []uint32{})
-		fixedCol(e, []uint64{})
-		fixedCol(e, []uint32{})
-		fixedCol(e, []uint8{})
-	case HintsFile:
-		fixedCol(e, []uint64{})
-		fixedCol(e, []uint32{})
-		fixedCol(e, []uint8{})
-		fixedCol(e, []uint32{})
-		fixedCol(e, []uint64{})
-		fixedCol(e, []uint32{})
-		e.node(0)
-		e.buffer(nil)
-		e.buffer(bytesOf([]int32{0}))
-		fixedCol(e, []uint64{})
-		strCol(e, []int32{0}, nil)
-		fixedCol(e, []uint64{})
-		fixedCol(e, []uint64{})
+	m, err := readMessage(sm, 0)
+	if err != nil {
+		return err
 	}
-	e.finish(0, -1, false)
-	tw.batches = append(tw.batches, tw.writeMessage())
+	fields, _ := parseSchema(m.hdr)
+	return tw.finish(func() []block { return fullDicts(tw, fields, nil) })
 }
 
 // streamScan is what scanStream found in a table file without footer.
 type streamScan struct {
 	schemaEnd int64 // end of the schema message; 0 if none
 	end       int64 // end of the last good message
+	fields    []colField
 	batches   []block
 	rows      uint64
-	dict      []string // accumulated dictionary 0 (comm)
-	stop      error    // why scanning stopped
+	dicts     map[int64][]string // accumulated dictionaries
+	stop      error              // why scanning stopped
 }
 
-// scanStream reads the IPC stream that follows the file magic, checking each
-// record batch by decoding all its buffers, and stops at the first message
-// that is truncated or corrupt.
+// scanStream reads the IPC stream that follows the file magic, checking
+// each message (its CRC32C when the schema has one, and every buffer of
+// every record batch decoded with zstd checksums on), and stops at the
+// first message that is truncated or corrupt.
 func scanStream(data []byte, name string) (sc streamScan) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -294,27 +316,29 @@ func scanStream(data []byte, name string) (sc streamScan) {
 		return sc
 	}
 	var fields []colField
+	var meta map[string]string
 	func() {
 		defer catch(&err, "schema")
-		fields, _ = parseSchema(m.hdr)
+		fields, meta = parseSchema(m.hdr)
 	}()
 	if err != nil {
 		sc.stop = err
 		return sc
 	}
+	withCRC, err := checkSchemaCRC(data, &m, meta)
+	if err != nil {
+		sc.stop = err
+		return sc
+	}
 	tf := &tableFile{name: name, fields: fields, dicts: map[int64][]string{}}
-	if want := schemaFor(name); want != nil {
-		names := make([]string, want.NumFields())
-		for i, f := range want.Fields() {
-			names[i] = f.Name
-		}
-		if _, err := tf.locate(names, wantTypes(want, names)); err != nil {
+	if cols := columnsOf(name); cols != nil {
+		if _, err := tf.locate(cols); err != nil {
 			sc.stop = err
 			return sc
 		}
 	}
 	off += m.size
-	sc.schemaEnd, sc.end = int64(off), int64(off)
+	sc.schemaEnd, sc.end, sc.fields = int64(off), int64(off), fields
 	dec := newCheckingDecoder()
 	for {
 		if off == len(data) {
@@ -325,6 +349,12 @@ func scanStream(data []byte, name string) (sc streamScan) {
 		if err != nil {
 			sc.stop = err
 			return sc
+		}
+		if withCRC && m.hdrType != 0 {
+			if err := m.checkCRC(data); err != nil {
+				sc.stop = fmt.Errorf("message at offset %d: %w", off, err)
+				return sc
+			}
 		}
 		switch m.hdrType {
 		case 0:
@@ -348,8 +378,29 @@ func scanStream(data []byte, name string) (sc streamScan) {
 		}
 		off += m.size
 		sc.end = int64(off)
-		sc.dict = tf.dicts[0]
+		sc.dicts = maps.Clone(tf.dicts)
 	}
+}
+
+// checkSchemaCRC checks the CRC32C of the file's first bytes up to the end
+// of the Schema message m, and reports whether the file carries CRCs. A
+// schema of format 1.1 or later without one is corrupt.
+func checkSchemaCRC(data []byte, m *message, meta map[string]string) (bool, error) {
+	pos, err := schemaCRCPos(m.hdr)
+	if err != nil {
+		return false, err
+	}
+	if pos < 0 {
+		if versionHasCRC(meta[MetaFormatVersion]) {
+			return false, fmt.Errorf("schema message: %w", errNoCRC)
+		}
+		return false, nil
+	}
+	got, want, ok := crcWithPlaceholder(data[:m.off+m.size], m.metaStart()+pos)
+	if !ok || got != want {
+		return false, fmt.Errorf("schema message: CRC32C %08x, stored %08x: %w", got, want, ErrCorrupt)
+	}
+	return true, nil
 }
 
 // checkBatch decodes every buffer of a record batch message.

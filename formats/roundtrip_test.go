@@ -23,14 +23,17 @@ type rows struct {
 func randomRows(r *rand.Rand, nf, na, nh int) rows {
 	var out rows
 	for i := 0; i < nf; i++ {
-		out.files = append(out.files, File{ID: uint32(i + 1), Dev: r.Uint64(), Ino: r.Uint64(), Path: fmt.Sprintf("/data/ü%d/%s", i, strings.Repeat("x", r.Intn(20))), Size: r.Uint64(), MtimeNS: r.Int63() - r.Int63()})
+		out.files = append(out.files, File{ID: uint32(i + 1), Dev: r.Uint64(), Ino: r.Uint64(), Path: fmt.Sprintf("/data/ü%d/%s", i, strings.Repeat("x", r.Intn(20))), Size: r.Uint64(), MtimeNS: r.Int63() - r.Int63(), Mode: r.Uint32()})
 	}
 	comms := []string{"postgres", "", "kworker/0:1", "日本語"}
 	for i := 0; i < na; i++ {
-		out.accesses = append(out.accesses, Access{TS: r.Uint64(), PID: r.Uint32(), TID: r.Uint32(), Comm: comms[r.Intn(len(comms))] + fmt.Sprint(r.Intn(3)), FileID: r.Uint32(), FirstPage: r.Uint64(), NPages: r.Uint32(), Kind: AccessKind(r.Intn(256))})
+		out.accesses = append(out.accesses, Access{TS: r.Uint64(), PID: r.Uint32(), TID: r.Uint32(), Comm: comms[r.Intn(len(comms))] + fmt.Sprint(r.Intn(3)), FileID: r.Uint32(), FirstPage: r.Uint64(), NPages: r.Uint32(), Kind: AccessKind(r.Intn(256)),
+			EndNS: r.Uint64(), Op: r.Uint64(), Ret: r.Int63() - r.Int63(), Prot: uint8(r.Intn(256)), MapFirstPage: r.Uint64(), MapPages: r.Uint64()})
 	}
 	for i := 0; i < nh; i++ {
-		h := Hint{TS: r.Uint64(), PID: r.Uint32(), Kind: HintKind(r.Intn(5)), FileID: r.Uint32(), ParentPage: r.Uint64(), Position: r.Uint32(), Name: strings.Repeat("n", r.Intn(5)), OffsetBytes: r.Uint64(), LengthBytes: r.Uint64()}
+		sources := []string{"", HintSourceApp, HintSourceAdapter + "sqlite", HintSourceAdapter + "gguf"}
+		h := Hint{TS: r.Uint64(), PID: r.Uint32(), Kind: HintKind(r.Intn(7)), FileID: r.Uint32(), ParentPage: r.Uint64(), Position: r.Uint32(), Name: strings.Repeat("n", r.Intn(5)), OffsetBytes: r.Uint64(), LengthBytes: r.Uint64(),
+			TID: r.Uint32(), Source: sources[r.Intn(len(sources))]}
 		for j := r.Intn(5); j > 0; j-- {
 			h.Children = append(h.Children, r.Uint64())
 		}
@@ -136,7 +139,7 @@ func equalRows(t *testing.T, got, want rows) {
 func TestRoundTripAllKinds(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "b")
 	var in rows
-	in.files = []File{{ID: 1, Dev: KernelDev(0x803), Ino: 12, Path: "/var/lib/db", Size: 1 << 30, MtimeNS: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC).UnixNano()}, {ID: 2}}
+	in.files = []File{{ID: 1, Dev: KernelDev(0x803), Ino: 12, Path: "/var/lib/db", Size: 1 << 30, MtimeNS: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC).UnixNano(), Mode: ModeRegular | 0o644}, {ID: 2, Path: "/missing"}}
 	for k := KindRead; k <= KindImported; k++ {
 		in.accesses = append(in.accesses, Access{TS: uint64(k) * 1000, PID: 7, TID: 8, Comm: "db" + k.String(), FileID: 1, FirstPage: uint64(k) * 3, NPages: 2, Kind: k})
 	}
@@ -170,7 +173,7 @@ func TestRoundTripAllKinds(t *testing.T) {
 func TestArrowGoReadsBundle(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "b")
 	in := randomRows(rand.New(rand.NewSource(3)), 5, 1000, 50)
-	writeRows(t, dir, in, WithBatchRows(300))
+	writeRows(t, dir, in, WithBatchRows(300), AllowUnknownFiles())
 	b, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +233,7 @@ func TestPropertyRoundTrip(t *testing.T) {
 		in := randomRows(r, r.Intn(50), r.Intn(3000), r.Intn(300))
 		dir := filepath.Join(t.TempDir(), "b")
 		bs := 1 + r.Intn(700)
-		writeRows(t, dir, in, WithBatchRows(bs))
+		writeRows(t, dir, in, WithBatchRows(bs), AllowUnknownFiles())
 		equalRows(t, readRows(t, dir), in)
 	}
 }

@@ -12,20 +12,32 @@ const MetaFormatVersion = "predictio.format_version"
 // "accesses", "hints").
 const MetaTable = "predictio.table"
 
+// MetaCRC32C is the key of the CRC32C that protects a table file's schema
+// message and footer (in the schema metadata), and each dictionary and record
+// batch message (in the message's custom_metadata). docs/format.md
+// describes what each covers.
+const MetaCRC32C = "predictio.crc32c"
+
+// crcPlaceholder is the value a CRC field holds while the CRC is computed.
+const crcPlaceholder = "00000000"
+
 func tableSchema(table string, fields []arrow.Field) *arrow.Schema {
-	md := arrow.NewMetadata([]string{MetaFormatVersion, MetaTable}, []string{FormatVersion, table})
+	md := arrow.NewMetadata([]string{MetaFormatVersion, MetaTable, MetaCRC32C}, []string{FormatVersion, table, crcPlaceholder})
 	return arrow.NewSchema(fields, &md)
 }
 
 var (
-	u8  = arrow.PrimitiveTypes.Uint8
-	u32 = arrow.PrimitiveTypes.Uint32
-	u64 = arrow.PrimitiveTypes.Uint64
-	i64 = arrow.PrimitiveTypes.Int64
+	i8dict  = &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int8, ValueType: arrow.BinaryTypes.String}
+	i32dict = &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: arrow.BinaryTypes.String}
+	u8      = arrow.PrimitiveTypes.Uint8
+	u32     = arrow.PrimitiveTypes.Uint32
+	u64     = arrow.PrimitiveTypes.Uint64
+	i64     = arrow.PrimitiveTypes.Int64
 )
 
 // FilesSchema, AccessesSchema and HintsSchema are the Arrow schemas of the
-// three tables, in column order (docs/format.md).
+// three tables, in column order (docs/format.md). Columns after the 1.0 ones
+// were added in format 1.1.
 var (
 	FilesSchema = tableSchema("files", []arrow.Field{
 		{Name: "file_id", Type: u32},
@@ -34,16 +46,24 @@ var (
 		{Name: "path", Type: arrow.BinaryTypes.String},
 		{Name: "size_bytes", Type: u64},
 		{Name: "mtime_ns", Type: i64},
+		{Name: "mode", Type: u32},
 	})
 	AccessesSchema = tableSchema("accesses", []arrow.Field{
 		{Name: "ts_ns", Type: u64},
 		{Name: "pid", Type: u32},
 		{Name: "tid", Type: u32},
-		{Name: "comm", Type: &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: arrow.BinaryTypes.String}},
+		{Name: "comm", Type: i32dict},
 		{Name: "file_id", Type: u32},
 		{Name: "first_page", Type: u64},
 		{Name: "npages", Type: u32},
 		{Name: "kind", Type: u8},
+		{Name: "end_ns", Type: u64},
+		{Name: "op", Type: u64},
+		{Name: "ret", Type: i64},
+		{Name: "prot", Type: u8},
+		{Name: "map_first_page", Type: u64},
+		{Name: "map_pages", Type: u64},
+		{Name: "kind_name", Type: i8dict},
 	})
 	HintsSchema = tableSchema("hints", []arrow.Field{
 		{Name: "ts_ns", Type: u64},
@@ -56,6 +76,9 @@ var (
 		{Name: "name", Type: arrow.BinaryTypes.String},
 		{Name: "offset_bytes", Type: u64},
 		{Name: "length_bytes", Type: u64},
+		{Name: "tid", Type: u32},
+		{Name: "source", Type: i32dict},
+		{Name: "kind_name", Type: i8dict},
 	})
 )
 
@@ -89,7 +112,12 @@ func wantType(t arrow.DataType) colType {
 		return colType{id: typeList, children: []colType{wantType(t.Elem())}}
 	case *arrow.DictionaryType:
 		v := wantType(t.ValueType)
-		return colType{dict: true, id: typeInt, bitWidth: 32, signed: true, value: &v}
+		idx := wantType(t.IndexType)
+		return colType{dict: true, id: typeInt, bitWidth: idx.bitWidth, signed: true, value: &v}
+	case *arrow.Int8Type:
+		return colType{id: typeInt, bitWidth: 8, signed: true}
+	case *arrow.Int32Type:
+		return colType{id: typeInt, bitWidth: 32, signed: true}
 	}
 	panic("formats: no colType for " + t.String())
 }

@@ -2,7 +2,6 @@ package formats
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -10,6 +9,7 @@ import (
 	"hash"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"unsafe"
 
@@ -27,7 +27,9 @@ const DefaultBatchRows = 65536
 type WriterOption func(*writerConfig)
 
 type writerConfig struct {
-	batchRows int
+	batchRows    int
+	resolve      func(id uint32) File
+	allowUnknown bool
 }
 
 // WithBatchRows sets the number of rows per record batch (default 65536).
@@ -38,6 +40,23 @@ func WithBatchRows(n int) WriterOption {
 			c.batchRows = min(n, maxBatchRows)
 		}
 	}
+}
+
+// WithFileResolver sets the function the Writer calls for a file_id that
+// buffered accesses or hints reference but AddFile has not added, when the
+// batch holding them is about to be written. fn returns the file's row as
+// far as it is known then (its Path may still be empty); the Writer adds it
+// with that id. A recorder that learns paths late passes its file table's
+// lookup here and need not call AddFile at all.
+func WithFileResolver(fn func(id uint32) File) WriterOption {
+	return func(c *writerConfig) { c.resolve = fn }
+}
+
+// AllowUnknownFiles lets batches reference file ids that were never added,
+// as a damaged bundle does. For tests and for tools that must copy such a
+// bundle as it is; Verify and Bundle.CheckReferences report the result.
+func AllowUnknownFiles() WriterOption {
+	return func(c *writerConfig) { c.allowUnknown = true }
 }
 
 var errClosed = errors.New("bundle writer is closed")
@@ -57,18 +76,16 @@ type tableWriter struct {
 
 func newTableWriter(dir, name string, enc *batchEncoder) (*tableWriter, error) {
 	t := &tableWriter{name: name, schema: schemaFor(name), h: sha256.New(), enc: enc}
+	prefix, err := filePrefix(t.schema)
+	if err != nil {
+		return nil, err
+	}
 	f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", name, err)
 	}
 	t.f = f
-	sm, err := schemaMessage(t.schema)
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	t.write(arrowMagic)
-	t.write(sm)
+	t.write(prefix)
 	return t, t.err
 }
 
@@ -92,6 +109,23 @@ func (t *tableWriter) writeMessage() block {
 	return b
 }
 
+// writeBatch writes the record batch held by the encoder.
+func (t *tableWriter) writeBatch(rows int) error {
+	t.batches = append(t.batches, t.writeMessage())
+	t.rows += uint64(rows)
+	if testHookBatch != nil {
+		testHookBatch(t.name, len(t.batches))
+	}
+	return t.err
+}
+
+// testHookBatch, when set (by tests), is called after each record batch
+// is written, and testHookClose at each stage of Close.
+var (
+	testHookBatch func(table string, batches int)
+	testHookClose func(stage string)
+)
+
 // finish writes the full dictionaries (if any), end of stream and footer.
 func (t *tableWriter) finish(dicts func() []block) error {
 	var db []block
@@ -106,9 +140,11 @@ func (t *tableWriter) finish(dicts func() []block) error {
 	if err != nil {
 		return fmt.Errorf("finish %s: %w", t.name, err)
 	}
-	t.write(footer)
-	t.write(binary.LittleEndian.AppendUint32(nil, uint32(len(footer))))
-	t.write([]byte("ARROW1"))
+	tail, err := footerTail(footer)
+	if err != nil {
+		return fmt.Errorf("finish %s: %w", t.name, err)
+	}
+	t.write(tail)
 	if t.err != nil {
 		return t.err
 	}
@@ -125,23 +161,33 @@ func (t *tableWriter) info() TableInfo {
 // column scratch for the three tables
 
 type accessCols struct {
-	ts, page            []uint64
-	pid, tid, file, npg []uint32
-	comm                []int32
-	kind                []uint8
+	ts, page, end, op, mapFirst, mapPages []uint64
+	ret                                   []int64
+	pid, tid, file, npg                   []uint32
+	comm                                  []int32
+	kind, prot                            []uint8
+}
+
+func (c *accessCols) reset() {
+	c.ts, c.page, c.end, c.op, c.mapFirst, c.mapPages = c.ts[:0], c.page[:0], c.end[:0], c.op[:0], c.mapFirst[:0], c.mapPages[:0]
+	c.ret = c.ret[:0]
+	c.pid, c.tid, c.file, c.npg = c.pid[:0], c.tid[:0], c.file[:0], c.npg[:0]
+	c.comm, c.kind, c.prot = c.comm[:0], c.kind[:0], c.prot[:0]
 }
 
 type fileCols struct {
 	id             []uint32
 	dev, ino, size []uint64
 	mtime          []int64
+	mode           []uint32
 	pathOff        []int32
 	pathData       []byte
 }
 
 type hintCols struct {
 	ts, parent, off, length []uint64
-	pid, file, pos          []uint32
+	pid, file, pos, tid     []uint32
+	source                  []int32
 	kind                    []uint8
 	childOff                []int32
 	children                []uint64
@@ -149,28 +195,157 @@ type hintCols struct {
 	nameData                []byte
 }
 
+// dictState is a string dictionary written to a table: global indices in
+// order of first appearance, emitted as an initial dictionary message and
+// deltas so that the stream stays readable without its footer.
+type dictState struct {
+	id      int64
+	idx     map[string]int32
+	vals    []string
+	emitted int
+	last    string
+	lastIdx int32
+}
+
+func newDict(id int64) *dictState { return &dictState{id: id, idx: map[string]int32{}, lastIdx: -1} }
+
+// fixedDict is a dictionary of known values (the kind names).
+func fixedDict(id int64, vals []string) *dictState {
+	return &dictState{id: id, vals: vals, lastIdx: -1}
+}
+
+func (d *dictState) intern(s string) int32 {
+	if s == d.last && d.lastIdx >= 0 {
+		return d.lastIdx
+	}
+	i, ok := d.idx[s]
+	if !ok {
+		s = strings.Clone(s)
+		i = int32(len(d.vals))
+		d.vals = append(d.vals, s)
+		d.idx[s] = i
+	}
+	d.last, d.lastIdx = d.vals[i], i
+	return i
+}
+
+// pending reports whether entries were added since the last emit.
+func (d *dictState) pending() bool { return len(d.vals) > d.emitted }
+
+// emit writes to t the entries added since the last emit (all of them the
+// first time) as a dictionary message, or with final all entries as a
+// non-delta message, the one the footer references.
+func (d *dictState) emit(t *tableWriter, final bool) block {
+	from := d.emitted
+	if final {
+		from = 0
+	}
+	e := t.enc
+	e.reset()
+	offs := make([]int32, 1, len(d.vals)-from+1)
+	var data []byte
+	for _, s := range d.vals[from:] {
+		data = append(data, s...)
+		offs = append(offs, int32(len(data)))
+	}
+	strCol(e, offs, data)
+	e.finish(len(offs)-1, d.id, !final && from > 0)
+	if !final {
+		d.emitted = len(d.vals)
+	}
+	return t.writeMessage()
+}
+
+// idSet is a set of file ids: a bitset for small ids, a map for the rest.
+type idSet struct {
+	dense  []uint64
+	sparse map[uint32]struct{}
+}
+
+const denseIDs = 1 << 24
+
+func (s *idSet) add(id uint32) {
+	if id < denseIDs {
+		if w := int(id / 64); w >= len(s.dense) {
+			s.dense = append(s.dense, make([]uint64, max(w+1, 2*len(s.dense))-len(s.dense))...)
+		}
+		s.dense[id/64] |= 1 << (id % 64)
+		return
+	}
+	if s.sparse == nil {
+		s.sparse = map[uint32]struct{}{}
+	}
+	s.sparse[id] = struct{}{}
+}
+
+func (s *idSet) has(id uint32) bool {
+	if id < denseIDs {
+		w := int(id / 64)
+		return w < len(s.dense) && s.dense[w]&(1<<(id%64)) != 0
+	}
+	_, ok := s.sparse[id]
+	return ok
+}
+
+// refTracker records which file ids the rows buffered for one table
+// reference that have no file row yet.
+type refTracker struct {
+	missing map[uint32]struct{}
+	last    uint32
+	lastSet bool
+}
+
+// note records a reference to id (known reports whether it has a row).
+func (r *refTracker) note(id uint32, known func(uint32) bool) {
+	r.last, r.lastSet = id, true
+	if !known(id) {
+		if r.missing == nil {
+			r.missing = map[uint32]struct{}{}
+		}
+		r.missing[id] = struct{}{}
+	}
+}
+
 // Writer streams rows into a new bundle directory. It is not safe for
 // concurrent use.
+//
+// File rows and the rows that reference them (docs/format.md, Crash
+// recovery): a file's row reaches disk no later than the first accesses or
+// hints batch that references its file_id. The Writer enforces it. Before it
+// writes an accesses or hints batch (when the batch is full, and at Flush
+// and Close) it writes every file row added so far; for a file_id the batch
+// references that AddFile has not added, it asks the WithFileResolver
+// function for the row. Without a resolver that is an error wrapping
+// ErrMissingFiles, and the Writer must be aborted. So a caller either adds a
+// file's row before the rows that reference it, or, if it learns paths late
+// (a recorder), gives a resolver and adds rows when it knows them: until the
+// batch is written, the row may still come through AddFile.
 type Writer struct {
-	dir     string
-	cfg     writerConfig
-	man     Manifest
-	enc     *batchEncoder
-	files   *tableWriter
-	acc     *tableWriter
-	hints   *tableWriter
-	fc      fileCols
-	ac      accessCols
-	hc      hintCols
-	fileIDs map[uint32]struct{}
+	dir   string
+	cfg   writerConfig
+	man   Manifest
+	enc   *batchEncoder
+	files *tableWriter
+	acc   *tableWriter
+	hints *tableWriter
+	fc    fileCols
+	ac    accessCols
+	hc    hintCols
 
-	// comm dictionary: global indices in order of first appearance.
-	commIdx     map[string]int32
-	commVals    []string
-	commEmitted int // entries already written as dictionary messages
-	lastComm    string
-	lastIdx     int32
+	fileIDs   idSet
+	accRefs   refTracker
+	hintRefs  refTracker
+	kindIdx   []uint8 // kind_name indices of the current batch
+	comm      *dictState
+	accKinds  *dictState
+	source    *dictState
+	hintKinds *dictState
 
+	// timing of the accesses written
+	firstStart, lastEnd uint64
+	haveTiming          bool
+
+	err    error // a broken file-reference contract: the writer is unusable
 	closed bool
 }
 
@@ -192,7 +367,10 @@ func Create(dir string, opts ...WriterOption) (*Writer, error) {
 	if len(ents) > 0 {
 		return nil, fmt.Errorf("create bundle: %s is not empty; choose a new directory", dir)
 	}
-	w := &Writer{dir: dir, cfg: cfg, enc: newBatchEncoder(), fileIDs: map[uint32]struct{}{}, commIdx: map[string]int32{}, lastIdx: -1}
+	ad, hd := dictIDs(AccessesSchema), dictIDs(HintsSchema)
+	w := &Writer{dir: dir, cfg: cfg, enc: newBatchEncoder(),
+		comm: newDict(ad["comm"]), accKinds: fixedDict(ad["kind_name"], accessKindDict),
+		source: newDict(hd["source"]), hintKinds: fixedDict(hd["kind_name"], hintKindDict)}
 	w.man.FormatVersion = FormatVersion
 	w.man.Host = HostInfo()
 	for _, p := range []struct {
@@ -205,10 +383,12 @@ func Create(dir string, opts ...WriterOption) (*Writer, error) {
 		}
 	}
 	n := cfg.batchRows
+	u64 := func() []uint64 { return make([]uint64, 0, n) }
+	u32 := func() []uint32 { return make([]uint32, 0, n) }
 	w.ac = accessCols{
-		ts: make([]uint64, 0, n), page: make([]uint64, 0, n),
-		pid: make([]uint32, 0, n), tid: make([]uint32, 0, n), file: make([]uint32, 0, n), npg: make([]uint32, 0, n),
-		comm: make([]int32, 0, n), kind: make([]uint8, 0, n),
+		ts: u64(), page: u64(), end: u64(), op: u64(), mapFirst: u64(), mapPages: u64(), ret: make([]int64, 0, n),
+		pid: u32(), tid: u32(), file: u32(), npg: u32(),
+		comm: make([]int32, 0, n), kind: make([]uint8, 0, n), prot: make([]uint8, 0, n),
 	}
 	w.fc.pathOff = []int32{0}
 	w.hc.childOff = []int32{0}
@@ -221,77 +401,91 @@ func Create(dir string, opts ...WriterOption) (*Writer, error) {
 }
 
 // Manifest returns the manifest Close will write. Callers fill Host (Create
-// sets it to HostInfo()), Recording, Start, End and Counters before Close.
+// sets it to HostInfo()), Recording, Start, End, Counters and
+// Timing.ServiceTimes before Close; the Writer sets the format version,
+// tables, the other Timing fields and Recording.Kernel (when empty).
 func (w *Writer) Manifest() *Manifest { return &w.man }
 
-// AddFile adds a row to files.arrow. File ids must be unique.
-func (w *Writer) AddFile(f File) error {
+func (w *Writer) usable() error {
 	if w.closed {
 		return errClosed
 	}
-	if _, dup := w.fileIDs[f.ID]; dup {
+	return w.err
+}
+
+// AddFile adds a row to files.arrow. File ids must be unique. The row is
+// written before the next accesses or hints batch.
+func (w *Writer) AddFile(f File) error {
+	if err := w.usable(); err != nil {
+		return err
+	}
+	if w.fileIDs.has(f.ID) {
 		return fmt.Errorf("add file %d (%s): duplicate file_id", f.ID, f.Path)
 	}
-	w.fileIDs[f.ID] = struct{}{}
+	w.addFile(f)
+	if len(w.fc.id) >= w.cfg.batchRows || len(w.fc.pathData) > 64<<20 {
+		return w.flushFiles()
+	}
+	return nil
+}
+
+// HasFile reports whether a row for file id was added.
+func (w *Writer) HasFile(id uint32) bool { return w.fileIDs.has(id) }
+
+func (w *Writer) addFile(f File) {
+	w.fileIDs.add(f.ID)
+	delete(w.accRefs.missing, f.ID)
+	delete(w.hintRefs.missing, f.ID)
 	c := &w.fc
 	c.id = append(c.id, f.ID)
 	c.dev = append(c.dev, f.Dev)
 	c.ino = append(c.ino, f.Ino)
 	c.size = append(c.size, f.Size)
 	c.mtime = append(c.mtime, f.MtimeNS)
+	c.mode = append(c.mode, f.Mode)
 	c.pathData = append(c.pathData, f.Path...)
 	c.pathOff = append(c.pathOff, int32(len(c.pathData)))
-	if len(c.id) >= w.cfg.batchRows || len(c.pathData) > 64<<20 {
-		return w.flushFiles()
-	}
-	return nil
 }
 
 // Append adds a row to accesses.arrow. It allocates nothing in steady state
-// (a new comm value is copied once).
+// (a new comm value is copied once, a new file_id noted once).
 func (w *Writer) Append(a *Access) error {
-	if w.closed {
-		return errClosed
+	if err := w.usable(); err != nil {
+		return err
 	}
 	c := &w.ac
-	var ci int32
-	if a.Comm == w.lastComm && w.lastIdx >= 0 {
-		ci = w.lastIdx
-	} else {
-		ci = w.intern(a.Comm)
+	if a.FileID != w.accRefs.last || !w.accRefs.lastSet {
+		w.accRefs.note(a.FileID, w.fileIDs.has)
 	}
 	c.ts = append(c.ts, a.TS)
 	c.pid = append(c.pid, a.PID)
 	c.tid = append(c.tid, a.TID)
-	c.comm = append(c.comm, ci)
+	c.comm = append(c.comm, w.comm.intern(a.Comm))
 	c.file = append(c.file, a.FileID)
 	c.page = append(c.page, a.FirstPage)
 	c.npg = append(c.npg, a.NPages)
 	c.kind = append(c.kind, uint8(a.Kind))
+	c.end = append(c.end, a.EndNS)
+	c.op = append(c.op, a.Op)
+	c.ret = append(c.ret, a.Ret)
+	c.prot = append(c.prot, a.Prot)
+	c.mapFirst = append(c.mapFirst, a.MapFirstPage)
+	c.mapPages = append(c.mapPages, a.MapPages)
 	if len(c.ts) >= w.cfg.batchRows {
 		return w.flushAccesses()
 	}
 	return nil
 }
 
-func (w *Writer) intern(s string) int32 {
-	i, ok := w.commIdx[s]
-	if !ok {
-		s = strings.Clone(s)
-		i = int32(len(w.commVals))
-		w.commVals = append(w.commVals, s)
-		w.commIdx[s] = i
-	}
-	w.lastComm, w.lastIdx = w.commVals[i], i
-	return i
-}
-
-// AppendHint adds a row to hints.arrow.
+// AppendHint adds a row to hints.arrow. A FileID of 0 references no file.
 func (w *Writer) AppendHint(h *Hint) error {
-	if w.closed {
-		return errClosed
+	if err := w.usable(); err != nil {
+		return err
 	}
 	c := &w.hc
+	if h.FileID != 0 && (h.FileID != w.hintRefs.last || !w.hintRefs.lastSet) {
+		w.hintRefs.note(h.FileID, w.fileIDs.has)
+	}
 	c.ts = append(c.ts, h.TS)
 	c.pid = append(c.pid, h.PID)
 	c.kind = append(c.kind, uint8(h.Kind))
@@ -304,10 +498,57 @@ func (w *Writer) AppendHint(h *Hint) error {
 	c.nameOff = append(c.nameOff, int32(len(c.nameData)))
 	c.off = append(c.off, h.OffsetBytes)
 	c.length = append(c.length, h.LengthBytes)
+	c.tid = append(c.tid, h.TID)
+	c.source = append(c.source, w.source.intern(h.Source))
 	if len(c.ts) >= w.cfg.batchRows || len(c.children) > 8<<20 || len(c.nameData) > 64<<20 {
 		return w.flushHints()
 	}
 	return nil
+}
+
+// resolve makes sure every file id in r.missing has a row, through the
+// resolver, before the batch tracked by r is written.
+func (w *Writer) resolve(r *refTracker, table string, rows int) error {
+	r.lastSet = false // the next batch notes its ids afresh
+	if len(r.missing) == 0 {
+		return nil
+	}
+	ids := make([]uint32, 0, len(r.missing))
+	for id := range r.missing {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	switch {
+	case w.cfg.resolve != nil:
+		for _, id := range ids {
+			f := w.cfg.resolve(id)
+			f.ID = id
+			w.addFile(f)
+		}
+	case w.cfg.allowUnknown:
+		clear(r.missing)
+	default:
+		w.err = fmt.Errorf("write %s: %d buffered rows reference %d file_id(s) with no file row (%s): call AddFile before appending them, or give the writer WithFileResolver: %w",
+			table, rows, len(ids), idList(ids, 5), ErrMissingFiles)
+		return w.err
+	}
+	return nil
+}
+
+// idList prints the first n ids.
+func idList(ids []uint32, n int) string {
+	var sb strings.Builder
+	for i, id := range ids {
+		if i == n {
+			fmt.Fprintf(&sb, ", ... %d more", len(ids)-n)
+			break
+		}
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		fmt.Fprint(&sb, id)
+	}
+	return sb.String()
 }
 
 func bytesOf[T uint8 | int32 | uint32 | uint64 | int64](s []T) []byte {
@@ -331,6 +572,28 @@ func strCol(e *batchEncoder, offs []int32, data []byte) {
 	e.buffer(data)
 }
 
+// kindNameCol writes the kind_name indices of kinds (a kind's value for a
+// defined kind, 0 otherwise) into scratch. When they equal kinds, as they do
+// unless a kind is undefined, the compressed buffer at kindBuf is repeated.
+func kindNameCol(e *batchEncoder, kinds []uint8, valid func(uint8) bool, kindBuf int, scratch *[]uint8) {
+	idx := (*scratch)[:0]
+	same := true
+	for _, k := range kinds {
+		if !valid(k) {
+			k, same = 0, false
+		}
+		idx = append(idx, k)
+	}
+	*scratch = idx
+	e.node(len(kinds))
+	e.buffer(nil)
+	if same {
+		e.repeat(kindBuf)
+	} else {
+		e.buffer(idx)
+	}
+}
+
 func (w *Writer) flushFiles() error {
 	c := &w.fc
 	if len(c.id) == 0 {
@@ -344,37 +607,12 @@ func (w *Writer) flushFiles() error {
 	strCol(e, c.pathOff, c.pathData)
 	fixedCol(e, c.size)
 	fixedCol(e, c.mtime)
+	fixedCol(e, c.mode)
 	e.finish(len(c.id), -1, false)
-	t := w.files
-	t.batches = append(t.batches, t.writeMessage())
-	t.rows += uint64(len(c.id))
-	c.id, c.dev, c.ino, c.size, c.mtime = c.id[:0], c.dev[:0], c.ino[:0], c.size[:0], c.mtime[:0]
+	n := len(c.id)
+	c.id, c.dev, c.ino, c.size, c.mtime, c.mode = c.id[:0], c.dev[:0], c.ino[:0], c.size[:0], c.mtime[:0], c.mode[:0]
 	c.pathOff, c.pathData = c.pathOff[:1], c.pathData[:0]
-	return t.err
-}
-
-// emitComm writes comm dictionary entries added since the last batch, as
-// the initial dictionary or a delta, so that the table's stream stays
-// readable without its footer.
-func (w *Writer) emitComm(final bool) block {
-	from := w.commEmitted
-	if final {
-		from = 0
-	}
-	e := w.enc
-	e.reset()
-	offs := make([]int32, 1, len(w.commVals)-from+1)
-	var data []byte
-	for _, s := range w.commVals[from:] {
-		data = append(data, s...)
-		offs = append(offs, int32(len(data)))
-	}
-	strCol(e, offs, data)
-	e.finish(len(offs)-1, 0, !final && from > 0)
-	if !final {
-		w.commEmitted = len(w.commVals)
-	}
-	return w.acc.writeMessage()
+	return w.files.writeBatch(n)
 }
 
 func (w *Writer) flushAccesses() error {
@@ -383,9 +621,19 @@ func (w *Writer) flushAccesses() error {
 	if len(c.ts) == 0 && len(t.batches) > 0 {
 		return nil
 	}
-	if len(t.batches) == 0 || len(w.commVals) > w.commEmitted {
-		w.emitComm(false)
+	if err := w.resolve(&w.accRefs, AccessesFile, len(c.ts)); err != nil {
+		return err
 	}
+	if err := w.flushFiles(); err != nil {
+		return err
+	}
+	if len(t.batches) == 0 {
+		w.accKinds.emit(t, false)
+	}
+	if len(t.batches) == 0 || w.comm.pending() {
+		w.comm.emit(t, false)
+	}
+	w.noteTiming()
 	e := w.enc
 	e.reset()
 	fixedCol(e, c.ts)
@@ -395,24 +643,65 @@ func (w *Writer) flushAccesses() error {
 	fixedCol(e, c.file)
 	fixedCol(e, c.page)
 	fixedCol(e, c.npg)
-	fixedCol(e, c.kind)
+	fixedCol(e, c.kind) // buffers 14, 15
+	fixedCol(e, c.end)
+	fixedCol(e, c.op)
+	fixedCol(e, c.ret)
+	fixedCol(e, c.prot)
+	fixedCol(e, c.mapFirst)
+	fixedCol(e, c.mapPages)
+	kindNameCol(e, c.kind, func(k uint8) bool { return AccessKind(k).Valid() }, 15, &w.kindIdx)
 	e.finish(len(c.ts), -1, false)
-	t.batches = append(t.batches, t.writeMessage())
-	t.rows += uint64(len(c.ts))
-	c.ts, c.pid, c.tid, c.comm, c.file, c.page, c.npg, c.kind = c.ts[:0], c.pid[:0], c.tid[:0], c.comm[:0], c.file[:0], c.page[:0], c.npg[:0], c.kind[:0]
-	return t.err
+	n := len(c.ts)
+	c.reset()
+	return t.writeBatch(n)
+}
+
+// noteTiming extends the first start and last completion by the buffered
+// access rows.
+func (w *Writer) noteTiming() {
+	c := &w.ac
+	if len(c.ts) == 0 {
+		return
+	}
+	first, last := c.ts[0], uint64(0)
+	for i, ts := range c.ts {
+		first = min(first, ts)
+		end := c.end[i]
+		if end == 0 {
+			end = ts
+		}
+		last = max(last, end)
+	}
+	if !w.haveTiming {
+		w.firstStart, w.lastEnd, w.haveTiming = first, last, true
+	}
+	w.firstStart, w.lastEnd = min(w.firstStart, first), max(w.lastEnd, last)
 }
 
 func (w *Writer) flushHints() error {
 	c := &w.hc
-	if len(c.ts) == 0 {
+	t := w.hints
+	if len(c.ts) == 0 && len(t.batches) > 0 {
 		return nil
+	}
+	if err := w.resolve(&w.hintRefs, HintsFile, len(c.ts)); err != nil {
+		return err
+	}
+	if err := w.flushFiles(); err != nil {
+		return err
+	}
+	if len(t.batches) == 0 {
+		w.hintKinds.emit(t, false)
+	}
+	if len(t.batches) == 0 || w.source.pending() {
+		w.source.emit(t, false)
 	}
 	e := w.enc
 	e.reset()
 	fixedCol(e, c.ts)
 	fixedCol(e, c.pid)
-	fixedCol(e, c.kind)
+	fixedCol(e, c.kind) // buffers 4, 5
 	fixedCol(e, c.file)
 	fixedCol(e, c.parent)
 	fixedCol(e, c.pos)
@@ -423,33 +712,41 @@ func (w *Writer) flushHints() error {
 	strCol(e, c.nameOff, c.nameData)
 	fixedCol(e, c.off)
 	fixedCol(e, c.length)
+	fixedCol(e, c.tid)
+	fixedCol(e, c.source)
+	kindNameCol(e, c.kind, func(k uint8) bool { return HintKind(k).Valid() }, 5, &w.kindIdx)
 	e.finish(len(c.ts), -1, false)
-	t := w.hints
-	t.batches = append(t.batches, t.writeMessage())
-	t.rows += uint64(len(c.ts))
+	n := len(c.ts)
 	c.ts, c.pid, c.kind, c.file, c.parent, c.pos = c.ts[:0], c.pid[:0], c.kind[:0], c.file[:0], c.parent[:0], c.pos[:0]
 	c.childOff, c.children, c.nameOff, c.nameData, c.off, c.length = c.childOff[:1], c.children[:0], c.nameOff[:1], c.nameData[:0], c.off[:0], c.length[:0]
-	return t.err
+	c.tid, c.source = c.tid[:0], c.source[:0]
+	return t.writeBatch(n)
 }
 
+// flushAll writes every buffered row: files first, then the accesses and
+// hints that may reference them.
 func (w *Writer) flushAll() error {
-	return errors.Join(w.flushFiles(), w.flushAccessesIfAny(), w.flushHints())
-}
-
-func (w *Writer) flushAccessesIfAny() error {
-	if len(w.ac.ts) == 0 {
-		return nil
+	if err := w.flushFiles(); err != nil {
+		return err
 	}
-	return w.flushAccesses()
+	if len(w.ac.ts) > 0 {
+		if err := w.flushAccesses(); err != nil {
+			return err
+		}
+	}
+	if len(w.hc.ts) > 0 {
+		return w.flushHints()
+	}
+	return nil
 }
 
 // Flush writes partial batches and the provisional manifest, and syncs them
 // to disk, so that Repair recovers every row appended so far even after a
 // power cut. Call it periodically; each call may write a batch smaller than
-// the batch size.
+// the batch size. files.arrow is synced before the tables that reference it.
 func (w *Writer) Flush() error {
-	if w.closed {
-		return errClosed
+	if err := w.usable(); err != nil {
+		return err
 	}
 	if err := w.flushAll(); err != nil {
 		return fmt.Errorf("flush bundle: %w", err)
@@ -459,6 +756,7 @@ func (w *Writer) Flush() error {
 			return fmt.Errorf("flush bundle: sync %s: %w", t.name, err)
 		}
 	}
+	w.setTiming()
 	return w.writePartialManifest()
 }
 
@@ -466,8 +764,8 @@ func (w *Writer) Flush() error {
 // manifest.json with counts and checksums, atomically (temporary name,
 // fsync, rename), and syncs the directory.
 func (w *Writer) Close() error {
-	if w.closed {
-		return errClosed
+	if err := w.usable(); err != nil {
+		return err
 	}
 	w.closed = true
 	defer w.closeFiles()
@@ -475,25 +773,42 @@ func (w *Writer) Close() error {
 		return fmt.Errorf("close bundle: %w", err)
 	}
 	// Every table gets at least one (possibly empty) batch.
-	if len(w.files.batches) == 0 {
-		w.flushFilesForce()
-	}
-	if len(w.acc.batches) == 0 {
-		if err := w.flushAccesses(); err != nil {
+	for _, t := range []*tableWriter{w.files, w.acc, w.hints} {
+		if len(t.batches) > 0 {
+			continue
+		}
+		var err error
+		switch t {
+		case w.acc:
+			err = w.flushAccesses()
+		case w.hints:
+			err = w.flushHints()
+		default:
+			writeEmptyBatch(t)
+			err = t.err
+		}
+		if err != nil {
 			return fmt.Errorf("close bundle: %w", err)
 		}
 	}
-	if len(w.hints.batches) == 0 {
-		w.flushHintsForce()
+	hook := func(stage string) {
+		if testHookClose != nil {
+			testHookClose(stage)
+		}
 	}
-	errs := []error{
-		w.files.finish(nil),
-		w.acc.finish(func() []block { return []block{w.emitComm(true)} }),
-		w.hints.finish(nil),
-	}
-	if err := errors.Join(errs...); err != nil {
+	hook("tables")
+	if err := w.files.finish(nil); err != nil {
 		return fmt.Errorf("close bundle: %w", err)
 	}
+	hook("files finished")
+	if err := w.acc.finish(func() []block { return []block{w.comm.emit(w.acc, true), w.accKinds.emit(w.acc, true)} }); err != nil {
+		return fmt.Errorf("close bundle: %w", err)
+	}
+	hook("accesses finished")
+	if err := w.hints.finish(func() []block { return []block{w.source.emit(w.hints, true), w.hintKinds.emit(w.hints, true)} }); err != nil {
+		return fmt.Errorf("close bundle: %w", err)
+	}
+	hook("hints finished")
 	m := &w.man
 	m.FormatVersion = FormatVersion
 	m.Tables = map[string]TableInfo{FilesFile: w.files.info(), AccessesFile: w.acc.info(), HintsFile: w.hints.info()}
@@ -507,46 +822,53 @@ func (w *Writer) Close() error {
 	if m.Counters.Hints == 0 {
 		m.Counters.Hints = w.hints.rows
 	}
+	if m.Recording.Kernel == "" {
+		m.Recording.Kernel = m.Host.KernelRelease
+	}
+	w.setTiming()
 	if err := writeJSONAtomic(w.dir, ManifestFile, m); err != nil {
 		return fmt.Errorf("close bundle: %w", err)
 	}
+	hook("manifest written")
 	os.Remove(filepath.Join(w.dir, PartialManifestFile))
 	return syncDir(w.dir)
 }
 
-func (w *Writer) flushFilesForce() {
-	e := w.enc
-	e.reset()
-	c := &w.fc
-	fixedCol(e, c.id)
-	fixedCol(e, c.dev)
-	fixedCol(e, c.ino)
-	strCol(e, c.pathOff, c.pathData)
-	fixedCol(e, c.size)
-	fixedCol(e, c.mtime)
-	e.finish(0, -1, false)
-	w.files.batches = append(w.files.batches, w.files.writeMessage())
+// setTiming fills the manifest's timing from the accesses written.
+func (w *Writer) setTiming() {
+	t := &w.man.Timing
+	t.FirstStartNS, t.LastEndNS, t.RecordedWallNS = 0, 0, 0
+	if w.haveTiming {
+		t.FirstStartNS, t.LastEndNS, t.RecordedWallNS = w.firstStart, w.lastEnd, w.lastEnd-w.firstStart
+	}
 }
 
-func (w *Writer) flushHintsForce() {
-	e := w.enc
+// writeEmptyBatch writes a zero-row record batch of tw's schema.
+func writeEmptyBatch(tw *tableWriter) {
+	e := tw.enc
 	e.reset()
-	c := &w.hc
-	fixedCol(e, c.ts)
-	fixedCol(e, c.pid)
-	fixedCol(e, c.kind)
-	fixedCol(e, c.file)
-	fixedCol(e, c.parent)
-	fixedCol(e, c.pos)
-	e.node(0)
-	e.buffer(nil)
-	e.buffer(bytesOf(c.childOff))
-	fixedCol(e, c.children)
-	strCol(e, c.nameOff, c.nameData)
-	fixedCol(e, c.off)
-	fixedCol(e, c.length)
+	for _, f := range tw.schema.Fields() {
+		emptyColumn(e, f.Type)
+	}
 	e.finish(0, -1, false)
-	w.hints.batches = append(w.hints.batches, w.hints.writeMessage())
+	tw.batches = append(tw.batches, tw.writeMessage())
+}
+
+// emptyColumn encodes a column of no rows.
+func emptyColumn(e *batchEncoder, t arrow.DataType) {
+	switch t := t.(type) {
+	case *arrow.StringType:
+		strCol(e, []int32{0}, nil)
+	case *arrow.ListType:
+		e.node(0)
+		e.buffer(nil)
+		e.buffer(bytesOf([]int32{0}))
+		emptyColumn(e, t.Elem())
+	default: // fixed width and dictionary indices
+		e.node(0)
+		e.buffer(nil)
+		e.buffer(nil)
+	}
 }
 
 // Abort stops without finalizing. Rows not yet flushed are dropped; what

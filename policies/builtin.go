@@ -120,13 +120,21 @@ type markovPolicy struct {
 	random    bool
 	rng       *rand.Rand
 	files     fileTable[markovFile]
-	walk      []uint64
 	norm      Normalizer
 }
 
 type markovFile struct {
 	model *FileModel
 	seen  pageSet
+	// walk is the file's last walk: its states, and in probs the
+	// probability of each of its transitions (probs[j]: walk[j] ->
+	// walk[j+1]). In det mode the next access usually lands on walk[1],
+	// and the walk from there is this one less its first state, extended
+	// (see reuse). skipped is set when a step of it passed over a
+	// transition to a state already in the walk.
+	walk    []uint64
+	probs   []float64
+	skipped bool
 }
 
 func (p *markovPolicy) Accepts(k EventKind) bool { return k == EventFileAccess }
@@ -154,6 +162,11 @@ func (p *markovPolicy) file(id uint32) *markovFile {
 	return f
 }
 
+// Handle marks the accessed pages seen and walks the model from the
+// access: at most depth transitions, the most likely one not already in the
+// walk at each step (det) or a sampled one (random), until the walked
+// path's probability drops below threshold. Pages of the walk not seen yet
+// are emitted.
 func (p *markovPolicy) Handle(ev *Event, emit Emit) {
 	a := &ev.Access
 	if !IsDemand(a.Kind) {
@@ -168,15 +181,59 @@ func (p *markovPolicy) Handle(ev *Event, emit Emit) {
 		f.seen.add(a.Page + i)
 	}
 	state := a.Page + n - 1
-	if f.model.Next(state) == nil {
+	if n > 1 && f.model.Next(state) == nil {
 		state = a.Page
 	}
-	p.walk = append(p.walk[:0], state)
 	prob := 1.0
-	for d := 0; d < p.depth; d++ {
-		ts := f.model.Next(state)
+	if !p.random && p.reuse(f, state) {
+		for _, q := range f.probs {
+			if q != 1 { // x*1 == x exactly: skipping keeps the product bit for bit
+				prob *= q
+			}
+		}
+	} else {
+		f.walk = append(f.walk[:0], state)
+		f.probs = f.probs[:0]
+		f.skipped = false
+	}
+	p.extend(f, prob)
+	if p.norm.Pending() > 0 {
+		p.norm.Flush(ev.File, p.env.eof(ev.File), emit)
+	}
+}
+
+// reuse turns f's last walk into the walk from state when state is its
+// second state and no step of it skipped a state in the walk: dropping the
+// first state then changes no choice (only the dropped state could newly
+// become a candidate, and no step passed over a transition to a walk
+// state), the remaining steps' product of probabilities only grows, so none
+// now falls below the threshold, and every state in it was marked seen by
+// the last walk. extend then continues from its end exactly as a walk from
+// state would. In the steady state of a trained sequence this replaces
+// depth model lookups per access by one.
+func (p *markovPolicy) reuse(f *markovFile, state uint64) bool {
+	if len(f.walk) < 2 || f.walk[1] != state || f.skipped {
+		return false
+	}
+	f.walk = f.walk[:copy(f.walk, f.walk[1:])]
+	f.probs = f.probs[:copy(f.probs, f.probs[1:])]
+	return true
+}
+
+// extend continues f's walk from its last state, whose path probability is
+// prob, for the depth transitions the walk has left, and queues the pages
+// it reaches that were not seen.
+func (p *markovPolicy) extend(f *markovFile, prob float64) {
+	state := f.walk[len(f.walk)-1]
+	for d := len(f.probs); d < p.depth; d++ {
 		var t *Transition
-		if p.random {
+		s := f.model.states.slot(state)
+		if s == nil {
+			break
+		}
+		ts := f.model.states.trans[s.off : s.off+s.n]
+		switch {
+		case p.random:
 			u := p.rng.Float64()
 			cum := 0.0
 			for i := range ts {
@@ -186,15 +243,18 @@ func (p *markovPolicy) Handle(ev *Event, emit Emit) {
 					break
 				}
 			}
-			if t != nil && p.inWalk(t.Next) {
+			if t != nil && inWalk(f.walk, t.Next) {
 				t = nil
 			}
-		} else {
+		case !inWalk(f.walk, s.first.Next):
+			t = &s.first // ts[0], read from the slot: ts stays untouched
+		default:
 			for i := range ts {
-				if !p.inWalk(ts[i].Next) {
+				if !inWalk(f.walk, ts[i].Next) {
 					t = &ts[i]
 					break
 				}
+				f.skipped = true
 			}
 		}
 		if t == nil {
@@ -205,19 +265,17 @@ func (p *markovPolicy) Handle(ev *Event, emit Emit) {
 			break
 		}
 		state = t.Next
-		p.walk = append(p.walk, state)
+		f.walk = append(f.walk, state)
+		f.probs = append(f.probs, t.P)
 		if !f.seen.has(state) {
 			f.seen.add(state)
 			p.norm.Add(state)
 		}
 	}
-	if p.norm.Pending() > 0 {
-		p.norm.Flush(ev.File, p.env.eof(ev.File), emit)
-	}
 }
 
-func (p *markovPolicy) inWalk(page uint64) bool {
-	for _, w := range p.walk {
+func inWalk(walk []uint64, page uint64) bool {
+	for _, w := range walk {
 		if w == page {
 			return true
 		}

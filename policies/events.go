@@ -9,7 +9,8 @@ func (ev *Event) FromAccess(a *formats.Access) {
 
 // AccessOf returns the FileAccess payload of an accesses.arrow row.
 func AccessOf(a *formats.Access) FileAccess {
-	return FileAccess{Kind: a.Kind, Page: a.FirstPage, NPages: a.NPages}
+	return FileAccess{Kind: a.Kind, Page: a.FirstPage, NPages: a.NPages, End: a.EndNS,
+		Prot: a.Prot, MapFirst: a.MapFirstPage, MapPages: a.MapPages, Op: a.Op}
 }
 
 // FromHint sets ev to the event of a hints.arrow row and reports whether

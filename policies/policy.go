@@ -78,8 +78,8 @@ type FileAccess struct {
 	// 1.1 end_ns; Event.TS is then its start); 0 when unknown.
 	End uint64
 	// Prot is the protection of the mapping behind a fault, map or mmap
-	// access (ProtRead, ProtWrite, ProtExec, ProtShared, as the bundle's
-	// prot column); 0 is unknown (bundles before format 1.1).
+	// access (formats.ProtRead, ProtWrite, ProtExec, ProtShared: the
+	// bundle's prot column); 0 is unknown (bundles before format 1.1).
 	Prot uint8
 	// MapFirst and MapPages are that mapping's file range: its first file
 	// page (vm_pgoff) and length in pages; MapPages 0 is unknown.

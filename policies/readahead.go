@@ -19,15 +19,6 @@ const (
 	maxPagecacheOrder = 9
 )
 
-// Mapping protection bits of FileAccess.Prot, as in the bundle's prot
-// column (formats 1.1).
-const (
-	ProtRead   uint8 = 1 << 0
-	ProtWrite  uint8 = 1 << 1
-	ProtExec   uint8 = 1 << 2
-	ProtShared uint8 = 1 << 3
-)
-
 // maxUnboundedRead bounds a read of a file whose end is unknown: 1<<20
 // pages, 4 GiB with 4 KiB pages.
 const maxUnboundedRead = 1 << 20
@@ -140,8 +131,8 @@ type ReadaheadConfig struct {
 type FaultInfo struct {
 	// Page is the faulting file page (vmf->pgoff).
 	Page uint64
-	// Prot is the mapping's protection (ProtRead, ProtExec, ...); 0 is
-	// unknown and treated as a plain read mapping.
+	// Prot is the mapping's protection (formats.ProtRead, ProtExec, ...);
+	// 0 is unknown and treated as a plain read mapping.
 	Prot uint8
 	// MapFirst and MapPages are the mapping's file range (vm_pgoff and the
 	// VMA's length in pages); MapPages 0 is unknown (no clamp).
@@ -172,11 +163,14 @@ type FaultInfo struct {
 // sharing one file description (the model keeps one file_ra_state per
 // file).
 type Readahead struct {
-	cfg   ReadaheadConfig
-	era   raEra
-	files fileTable[raFile]
-	norm  Normalizer
-	dec   RADecision
+	cfg ReadaheadConfig
+	era raEra
+	// ioAuto: IOPages was 0, so a file's io_pages is its ra_pages unless
+	// FileRA knows the device's.
+	ioAuto bool
+	files  fileTable[raFile]
+	norm   Normalizer
+	dec    RADecision
 	// Decisions counts decisions by kind.
 	Decisions [numRAKinds]uint64
 }
@@ -208,7 +202,8 @@ func NewReadahead(cfg ReadaheadConfig) *Readahead {
 	if cfg.RAPages == 0 {
 		cfg.RAPages = DefaultReadaheadKB * 1024 / DefaultPageSize
 	}
-	if cfg.IOPages == 0 {
+	ioAuto := cfg.IOPages == 0
+	if ioAuto {
 		cfg.IOPages = cfg.RAPages
 	}
 	if cfg.PageSize <= 0 {
@@ -217,7 +212,7 @@ func NewReadahead(cfg ReadaheadConfig) *Readahead {
 	if cfg.Kernel == (KernelVersion{}) {
 		cfg.Kernel = RunningKernel()
 	}
-	r := &Readahead{cfg: cfg, era: eraOf(cfg.Kernel)}
+	r := &Readahead{cfg: cfg, era: eraOf(cfg.Kernel), ioAuto: ioAuto}
 	r.norm.MaxPages = cfg.MaxPages
 	return r
 }
@@ -283,7 +278,9 @@ func (r *Readahead) params(f *raFile) {
 		kb := uint64(r.cfg.PageSize) / 1024
 		if p.ReadAheadKB > 0 && kb > 0 {
 			f.raPages = max(uint64(p.ReadAheadKB)/kb, 1)
-			f.ioPages = f.raPages
+			if r.ioAuto {
+				f.ioPages = f.raPages
+			}
 		}
 		if p.MaxSectorsKB > 0 && kb > 0 {
 			f.ioPages = max(uint64(p.MaxSectorsKB)/kb, 1)
@@ -452,7 +449,7 @@ func (r *Readahead) readAround(f *raFile, fi FaultInfo, eof uint64, emit Emit) {
 	ra := f.raPages
 	st := &f.st
 	page := fi.Page
-	if r.era == era618 && fi.Prot&ProtExec != 0 {
+	if r.era == era618 && fi.Prot&formats.ProtExec != 0 {
 		// VM_EXEC: exec_folio_order() is 0 on x86-64, so the window
 		// starts at the fault; it ends ra_pages later or at the end of
 		// the mapping, and has no async part.

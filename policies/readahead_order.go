@@ -269,7 +269,8 @@ func (r *Readahead) lag(f *raFile, p uint64) uint64 {
 }
 
 // nextMiss is page_cache_next_miss(index, max): the first index of a gap
-// in [index, index+max), or index+max when there is none.
+// in [index, index+max), or index+max when there is none (index+max-1 on
+// Linux 6.1, the last index it looked at).
 func (r *Readahead) nextMiss(f *raFile, index, max uint64) uint64 {
 	rep, off := index, index-r.lag(f, index)
 	act := index // the first load reads the folio itself
@@ -288,6 +289,10 @@ func (r *Readahead) nextMiss(f *raFile, index, max uint64) uint64 {
 		if rep == 0 {
 			return 0 // wrapped
 		}
+	}
+	if r.era == era61 && max > 0 {
+		// 6.1 returns the index of the last slot it loaded.
+		return rep - 1
 	}
 	return rep
 }

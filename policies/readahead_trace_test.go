@@ -33,11 +33,13 @@ const (
 	evMap    = "map"    // filemap_map_pages: index, last (pages)
 	evLookup = "lookup" // filemap_get_pages success: index, last (pages)
 	evDelete = "delete" // a folio of the file left the page cache
+	evUFault = "ufault" // a user page fault of the test's thread (x86 exception entry)
 )
 
 // raProbe is how one canonical event is captured on this kernel.
 type raProbe struct {
 	name     string // canonical
+	byTask   bool   // filtered by the test's thread, not by the file
 	tp       string // tracepoint "system/event", or "" for a kprobe
 	tpFields []string
 	symbol   string // kprobed function
@@ -61,11 +63,15 @@ var raProbes = []raProbe{
 	// The recorder's read rows on kernels with this tracepoint; older
 	// ones record whole read calls with kprobe:filemap_read (docs/record.md).
 	{name: evLookup, tp: "filemap/mm_filemap_get_pages", tpFields: []string{"i_ino", "index", "last_index"}, optional: true},
+	// The recorder's fault op: one per hardware fault, shared by the
+	// attempts of the kernel's retry loop (FAULT_FLAG_TRIED).
+	{name: evUFault, tp: "exceptions/page_fault_user", tpFields: []string{"address", "error_code"}, optional: true, byTask: true},
 }
 
 // traceEvent is one parsed line of a tracefs trace file.
 type traceEvent struct {
 	name   string // canonical
+	comm   string // task (comm-pid) the event fired in
 	pid    int
 	fields map[string]string
 }
@@ -279,14 +285,18 @@ func (tr *raTracer) enable(on bool) {
 }
 
 // capture runs fn with the events enabled for inode ino of device dev
-// (stat's st_dev) and returns what they logged.
-func (tr *raTracer) capture(t *testing.T, dev, ino uint64, fn func()) []traceEvent {
+// (stat's st_dev), and the per-task ones for thread tid, and returns what
+// they logged.
+func (tr *raTracer) capture(t *testing.T, dev, ino uint64, tid int, fn func()) []traceEvent {
 	tr.write(t, "trace", "")
 	kdev := uint64(unix.Major(dev))<<20 | uint64(unix.Minor(dev)) // the kernel's s_dev encoding
 	for i := range tr.probes {
 		p := &tr.probes[i]
 		filter := fmt.Sprintf("i_ino == %d && s_dev == %d", ino, kdev)
-		if p.tp == "" {
+		switch {
+		case p.byTask:
+			filter = fmt.Sprintf("common_pid == %d", tid)
+		case p.tp == "":
 			filter = fmt.Sprintf("ino == %d && dev == %d", ino, kdev)
 		}
 		if err := os.WriteFile(filepath.Join(tr.eventDir(p), "filter"), []byte(filter), 0); err != nil {
@@ -336,6 +346,7 @@ func (tr *raTracer) parse(data []byte) []traceEvent {
 		}
 		ev := traceEvent{name: canon, fields: map[string]string{}}
 		head := strings.TrimSpace(line[:br])
+		ev.comm = head
 		if i := strings.LastIndexByte(head, '-'); i >= 0 {
 			ev.pid, _ = strconv.Atoi(head[i+1:])
 		}

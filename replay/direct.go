@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/predictio/predictio/backend"
 	"github.com/predictio/predictio/engine"
-	"github.com/predictio/predictio/policies"
 )
 
 // slot states.
@@ -29,12 +29,13 @@ type slot struct {
 	late       bool // a demand access waited for it
 }
 
-// directBackend replays demand accesses through a user-space page cache of
+// directCache replays demand accesses through a user-space page cache of
 // fixed, page-aligned slots, filled with O_DIRECT reads through the engine:
-// demand misses are read by the worker that needs them, prefetch requests
-// are read asynchronously by one prefetch goroutine. The page cache of the
-// kernel is never involved, so no eviction is needed and no root.
-type directBackend struct {
+// demand misses are read by the worker that needs them; the direct backend
+// (package backend) fills it with prefetches through Reserve and Fill. The
+// page cache of the kernel is never involved, so no eviction is needed and
+// no root.
+type directCache struct {
 	files []*openFile
 	ps    int
 	arena []byte
@@ -46,44 +47,36 @@ type directBackend struct {
 
 	eng     *engine.Engine
 	emap    []int // file index -> engine file index
-	workers int   // engine workers for demand; the last one prefetches
+	workers int   // engine workers for demand
 	wmu     []sync.Mutex
 
-	queue   chan kreq
-	qd      int
-	pending atomic.Int64 // pages queued or being read by the prefetcher
-	wg      sync.WaitGroup
+	byID map[uint32]uint32 // bundle file id -> file index
 
-	prefetchCounters
+	firstErr                                               atomic.Pointer[error]
 	misses, hits, late, used, wasted, prefetched, devReads atomic.Uint64
 	engineInfo                                             string
 }
 
-// Token bits: the slot, and whether a prefetch issued the read.
-const tokenPrefetch = 1 << 32
-
 type directOptions struct {
 	cache   int // slots
-	qd      int // prefetch reads in flight
+	qd      int // reads in flight per demand worker
 	sqpoll  bool
 	threads int
 }
 
 func pageKey(file uint32, page uint64) uint64 { return uint64(file)<<40 | page }
 
-func newDirectBackend(files []*openFile, ps int, o directOptions) (*directBackend, error) {
+func newDirectCache(files []*openFile, byID map[uint32]uint32, ps int, o directOptions) (*directCache, error) {
 	if o.cache <= 0 {
 		o.cache = 65536
 	}
 	if o.qd <= 0 {
 		o.qd = 64
 	}
-	d := &directBackend{
-		files: files, ps: ps,
+	d := &directCache{
+		files: files, ps: ps, byID: byID,
 		slots: make([]slot, o.cache),
 		index: make(map[uint64]int32, o.cache),
-		queue: make(chan kreq, 4096),
-		qd:    o.qd,
 	}
 	arena, err := unix.Mmap(-1, 0, o.cache*ps, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
 	if err != nil {
@@ -101,7 +94,7 @@ func newDirectBackend(files []*openFile, ps int, o directOptions) (*directBacken
 	}
 	d.workers = min(max(o.threads, 1), maxDemandWorkers)
 	d.wmu = make([]sync.Mutex, d.workers)
-	opts := []engine.Option{engine.WithWorkers(d.workers + 1), engine.WithQueueDepth(o.qd), engine.WithHandler(d.onComplete)}
+	opts := []engine.Option{engine.WithWorkers(d.workers), engine.WithQueueDepth(o.qd), engine.WithHandler(d.onComplete)}
 	d.engineInfo = "engine: io_uring READ_FIXED, fixed files"
 	if o.sqpoll {
 		opts = append(opts, engine.WithSharedPoller(100*time.Millisecond))
@@ -112,15 +105,13 @@ func newDirectBackend(files []*openFile, ps int, o directOptions) (*directBacken
 		unix.Munmap(arena)
 		return nil, fmt.Errorf("direct backend: %w", err)
 	}
-	d.wg.Add(1)
-	go d.prefetcher(d.eng.Worker(d.workers))
 	return d, nil
 }
 
 // onComplete is the engine's completion handler: it copies the page into
 // its cache slot and marks the slot valid, or frees it after an error.
-func (d *directBackend) onComplete(c *engine.Completion) {
-	s := int32(c.Token & (tokenPrefetch - 1))
+func (d *directCache) onComplete(c *engine.Completion) {
+	s := int32(c.Token)
 	err := c.Err
 	if err == nil && c.Res == 0 {
 		err = fmt.Errorf("read O_DIRECT page at offset %d: unexpected end of file", c.Off)
@@ -129,18 +120,15 @@ func (d *directBackend) onComplete(c *engine.Completion) {
 		copy(d.buf(s), c.Data)
 	}
 	d.complete(s, err)
-	if c.Token&tokenPrefetch != 0 {
-		d.pending.Add(-1)
-	}
 }
 
-func (d *directBackend) buf(s int32) []byte {
+func (d *directCache) buf(s int32) []byte {
 	return d.arena[int(s)*d.ps : (int(s)+1)*d.ps]
 }
 
 // alloc returns a free slot for key, evicting with CLOCK; -1 when every slot
 // is loading. Called with mu held.
-func (d *directBackend) alloc(key uint64) int32 {
+func (d *directCache) alloc(key uint64) int32 {
 	n := len(d.slots)
 	for i := 0; i < 2*n+1; i++ {
 		h := d.hand
@@ -175,21 +163,21 @@ const maxDemandWorkers = 64
 // workers share engine workers by id modulo when there are more than
 // maxDemandWorkers threads; each holds its engine worker for a whole access
 // (submit and drain), so their reads do not interleave.
-func (d *directBackend) reader(w *worker) (*engine.Worker, func()) {
+func (d *directCache) reader(w *worker) (*engine.Worker, func()) {
 	i := w.id % d.workers
 	d.wmu[i].Lock()
 	return d.eng.Worker(i), d.wmu[i].Unlock
 }
 
 // read submits a read of one page into slot s.
-func (d *directBackend) read(ew *engine.Worker, file uint32, page uint64, s int32, token uint64) error {
+func (d *directCache) read(ew *engine.Worker, file uint32, page uint64, s int32, token uint64) error {
 	return ew.Submit(engine.Request{Op: engine.OpRead, File: d.emap[file], Off: int64(page) * int64(d.ps), Len: d.ps, Token: uint64(s) | token})
 }
 
 // demand serves pages [o.page, o.page+o.n) from the cache, reading misses
 // from the device and waiting for prefetches still in flight. Every demanded
 // page counts as exactly one of hit, late (found in flight) or miss.
-func (d *directBackend) demand(w *worker, o *op) error {
+func (d *directCache) demand(w *worker, o *op) error {
 	pr, unlock := d.reader(w)
 	defer unlock()
 	f := d.files[o.file]
@@ -251,11 +239,9 @@ func (d *directBackend) demand(w *worker, o *op) error {
 		if d.copyOut(ws, dst) {
 			continue
 		}
-		// The read failed, or the page was evicted before we copied it:
-		// read it again, as a demand read.
-		if e := d.firstErr.Load(); e != nil {
-			return d.lost(f, ws)
-		}
+		// The prefetch failed, or the page was evicted before we copied
+		// it: read it again, as a demand read. A failed prefetch costs
+		// the demand a read, never the replay.
 		d.mu.Lock()
 		s := d.allocWait(ws.key)
 		d.mu.Unlock()
@@ -274,7 +260,7 @@ func (d *directBackend) demand(w *worker, o *op) error {
 
 // allocWait allocates a slot for key, yielding while every slot is loading.
 // Called and returns with mu held.
-func (d *directBackend) allocWait(key uint64) int32 {
+func (d *directCache) allocWait(key uint64) int32 {
 	for {
 		if s := d.alloc(key); s >= 0 {
 			return s
@@ -293,7 +279,7 @@ type waitSlot struct {
 
 // copyOut copies a valid slot holding ws.key into dst; false when the slot
 // no longer holds it.
-func (d *directBackend) copyOut(ws waitSlot, dst []byte) bool {
+func (d *directCache) copyOut(ws waitSlot, dst []byte) bool {
 	sl := &d.slots[ws.slot]
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -309,7 +295,7 @@ func (d *directBackend) copyOut(ws waitSlot, dst []byte) bool {
 	return true
 }
 
-func (d *directBackend) lost(f *openFile, ws waitSlot) error {
+func (d *directCache) lost(f *openFile, ws waitSlot) error {
 	if e := d.firstErr.Load(); e != nil {
 		return fmt.Errorf("read %s page %d: %w", f.path, ws.key&(1<<40-1), *e)
 	}
@@ -317,10 +303,9 @@ func (d *directBackend) lost(f *openFile, ws waitSlot) error {
 }
 
 // complete marks a slot read (or frees it after an error).
-func (d *directBackend) complete(s int32, err error) {
+func (d *directCache) complete(s int32, err error) {
 	sl := &d.slots[s]
 	if err != nil {
-		d.failures.Add(1)
 		d.firstErr.CompareAndSwap(nil, &err)
 		d.mu.Lock()
 		delete(d.index, sl.key)
@@ -334,109 +319,49 @@ func (d *directBackend) complete(s int32, err error) {
 	sl.state.Store(slotValid)
 }
 
-func (d *directBackend) Submit(req *policies.Request) error {
-	eof, total, ok := d.admit(req, d.files, d.ps)
+// Reserve claims a slot for a prefetch of page of bundle file id: the
+// backend.Cache side of the direct backend.
+func (d *directCache) Reserve(id uint32, page uint64) (int32, backend.Reservation) {
+	idx, ok := d.byID[id]
 	if !ok {
-		return nil
+		return -1, backend.Full
 	}
-	// Bound the queued pages by a quarter of the cache, so prefetches
-	// cannot flush it faster than demand uses it.
-	if d.pending.Load()+int64(total) > int64(len(d.slots)/4) {
-		d.drop(total, true)
-		return nil
+	key := pageKey(idx, page)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.index[key]; ok {
+		return -1, backend.Present
 	}
-	if len(d.queue)+len(req.Ranges) > cap(d.queue) {
-		d.drop(total, false)
-		return nil
+	s := d.alloc(key)
+	if s < 0 {
+		return -1, backend.Full
 	}
-	d.pending.Add(int64(total))
-	for _, r := range req.Ranges {
-		if n, ok := clipEOF(r, eof); ok {
-			d.queue <- kreq{file: req.File, first: r.First, n: n}
-		}
-	}
-	return nil
+	d.slots[s].prefetched = true
+	d.prefetched.Add(1)
+	return s, backend.Reserved
 }
 
-// prefetcher reads queued prefetch pages into the cache through engine
-// worker ew, keeping at most the engine's queue depth in flight (Submit
-// applies the backpressure).
-func (d *directBackend) prefetcher(ew *engine.Worker) {
-	defer d.wg.Done()
-	note := func() {
-		n := uint64(ew.InFlight())
-		for {
-			m := d.inflightMax.Load()
-			if n <= m || d.inflightMax.CompareAndSwap(m, n) {
-				return
-			}
-		}
+// Fill completes a prefetch read of slot s.
+func (d *directCache) Fill(s int32, data []byte, err error) {
+	if err == nil {
+		copy(d.buf(s), data)
 	}
-	for {
-		var r kreq
-		var ok bool
-		if ew.InFlight() == 0 {
-			r, ok = <-d.queue
-		} else {
-			select {
-			case r, ok = <-d.queue:
-			default:
-				if _, err := ew.Harvest(1); err != nil {
-					d.fail(err)
-				}
-				continue
-			}
-		}
-		if !ok {
-			if err := ew.Drain(); err != nil {
-				d.fail(err)
-			}
-			return
-		}
-		for p := r.first; p < r.first+r.n; p++ {
-			key := pageKey(r.file, p)
-			d.mu.Lock()
-			if _, ok := d.index[key]; ok {
-				d.mu.Unlock()
-				d.pagesCached.Add(1)
-				d.pending.Add(-1)
-				continue
-			}
-			s := d.alloc(key)
-			if s < 0 {
-				d.mu.Unlock()
-				d.dropped.Add(1)
-				d.droppedPages.Add(r.first + r.n - p)
-				d.pending.Add(-int64(r.first + r.n - p))
-				break
-			}
-			d.slots[s].prefetched = true
-			d.mu.Unlock()
-			d.prefetched.Add(1)
-			d.pagesSubmitted.Add(1)
-			if err := d.read(ew, r.file, p, s, tokenPrefetch); err != nil {
-				d.fail(err)
-				d.complete(s, err)
-				d.pending.Add(-1)
-			}
-			note()
-		}
-		if _, err := ew.Poll(); err != nil {
-			d.fail(err)
-		}
-	}
+	d.complete(s, err)
 }
 
-func (d *directBackend) fail(err error) {
-	d.failures.Add(1)
-	d.firstErr.CompareAndSwap(nil, &err)
+// directStats are what the cache counted in a run.
+type directStats struct {
+	prefetched, used, wasted   uint64
+	misses, hits, late, device uint64
+	warnings                   []string
 }
 
-func (d *directBackend) finish() targetStats {
-	close(d.queue)
-	d.wg.Wait()
+// finish closes the demand engine and returns the cache's counts; call it
+// after the backend is closed.
+func (d *directCache) finish() directStats {
+	var warn []string
 	if err := d.eng.Close(); err != nil {
-		d.fail(err)
+		warn = append(warn, err.Error())
 	}
 	// Prefetched pages never used are wasted, evicted or not.
 	var unused uint64
@@ -445,24 +370,17 @@ func (d *directBackend) finish() targetStats {
 			unused++
 		}
 	}
-	ts := targetStats{
-		Prefetched:   d.prefetched.Load(),
-		Used:         d.used.Load(),
-		Wasted:       d.wasted.Load() + unused,
-		DemandMisses: d.misses.Load(),
-		DemandHits:   d.hits.Load(),
-		Late:         d.late.Load(),
-		DeviceReads:  d.devReads.Load(),
-		DroppedPages: d.droppedPages.Load(),
-		Via:          d.engineInfo,
-	}
 	if e := d.firstErr.Load(); e != nil {
-		ts.Warnings = append(ts.Warnings, fmt.Sprintf("%d read failures, first: %v", d.failures.Load(), *e))
+		warn = append(warn, fmt.Sprintf("read failures, first: %v", *e))
 	}
 	if !d.eng.Mlocked() && d.eng.MlockErr() != nil {
-		ts.Warnings = append(ts.Warnings, d.eng.MlockErr().Error())
+		warn = append(warn, d.eng.MlockErr().Error())
 	}
 	unix.Munmap(d.arena)
 	d.arena = nil
-	return ts
+	return directStats{
+		prefetched: d.prefetched.Load(), used: d.used.Load(), wasted: d.wasted.Load() + unused,
+		misses: d.misses.Load(), hits: d.hits.Load(), late: d.late.Load(), device: d.devReads.Load(),
+		warnings: warn,
+	}
 }

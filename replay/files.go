@@ -10,8 +10,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/predictio/predictio/backend"
 	"github.com/predictio/predictio/engine"
-	"github.com/predictio/predictio/policies"
+	"github.com/predictio/predictio/formats"
 )
 
 // ErrFiles means the files on disk do not match the recording.
@@ -101,21 +102,8 @@ type openFile struct {
 	dfile *os.File // O_DIRECT, for the direct backend; nil otherwise
 	mem   []byte   // read-only shared mapping, for fault touches; nil for direct
 	size  uint64
-}
-
-// pages returns the file's size in ps-byte pages, rounded up: the page
-// number of end of file.
-func (f *openFile) pages(ps int) uint64 {
-	return (f.size + uint64(ps) - 1) / uint64(ps)
-}
-
-// clipEOF clips r at page eof (end of file): it returns how many of r's
-// pages lie before eof, and whether r starts before eof at all.
-func clipEOF(r policies.Range, eof uint64) (n uint64, ok bool) {
-	if r.First >= eof {
-		return 0, false
-	}
-	return min(uint64(r.N), eof-r.First), true
+	dev   uint64 // kernel s_dev encoding, as backends and eBPF name files
+	ino   uint64
 }
 
 // openFiles opens every file the replay touches. direct opens O_DIRECT
@@ -131,12 +119,12 @@ func openFiles(t *trace, paths []string, direct bool) ([]*openFile, error) {
 		}
 		out[f.idx] = of
 		of.file, of.fd = file, int(file.Fd())
-		st, err := file.Stat()
-		if err != nil {
+		var st unix.Stat_t
+		if err := unix.Fstat(of.fd, &st); err != nil {
 			closeFiles(out)
 			return nil, fmt.Errorf("stat %s: %w", of.path, err)
 		}
-		of.size = uint64(st.Size())
+		of.size, of.dev, of.ino = uint64(st.Size), formats.KernelDev(st.Dev), st.Ino
 		if direct {
 			df, err := engine.OpenDirect(of.path, os.O_RDONLY)
 			if err != nil {
@@ -196,4 +184,25 @@ func ensureDir(dir string) error {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
 	return nil
+}
+
+// registry returns a backend registry of the run's files, by bundle file
+// id, at their replay paths with the device and inode opened.
+func registry(files []*openFile) (*backend.Registry, error) {
+	reg := backend.NewRegistry()
+	for _, f := range files {
+		if f == nil {
+			continue
+		}
+		path, err := filepath.Abs(f.path)
+		if err != nil {
+			reg.Close()
+			return nil, fmt.Errorf("resolve %s: %w", f.path, err)
+		}
+		if _, err := reg.Add(backend.FileRef{ID: f.info.ID, Dev: f.dev, Ino: f.ino, Path: path}); err != nil {
+			reg.Close()
+			return nil, err
+		}
+	}
+	return reg, nil
 }

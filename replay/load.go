@@ -99,6 +99,10 @@ func loadTrace(dir string) (*trace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load bundle %s: %w", dir, err)
 	}
+	// Rows whose file is missing have no path to replay (issue 17).
+	if err := b.CheckReferences(); err != nil {
+		return nil, err
+	}
 	for _, f := range files {
 		if _, dup := t.byID[f.ID]; dup {
 			return nil, fmt.Errorf("load bundle %s: %w: %s: duplicate file_id %d", dir, ErrBundle, formats.FilesFile, f.ID)

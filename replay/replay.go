@@ -11,15 +11,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/predictio/predictio/backend"
 	"github.com/predictio/predictio/policies"
 )
 
-// Backend names.
+// Backend names (package backend).
 const (
-	BackendKernel = "kernel"
-	BackendKmod   = "kmod" // the predictio kernel module (package kmod)
-	BackendDirect = "direct"
-	BackendNone   = "none"
+	BackendKernel = backend.NameKernel
+	BackendKmod   = backend.NameKmod // the predictio kernel module (package kmod)
+	BackendDirect = backend.NameDirect
+	BackendNone   = backend.NameNone
 )
 
 // Baseline is the run name of a replay without a policy.
@@ -134,22 +135,10 @@ type Run struct {
 // Latencies returns the run's per-access latencies in nanoseconds, sorted.
 func (r *Run) Latencies() []int64 { return r.lat }
 
-// targetStats are what a backend knows at the end of a run.
-type targetStats struct {
-	Prefetched, Used, Wasted uint64
-	DemandMisses, DemandHits uint64
-	Late                     uint64
-	DeviceReads              uint64 // pages read with O_DIRECT (direct)
-	DroppedPages             uint64
-	Via                      string
-	Warnings                 []string
-}
-
-// target executes demand accesses and policy requests for one run.
-type target interface {
-	policies.Backend
+// demander executes the demand accesses of one run: through the page
+// cache, or through the direct backend's user-space cache.
+type demander interface {
 	demand(w *worker, o *op) error
-	finish() targetStats
 }
 
 // Replayer replays one bundle.
@@ -182,8 +171,8 @@ func (opt *Options) validate() error {
 		return fmt.Errorf("replay: unknown backend %q; use kernel, kmod, direct or none", opt.Backend)
 	}
 	if opt.Backend == BackendKmod {
-		if err := kmodAvailable(); err != nil {
-			return err
+		if err := backend.KmodAvailable(); err != nil {
+			return fmt.Errorf("replay: %w", err)
 		}
 	}
 	if opt.Timing == "" {
@@ -350,11 +339,11 @@ func (w *worker) buffer(n int) []byte {
 // runState is the shared state of one run.
 type runState struct {
 	rp       *Replayer
-	tgt      target
+	dem      demander
+	be       backend.Backend
 	disp     *policies.Dispatcher
 	mu       sync.Mutex // serializes the dispatcher
 	ev       policies.Event
-	req      policies.Request
 	emit     policies.Emit
 	nextHint atomic.Uint64 // TS of the next undelivered hint; MaxUint64 when none
 	hintIdx  int
@@ -364,18 +353,18 @@ type runState struct {
 }
 
 func (r *Replayer) runOnce(ctx context.Context, spec string, round int) (*Run, error) {
-	backend := r.opt.Backend
-	if spec == Baseline && (backend == BackendKernel || backend == BackendKmod) {
-		backend = BackendNone // the baseline runs without prefetches
+	name := r.opt.Backend
+	if spec == Baseline && (name == BackendKernel || name == BackendKmod) {
+		name = BackendNone // the baseline runs without prefetches
 	}
-	files, err := openFiles(r.t, r.paths, backend == BackendDirect)
+	files, err := openFiles(r.t, r.paths, name == BackendDirect)
 	if err != nil {
 		return nil, err
 	}
 	defer closeFiles(files)
 
-	run := &Run{Policy: spec, Round: round + 1, Backend: backend, Accesses: r.t.ops, Pages: r.t.pages}
-	if backend != BackendDirect {
+	run := &Run{Policy: spec, Round: round + 1, Backend: name, Accesses: r.t.ops, Pages: r.t.pages}
+	if name != BackendDirect {
 		if r.opt.Warm {
 			run.Cold = false
 		} else {
@@ -391,37 +380,17 @@ func (r *Replayer) runOnce(ctx context.Context, spec string, round int) (*Run, e
 	if err != nil {
 		return nil, err
 	}
-	var tgt target
-	switch backend {
-	case BackendNone:
-		tgt = &noneBackend{pageCacheDemand: pageCacheDemand{files: files, ps: r.t.pageSize}}
-	case BackendKernel:
-		tgt = newKernelBackend(files, r.t.pageSize, kernelOptions{inflight: r.opt.InFlight, readahead: r.opt.Readahead})
-	case BackendKmod:
-		k, err := newKmodBackend(files, r.t.pageSize, r.opt.InFlight)
-		if err != nil {
-			return nil, err
-		}
-		tgt = k
-	case BackendDirect:
-		d, err := newDirectBackend(files, r.t.pageSize, directOptions{cache: r.opt.CachePages, qd: r.opt.QueueDepth, sqpoll: r.opt.SQPoll, threads: len(r.t.threads)})
-		if err != nil {
-			return nil, err
-		}
-		tgt = d
+	st := &runState{rp: r}
+	fin, err := r.startBackend(st, name, files)
+	if err != nil {
+		return nil, err
 	}
-	st := &runState{rp: r, tgt: tgt}
 	if len(ps) > 0 {
 		st.disp = policies.NewDispatcher(ps...)
-		// Policies name files by bundle file_id; backends by index.
-		st.emit = func(req *policies.Request) {
-			st.req = *req
-			st.req.File = math.MaxUint32
-			if fi := r.t.byID[req.File]; fi != nil {
-				st.req.File = fi.idx
-			}
-			tgt.Submit(&st.req)
-		}
+		// Policies and the backend's registry both name files by bundle
+		// file_id.
+		be := st.be
+		st.emit = func(req *policies.Request) { be.Submit(req) }
 	}
 	st.nextHint.Store(math.MaxUint64)
 	if st.disp != nil && len(r.t.hints) > 0 {
@@ -447,7 +416,9 @@ func (r *Replayer) runOnce(ctx context.Context, spec string, round int) (*Run, e
 	wg.Wait()
 	run.WallNS = time.Since(st.start).Nanoseconds()
 	stopProgress()
-	ts := tgt.finish()
+	if err := fin(run); err != nil {
+		return nil, err
+	}
 	run.DeviceReadBytes = readBytes() - io0
 	for _, w := range workers {
 		if w.err != nil {
@@ -467,15 +438,10 @@ func (r *Replayer) runOnce(ctx context.Context, spec string, round int) (*Run, e
 	run.P50US = float64(percentile(lat, 0.50)) / 1e3
 	run.P99US = float64(percentile(lat, 0.99)) / 1e3
 	run.MaxUS = float64(lat[len(lat)-1]) / 1e3
-	run.Prefetched, run.Used, run.Wasted = ts.Prefetched, ts.Used, ts.Wasted
-	run.DemandMisses, run.DemandHits, run.LatePrefetches = ts.DemandMisses, ts.DemandHits, ts.Late
-	run.DevicePages = ts.DeviceReads
-	run.PagesDropped = ts.DroppedPages
-	if run.Policy != Baseline {
-		run.Via = ts.Via
+	if run.Policy == Baseline {
+		run.Via = ""
 	}
-	run.Warnings = ts.Warnings
-	run.Counters = tgt.Stats()
+
 	if st.disp != nil {
 		run.Events = st.disp.Events
 	}
@@ -504,7 +470,7 @@ func (w *worker) loop(ctx context.Context) {
 			st.mu.Unlock()
 		}
 		t0 := time.Now()
-		err := st.tgt.demand(w, o)
+		err := st.dem.demand(w, o)
 		end := time.Now()
 		d := end.Sub(t0).Nanoseconds()
 		w.lat[i] = d

@@ -33,6 +33,11 @@ func OpenInput(dir string) (*Input, error) {
 		b.Close()
 		return nil, fmt.Errorf("read files of %s: %w", dir, err)
 	}
+	// Rows whose file is missing have no size or identity (issue 17).
+	if err := b.CheckReferences(); err != nil {
+		b.Close()
+		return nil, err
+	}
 	ps := b.Manifest().Host.PageSize
 	switch {
 	case ps == 0:

@@ -114,7 +114,9 @@ func (an *Anonymizer) Comm(c string) string {
 // names the manifest holds: hostname, mount points, include/exclude
 // filters, hint socket, and drops the recorded command line. Timestamps,
 // pids, devices, inodes, sizes, pages, kinds and hints are kept.
-func Anonymize(in, out string, o AnonymizeOptions) (copyCounts, error) {
+//
+// opts are passed to formats.Open (formats.NoVerify).
+func Anonymize(in, out string, o AnonymizeOptions, opts ...formats.OpenOption) (copyCounts, error) {
 	an, err := NewAnonymizer(o.Salt)
 	if err != nil {
 		return copyCounts{}, err
@@ -154,7 +156,7 @@ func Anonymize(in, out string, o AnonymizeOptions) (copyCounts, error) {
 	if o.Comm {
 		rw.access = func(a *formats.Access) bool { a.Comm = an.Comm(a.Comm); return true }
 	}
-	cc, err := rewrite(in, out, rw)
+	cc, err := rewrite(in, out, rw, opts)
 	if err != nil {
 		return cc, fmt.Errorf("anonymize: %w", err)
 	}

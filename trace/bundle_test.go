@@ -60,7 +60,7 @@ func makeBundle(t *testing.T, spec bundleSpec) string {
 	m.Recording = formats.Recording{Source: "test", CommandLine: []string{"predictio", "record", "--", "/home/alice/run.sh"}, Include: []string{"/home/alice"}}
 	first, last := ^uint64(0), uint64(0)
 	for _, a := range spec.accesses {
-		first, last = min(first, a.TS), max(last, a.TS)
+		first, last = min(first, a.TS), max(last, a.TS, a.EndNS)
 	}
 	for _, h := range spec.hints {
 		first, last = min(first, h.TS), max(last, h.TS)
@@ -123,7 +123,7 @@ func manifestOf(t *testing.T, dir string) *formats.Manifest {
 // sample is a small bundle with three files, mixed kinds and two hints.
 func sample() bundleSpec {
 	files := []formats.File{
-		{ID: 1, Dev: 8 << 20, Ino: 11, Path: "/home/alice/db/data.sqlite", Size: 1 << 20, MtimeNS: 5},
+		{ID: 1, Dev: 8 << 20, Ino: 11, Path: "/home/alice/db/data.sqlite", Size: 1 << 20, MtimeNS: 5, Mode: formats.ModeRegular | 0o644},
 		{ID: 2, Dev: 8 << 20, Ino: 12, Path: "/home/alice/db/data.sqlite-wal", Size: 80 << 10},
 		{ID: 3, Dev: 8 << 20, Ino: 13, Path: "", Size: 0},
 	}
@@ -140,11 +140,15 @@ func sample() bundleSpec {
 		if i == 2499 {
 			fid = 3
 		}
-		as = append(as, formats.Access{TS: 1_000_000_000 + uint64(i)*1000, PID: 100, TID: 101, Comm: "sqlite3", FileID: fid, FirstPage: uint64(i % 16), NPages: 1 + uint32(i%3), Kind: k})
+		a := formats.Access{TS: 1_000_000_000 + uint64(i)*1000, PID: 100, TID: 101, Comm: "sqlite3", FileID: fid, FirstPage: uint64(i % 16), NPages: 1 + uint32(i%3), Kind: k}
+		if k == formats.KindRead {
+			a.EndNS, a.Op, a.Ret = a.TS+400, uint64(i+1), int64(a.NPages)*4096
+		}
+		as = append(as, a)
 	}
 	hs := []formats.Hint{
-		{TS: 1_000_000_500, PID: 100, Kind: formats.HintTreeChildEnter, FileID: 1, ParentPage: 3, Position: 1, Children: []uint64{4, 5, 6}},
-		{TS: 1_002_000_000, PID: 100, Kind: formats.HintTensorLayout, FileID: 2, Name: "layer.0 \"w\"", OffsetBytes: 4096, LengthBytes: 8192},
+		{TS: 1_000_000_500, PID: 100, TID: 101, Kind: formats.HintTreeChildEnter, FileID: 1, ParentPage: 3, Position: 1, Children: []uint64{4, 5, 6}, Source: "adapter:sqlite"},
+		{TS: 1_002_000_000, PID: 100, TID: 102, Kind: formats.HintTensorLayout, FileID: 2, Name: "layer.0 \"w\"", OffsetBytes: 4096, LengthBytes: 8192, Source: formats.HintSourceApp},
 	}
 	return bundleSpec{files: files, accesses: as, hints: hs}
 }
@@ -205,12 +209,12 @@ func TestCat(t *testing.T) {
 		first string
 		has   string
 	}{
-		{CatOptions{}, 2501, "ts_ns,pid,tid,comm,file_id,first_page,npages,kind", "1000000000,100,101,sqlite3,1,0,1,cache_add"},
-		{CatOptions{Limit: 3}, 4, "ts_ns,pid,tid,comm,file_id,first_page,npages,kind", "1000001000,100,101,sqlite3,1,1,2,read"},
-		{CatOptions{Table: "files", Format: "csv"}, 4, "file_id,dev,ino,path,size_bytes,mtime_ns", "1,8388608,11,/home/alice/db/data.sqlite,1048576,5"},
-		{CatOptions{Table: "hints"}, 3, "ts_ns,pid,kind,file_id,parent_page,position,children,name,offset_bytes,length_bytes", `1000000500,100,tree_child_enter,1,3,1,4 5 6,,0,0`},
-		{CatOptions{Table: "hints", Format: "jsonl"}, 2, `{"ts_ns":1000000500,"pid":100,"kind":"tree_child_enter","file_id":1,"parent_page":3,"position":1,"children":[4,5,6],"name":"","offset_bytes":0,"length_bytes":0}`, `"name":"layer.0 \"w\""`},
-		{CatOptions{Format: "jsonl", Limit: 1}, 1, `{"ts_ns":1000000000,"pid":100,"tid":101,"comm":"sqlite3","file_id":1,"first_page":0,"npages":1,"kind":"cache_add"}`, ""},
+		{CatOptions{}, 2501, "ts_ns,pid,tid,comm,file_id,first_page,npages,kind,end_ns,op,ret,prot,map_first_page,map_pages", "1000000000,100,101,sqlite3,1,0,1,cache_add,0,0,0,0,0,0"},
+		{CatOptions{Limit: 3}, 4, "ts_ns,pid,tid,comm,file_id,first_page,npages,kind,end_ns,op,ret,prot,map_first_page,map_pages", "1000001000,100,101,sqlite3,1,1,2,read,1000001400,2,8192,0,0,0"},
+		{CatOptions{Table: "files", Format: "csv"}, 4, "file_id,dev,ino,path,size_bytes,mtime_ns,mode", "1,8388608,11,/home/alice/db/data.sqlite,1048576,5,33188"},
+		{CatOptions{Table: "hints"}, 3, "ts_ns,pid,kind,file_id,parent_page,position,children,name,offset_bytes,length_bytes,tid,source", `1000000500,100,tree_child_enter,1,3,1,4 5 6,,0,0,101,adapter:sqlite`},
+		{CatOptions{Table: "hints", Format: "jsonl"}, 2, `{"ts_ns":1000000500,"pid":100,"kind":"tree_child_enter","file_id":1,"parent_page":3,"position":1,"children":[4,5,6],"name":"","offset_bytes":0,"length_bytes":0,"tid":101,"source":"adapter:sqlite"}`, `"name":"layer.0 \"w\""`},
+		{CatOptions{Format: "jsonl", Limit: 1}, 1, `{"ts_ns":1000000000,"pid":100,"tid":101,"comm":"sqlite3","file_id":1,"first_page":0,"npages":1,"kind":"cache_add","end_ns":0,"op":0,"ret":0,"prot":0,"map_first_page":0,"map_pages":0}`, ""},
 	} {
 		var buf bytes.Buffer
 		if err := Cat(&buf, dir, tc.o); err != nil {
@@ -401,7 +405,7 @@ func TestAnonymize(t *testing.T) {
 
 func TestMerge(t *testing.T) {
 	a := bundleSpec{
-		files: []formats.File{{ID: 0, Dev: 1, Ino: 5, Path: "/x/a"}, {ID: 1, Path: "/x/only-path"}},
+		files: []formats.File{{ID: 0, Dev: 1, Ino: 5, Path: "/x/a"}, {ID: 1, Path: "/x/only-path", Mode: formats.ModeRegular}},
 		accesses: []formats.Access{
 			{TS: 10, FileID: 0, NPages: 1, Kind: formats.KindRead},
 			{TS: 30, FileID: 1, NPages: 1, Kind: formats.KindRead},
@@ -409,7 +413,7 @@ func TestMerge(t *testing.T) {
 		hints: []formats.Hint{{TS: 15, FileID: 1, Kind: formats.HintCustom, Name: "a"}},
 	}
 	b := bundleSpec{
-		files: []formats.File{{ID: 7, Dev: 1, Ino: 5, Path: "/renamed/a"}, {ID: 8, Path: "/x/only-path"}, {ID: 9, Dev: 1, Ino: 6, Path: "/x/c"}},
+		files: []formats.File{{ID: 7, Dev: 1, Ino: 5, Path: "/renamed/a"}, {ID: 8, Path: "/x/only-path", Mode: formats.ModeRegular}, {ID: 9, Dev: 1, Ino: 6, Path: "/x/c"}},
 		accesses: []formats.Access{
 			{TS: 20, FileID: 7, FirstPage: 2, NPages: 1, Kind: formats.KindFault},
 			{TS: 25, FileID: 9, NPages: 1, Kind: formats.KindRead},
@@ -515,7 +519,7 @@ func TestRepair(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.AddFile(formats.File{ID: 0, Path: "/f"}); err != nil {
+	if err := w.AddFile(formats.File{ID: 0, Path: "/f", Mode: formats.ModeRegular}); err != nil {
 		t.Fatal(err)
 	}
 	a := formats.Access{NPages: 1, Kind: formats.KindRead}

@@ -24,14 +24,20 @@ type CatOptions struct {
 var errLimit = errors.New("limit reached")
 
 type accessRow struct {
-	TS        uint64 `json:"ts_ns"`
-	PID       uint32 `json:"pid"`
-	TID       uint32 `json:"tid"`
-	Comm      string `json:"comm"`
-	FileID    uint32 `json:"file_id"`
-	FirstPage uint64 `json:"first_page"`
-	NPages    uint32 `json:"npages"`
-	Kind      string `json:"kind"`
+	TS           uint64 `json:"ts_ns"`
+	PID          uint32 `json:"pid"`
+	TID          uint32 `json:"tid"`
+	Comm         string `json:"comm"`
+	FileID       uint32 `json:"file_id"`
+	FirstPage    uint64 `json:"first_page"`
+	NPages       uint32 `json:"npages"`
+	Kind         string `json:"kind"`
+	EndNS        uint64 `json:"end_ns"`
+	Op           uint64 `json:"op"`
+	Ret          int64  `json:"ret"`
+	Prot         uint8  `json:"prot"`
+	MapFirstPage uint64 `json:"map_first_page"`
+	MapPages     uint64 `json:"map_pages"`
 }
 
 type hintRow struct {
@@ -45,6 +51,8 @@ type hintRow struct {
 	Name        string   `json:"name"`
 	OffsetBytes uint64   `json:"offset_bytes"`
 	LengthBytes uint64   `json:"length_bytes"`
+	TID         uint32   `json:"tid"`
+	Source      string   `json:"source"`
 }
 
 type fileRow struct {
@@ -54,17 +62,20 @@ type fileRow struct {
 	Path    string `json:"path"`
 	Size    uint64 `json:"size_bytes"`
 	MtimeNS int64  `json:"mtime_ns"`
+	Mode    uint32 `json:"mode"`
 }
 
 var catHeaders = map[string][]string{
-	"accesses": {"ts_ns", "pid", "tid", "comm", "file_id", "first_page", "npages", "kind"},
-	"hints":    {"ts_ns", "pid", "kind", "file_id", "parent_page", "position", "children", "name", "offset_bytes", "length_bytes"},
-	"files":    {"file_id", "dev", "ino", "path", "size_bytes", "mtime_ns"},
+	"accesses": {"ts_ns", "pid", "tid", "comm", "file_id", "first_page", "npages", "kind", "end_ns", "op", "ret", "prot", "map_first_page", "map_pages"},
+	"hints":    {"ts_ns", "pid", "kind", "file_id", "parent_page", "position", "children", "name", "offset_bytes", "length_bytes", "tid", "source"},
+	"files":    {"file_id", "dev", "ino", "path", "size_bytes", "mtime_ns", "mode"},
 }
 
 // Cat prints the rows of one table of the bundle in dir to w. Kinds are
 // printed by name; in CSV, hint children are space-separated page numbers.
-func Cat(w io.Writer, dir string, o CatOptions) error {
+// Every column of format 1.1 is printed; a 1.0 bundle's read as 0 (source
+// as ""). opts are passed to formats.Open (formats.NoVerify).
+func Cat(w io.Writer, dir string, o CatOptions, opts ...formats.OpenOption) error {
 	if o.Table == "" {
 		o.Table = "accesses"
 	}
@@ -78,7 +89,7 @@ func Cat(w io.Writer, dir string, o CatOptions) error {
 	if o.Format != "csv" && o.Format != "jsonl" {
 		return usageErr("--format %q: want csv or jsonl", o.Format)
 	}
-	b, err := openBundle(dir)
+	b, err := openBundle(dir, opts)
 	if err != nil {
 		return err
 	}
@@ -112,14 +123,14 @@ func Cat(w io.Writer, dir string, o CatOptions) error {
 	case "files":
 		files, err := b.Files()
 		if err != nil {
-			return fmt.Errorf("read %s: %w", formats.FilesFile, err)
+			return err // formats names the file
 		}
 		for _, f := range files {
 			if o.Limit > 0 && n >= o.Limit {
 				break
 			}
 			n++
-			rec = append(rec[:0], u(uint64(f.ID), 10), u(f.Dev, 10), u(f.Ino, 10), f.Path, u(f.Size, 10), strconv.FormatInt(f.MtimeNS, 10))
+			rec = append(rec[:0], u(uint64(f.ID), 10), u(f.Dev, 10), u(f.Ino, 10), f.Path, u(f.Size, 10), strconv.FormatInt(f.MtimeNS, 10), u(uint64(f.Mode), 10))
 			if err := emit(rec, fileRow(f)); err != nil {
 				return err
 			}
@@ -127,8 +138,9 @@ func Cat(w io.Writer, dir string, o CatOptions) error {
 	case "accesses":
 		err = forEachAccess(b, func(a *formats.Access) error {
 			k := KindName(a.Kind)
-			rec = append(rec[:0], u(a.TS, 10), u(uint64(a.PID), 10), u(uint64(a.TID), 10), a.Comm, u(uint64(a.FileID), 10), u(a.FirstPage, 10), u(uint64(a.NPages), 10), k)
-			if err := emit(rec, accessRow{a.TS, a.PID, a.TID, a.Comm, a.FileID, a.FirstPage, a.NPages, k}); err != nil {
+			rec = append(rec[:0], u(a.TS, 10), u(uint64(a.PID), 10), u(uint64(a.TID), 10), a.Comm, u(uint64(a.FileID), 10), u(a.FirstPage, 10), u(uint64(a.NPages), 10), k,
+				u(a.EndNS, 10), u(a.Op, 10), strconv.FormatInt(a.Ret, 10), u(uint64(a.Prot), 10), u(a.MapFirstPage, 10), u(a.MapPages, 10))
+			if err := emit(rec, accessRow{a.TS, a.PID, a.TID, a.Comm, a.FileID, a.FirstPage, a.NPages, k, a.EndNS, a.Op, a.Ret, a.Prot, a.MapFirstPage, a.MapPages}); err != nil {
 				return err
 			}
 			return limited()
@@ -144,12 +156,13 @@ func Cat(w io.Writer, dir string, o CatOptions) error {
 				}
 				sb.WriteString(u(c, 10))
 			}
-			rec = append(rec[:0], u(h.TS, 10), u(uint64(h.PID), 10), k, u(uint64(h.FileID), 10), u(h.ParentPage, 10), u(uint64(h.Position), 10), sb.String(), h.Name, u(h.OffsetBytes, 10), u(h.LengthBytes, 10))
+			rec = append(rec[:0], u(h.TS, 10), u(uint64(h.PID), 10), k, u(uint64(h.FileID), 10), u(h.ParentPage, 10), u(uint64(h.Position), 10), sb.String(), h.Name, u(h.OffsetBytes, 10), u(h.LengthBytes, 10),
+				u(uint64(h.TID), 10), h.Source)
 			children := h.Children
 			if children == nil {
 				children = []uint64{}
 			}
-			if err := emit(rec, hintRow{h.TS, h.PID, k, h.FileID, h.ParentPage, h.Position, children, h.Name, h.OffsetBytes, h.LengthBytes}); err != nil {
+			if err := emit(rec, hintRow{h.TS, h.PID, k, h.FileID, h.ParentPage, h.Position, children, h.Name, h.OffsetBytes, h.LengthBytes, h.TID, h.Source}); err != nil {
 				return err
 			}
 			return limited()

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
@@ -28,10 +30,13 @@ const parquetRowGroupRows = 1 << 20
 // ExportParquet writes each table of the bundle in dir as a zstd-compressed
 // Parquet file (files.parquet, accesses.parquet, hints.parquet) into out,
 // which is created if needed. Column names and types are those of the
-// bundle; comm stays dictionary-encoded. A bundle without hints.arrow
-// yields no hints.parquet.
-func ExportParquet(dir, out string) ([]ExportedTable, error) {
-	b, err := openBundle(dir)
+// bundle; comm, source and kind_name stay dictionary-encoded. Accesses and
+// hints always carry kind_name (the kind's name, so that a query can say
+// kind_name = 'read'): a format 1.0 bundle's are derived from kind. A
+// bundle without hints.arrow yields no hints.parquet. opts are passed to
+// formats.Open (formats.NoVerify).
+func ExportParquet(dir, out string, opts ...formats.OpenOption) ([]ExportedTable, error) {
+	b, err := openBundle(dir, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -75,14 +80,19 @@ func exportTable(b *formats.Bundle, name, dst string) (rows int64, err error) {
 			os.Remove(tmp)
 		}
 	}()
-	props := parquet.NewWriterProperties(parquetProps(t.Schema())...)
-	fw, err := pqarrow.NewFileWriter(t.Schema(), f, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	conv := newExportSchema(name, t.Schema())
+	props := parquet.NewWriterProperties(parquetProps(conv.schema)...)
+	fw, err := pqarrow.NewFileWriter(conv.schema, f, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
 		return 0, err
 	}
 	for i := 0; i < t.NumBatches(); i++ {
 		rec, err := t.Batch(i)
 		if err != nil {
+			fw.Close()
+			return rows, err // formats names the file and the batch
+		}
+		if rec, err = conv.convert(rec); err != nil {
 			fw.Close()
 			return rows, fmt.Errorf("batch %d: %w", i, err)
 		}
@@ -94,7 +104,7 @@ func exportTable(b *formats.Bundle, name, dst string) (rows int64, err error) {
 		rec.Release()
 		if err != nil {
 			fw.Close()
-			return rows, fmt.Errorf("batch %d: %w", i, err)
+			return rows, fmt.Errorf("write batch %d: %w", i, err)
 		}
 	}
 	if err := fw.Close(); err != nil { // closes f too
@@ -124,4 +134,63 @@ func parquetProps(sc *arrow.Schema) []parquet.WriterProperty {
 		}
 	}
 	return props
+}
+
+// exportSchema is the schema of an exported table: the bundle's, without
+// the table file's CRC (it protects the Arrow file, not the export), and
+// with a kind_name column derived from kind when the bundle has none.
+type exportSchema struct {
+	schema   *arrow.Schema
+	kindCol  int           // column of kind, when kind_name is derived
+	kindDict *array.String // kind_name dictionary values
+	dictType *arrow.DictionaryType
+}
+
+func newExportSchema(table string, s *arrow.Schema) *exportSchema {
+	var keys, vals []string
+	md := s.Metadata()
+	for i, k := range md.Keys() {
+		if k != formats.MetaCRC32C {
+			keys, vals = append(keys, k), append(vals, md.Values()[i])
+		}
+	}
+	meta := arrow.NewMetadata(keys, vals)
+	fields := s.Fields()
+	c := &exportSchema{kindCol: -1}
+	kinds := map[string][]string{formats.AccessesFile: formats.AccessKindDictionary(), formats.HintsFile: formats.HintKindDictionary()}[table]
+	if k := s.FieldIndices("kind"); kinds != nil && len(k) == 1 && !s.HasField("kind_name") && s.Field(k[0]).Type.ID() == arrow.UINT8 {
+		c.kindCol = k[0]
+		c.dictType = &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int8, ValueType: arrow.BinaryTypes.String}
+		b := array.NewStringBuilder(memory.DefaultAllocator)
+		b.AppendValues(kinds, nil)
+		c.kindDict = b.NewStringArray()
+		b.Release()
+		fields = append(fields, arrow.Field{Name: "kind_name", Type: c.dictType})
+	}
+	c.schema = arrow.NewSchema(fields, &meta)
+	return c
+}
+
+// convert returns rec with the export schema; it releases rec.
+func (c *exportSchema) convert(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+	defer rec.Release()
+	cols := rec.Columns()
+	if c.kindCol >= 0 {
+		kinds := rec.Column(c.kindCol).(*array.Uint8)
+		ib := array.NewInt8Builder(memory.DefaultAllocator)
+		defer ib.Release()
+		for i := 0; i < kinds.Len(); i++ {
+			k := kinds.Value(i)
+			if int(k) >= c.kindDict.Len() || c.kindDict.Value(int(k)) == formats.UndefinedKindName {
+				k = 0
+			}
+			ib.Append(int8(k))
+		}
+		idx := ib.NewArray()
+		defer idx.Release()
+		names := array.NewDictionaryArray(c.dictType, idx, c.kindDict)
+		defer names.Release()
+		cols = append(append([]arrow.Array(nil), cols...), names)
+	}
+	return array.NewRecordBatch(c.schema, cols, rec.NumRows()), nil
 }

@@ -101,26 +101,48 @@ func Import(src, out string, o ImportOptions) (*ImportReport, error) {
 	}
 	defer f.Close()
 
-	w, err := formats.Create(out)
-	if err != nil {
-		return nil, fmt.Errorf("import: create bundle %s: %w", out, err)
+	// Pass 1 learns the files and their sizes (the furthest byte accessed),
+	// so that pass 2 can write each file's row before the accesses that
+	// reference it.
+	mode := formats.ModeRegular
+	if o.From != "fio" {
+		mode = formats.ModeBlock
 	}
-	im := &importer{
-		w: w, ps: ps, all: o.Ops == "all",
-		files: map[string]uint32{},
-		rep:   ImportReport{Source: "import:" + o.From, Skipped: map[string]uint64{}},
+	newImporter := func(w accessAppender) *importer {
+		return &importer{
+			w: w, ps: ps, all: o.Ops == "all", mode: mode,
+			files: map[string]uint32{},
+			rep:   ImportReport{Source: "import:" + o.From, Skipped: map[string]uint64{}},
+		}
 	}
-	if err := parse(im, f); err != nil {
-		w.Abort()
-		os.RemoveAll(out)
+	first := newImporter(discard{})
+	if err := parse(first, f); err != nil {
 		return nil, fmt.Errorf("import %s: %w", o.From, err)
 	}
-	for _, fr := range im.fileRows {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("import: %s must be a regular file (import reads it twice): %w", src, err)
+	}
+	w, err := formats.Create(out)
+	if err != nil {
+		return nil, fmt.Errorf("import: %w", err)
+	}
+	abort := func(err error) (*ImportReport, error) {
+		w.Abort()
+		os.RemoveAll(out)
+		return nil, err
+	}
+	for _, fr := range first.fileRows {
 		if err := w.AddFile(fr); err != nil {
-			w.Abort()
-			os.RemoveAll(out)
-			return nil, fmt.Errorf("import: write %s: %w", formats.FilesFile, err)
+			return abort(fmt.Errorf("import: write %s: %w", formats.FilesFile, err))
 		}
+	}
+	im := newImporter(w)
+	im.files, im.fileRows = first.files, first.fileRows
+	if err := parse(im, f); err != nil {
+		return abort(fmt.Errorf("import %s: %w", o.From, err))
+	}
+	if im.rep.Events != first.rep.Events || len(im.fileRows) != len(first.fileRows) {
+		return abort(fmt.Errorf("import: %s changed while it was read (%d events, then %d)", src, first.rep.Events, im.rep.Events))
 	}
 	m := w.Manifest()
 	m.ToolVersion = ToolVersion
@@ -148,9 +170,11 @@ func Import(src, out string, o ImportOptions) (*ImportReport, error) {
 
 // importer turns byte-range records into bundle rows.
 type importer struct {
-	w        accessAppender
-	ps       uint64
-	all      bool
+	w    accessAppender
+	ps   uint64
+	all  bool
+	mode uint32 // file type bits of the rows it makes
+
 	files    map[string]uint32 // key -> file id = index in fileRows
 	fileRows []formats.File
 	rep      ImportReport
@@ -168,6 +192,11 @@ type importer struct {
 type accessAppender interface {
 	Append(a *formats.Access) error
 }
+
+// discard is the appender of the first pass.
+type discard struct{}
+
+func (discard) Append(*formats.Access) error { return nil }
 
 // op classes of an imported record.
 const (
@@ -194,6 +223,12 @@ func (im *importer) file(key string, f formats.File) uint32 {
 		return id
 	}
 	f.ID = uint32(len(im.fileRows))
+	if f.Mode == 0 && f.Ino == 0 {
+		f.Mode = im.mode // the type is known, the inode not: not path-only
+		if strings.HasPrefix(f.Path, "/dev/") {
+			f.Mode = formats.ModeBlock
+		}
+	}
 	im.files[key] = f.ID
 	im.fileRows = append(im.fileRows, f)
 	return f.ID

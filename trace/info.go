@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -41,9 +42,24 @@ type Summary struct {
 	BytesPerEvent float64           `json:"bytes_per_event"`
 	Kinds         map[string]uint64 `json:"kinds"`
 	HintKinds     map[string]uint64 `json:"hint_kinds"`
+	HintSources   map[string]uint64 `json:"hint_sources"`
 	TopFiles      []FileCount       `json:"top_files"`
 	Host          formats.Host      `json:"host"`
 	Notes         []string          `json:"notes,omitempty"`
+
+	// Format 1.1: service times, the recorded wall (first start to last
+	// completion, from the rows), path-only file rows, adapters and kernel.
+	ServiceTimes   bool     `json:"service_times"`
+	RecordedWallNS uint64   `json:"recorded_wall_ns"`
+	PathOnlyFiles  uint64   `json:"path_only_files"`
+	Adapters       []string `json:"adapters,omitempty"`
+	Kernel         string   `json:"kernel,omitempty"`
+	// MissingFileRows counts accesses and hints whose file_id is not in
+	// files.arrow ('predictio trace verify' lists them).
+	MissingFileRows uint64 `json:"missing_file_rows"`
+	// Integrity is how the tables were checked while read
+	// (formats.Integrity: crc32c, zstd-checksums+sha256, or skipped).
+	Integrity formats.Integrity `json:"integrity"`
 }
 
 // maxDenseFileID bounds the per-file counter slice; larger ids (and ids
@@ -51,9 +67,10 @@ type Summary struct {
 const maxDenseFileID = 1 << 22
 
 // Info reads the bundle in dir once, streaming, and summarizes it. top is
-// the number of files to list by access count (0 lists none).
-func Info(dir string, top int) (*Summary, error) {
-	b, err := openBundle(dir)
+// the number of files to list by access count (0 lists none). opts are
+// passed to formats.Open (formats.NoVerify).
+func Info(dir string, top int, opts ...formats.OpenOption) (*Summary, error) {
+	b, err := openBundle(dir, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -70,12 +87,24 @@ func Info(dir string, top int) (*Summary, error) {
 		Notes:         m.Notes,
 		Kinds:         map[string]uint64{},
 		HintKinds:     map[string]uint64{},
+		HintSources:   map[string]uint64{},
+		ServiceTimes:  b.HasServiceTimes(),
+		Adapters:      m.Recording.Adapters,
+		Kernel:        m.Recording.Kernel,
+		Integrity:     b.Integrity(),
 	}
 	files, err := b.Files()
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", filepath.Join(dir, formats.FilesFile), err)
+		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	s.Files = uint64(len(files))
+	known := make(map[uint32]bool, len(files))
+	for i := range files {
+		known[files[i].ID] = true
+		if files[i].PathOnly() {
+			s.PathOnlyFiles++
+		}
+	}
 	denseLimit := uint32(min(max(2*len(files), 1024), maxDenseFileID))
 
 	var (
@@ -84,13 +113,28 @@ func Info(dir string, top int) (*Summary, error) {
 		densePages    []uint64
 		sparse        = map[uint32][2]uint64{}
 		span          tsSpan
+		lastEnd       uint64
 		events, pages uint64
+		lastID        uint32
+		haveLast      bool
+		lastKnown     bool
+		accessFirst   uint64
 	)
 	err = forEachAccess(b, func(a *formats.Access) error {
 		events++
 		pages += uint64(a.NPages)
 		kinds[a.Kind]++
 		span.see(a.TS)
+		if events == 1 || a.TS < accessFirst {
+			accessFirst = a.TS
+		}
+		lastEnd = max(lastEnd, a.TS, a.EndNS)
+		if !haveLast || a.FileID != lastID {
+			lastID, haveLast, lastKnown = a.FileID, true, known[a.FileID]
+		}
+		if !lastKnown {
+			s.MissingFileRows++
+		}
 		if a.FileID < denseLimit {
 			if int(a.FileID) >= len(dense) {
 				n := max(int(a.FileID)+1, 2*len(dense), 1024)
@@ -114,7 +158,11 @@ func Info(dir string, top int) (*Summary, error) {
 	err = forEachHint(b, func(h *formats.Hint) error {
 		s.Hints++
 		hintKinds[h.Kind]++
+		s.HintSources[orDash(h.Source)]++
 		span.see(h.TS)
+		if h.FileID != 0 && !known[h.FileID] {
+			s.MissingFileRows++
+		}
 		return nil
 	})
 	if err != nil {
@@ -133,7 +181,11 @@ func Info(dir string, top int) (*Summary, error) {
 	}
 	if span.ok {
 		s.FirstTSNS, s.LastTSNS, s.DurationNS = span.first, span.last, span.last-span.first
-	} else if m.End.MonotonicNS > m.Start.MonotonicNS {
+	}
+	if events > 0 {
+		s.RecordedWallNS = lastEnd - accessFirst
+	}
+	if !span.ok && m.End.MonotonicNS > m.Start.MonotonicNS {
 		s.DurationNS = m.End.MonotonicNS - m.Start.MonotonicNS
 	}
 
@@ -192,12 +244,31 @@ func (s *Summary) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "hints\t%d\n", s.Hints)
 	fmt.Fprintf(tw, "files\t%d\n", s.Files)
 	fmt.Fprintf(tw, "time span\t%s (ts %d .. %d ns)\n", time.Duration(s.DurationNS), s.FirstTSNS, s.LastTSNS)
+	st := "no: ts_ns only (the bundle predates format 1.1 or its recorder had none)"
+	if s.ServiceTimes {
+		st = "yes: ts_ns is each operation's start, end_ns its completion"
+	}
+	fmt.Fprintf(tw, "service times\t%s\n", st)
+	fmt.Fprintf(tw, "recorded wall\t%s (first access start to last completion)\n", time.Duration(s.RecordedWallNS))
+	if s.Kernel != "" || len(s.Adapters) > 0 {
+		fmt.Fprintf(tw, "recording\tkernel %s, adapters %s\n", orDash(s.Kernel), orDash(strings.Join(s.Adapters, ", ")))
+	}
+	if s.PathOnlyFiles > 0 {
+		fmt.Fprintf(tw, "path-only files\t%d (paths looked up that did not exist)\n", s.PathOnlyFiles)
+	}
+	if s.MissingFileRows > 0 {
+		fmt.Fprintf(tw, "missing files\t%d rows reference file ids not in files.arrow: run 'predictio trace verify %s'\n", s.MissingFileRows, s.Bundle)
+	}
+	fmt.Fprintf(tw, "integrity\t%s\n", s.Integrity.Describe())
 	fmt.Fprintf(tw, "on disk\t%d bytes (accesses.arrow %d bytes, %.2f bytes/event)\n", s.BundleBytes, s.AccessesBytes, s.BytesPerEvent)
 	for _, k := range sortedKeys(s.Kinds) {
 		fmt.Fprintf(tw, "kind %s\t%d\n", k, s.Kinds[k])
 	}
 	for _, k := range sortedKeys(s.HintKinds) {
 		fmt.Fprintf(tw, "hint %s\t%d\n", k, s.HintKinds[k])
+	}
+	for _, k := range sortedKeys(s.HintSources) {
+		fmt.Fprintf(tw, "hint source %s\t%d\n", k, s.HintSources[k])
 	}
 	for _, n := range s.Notes {
 		fmt.Fprintf(tw, "note\t%s\n", n)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,13 +23,16 @@ type MergeReport struct {
 
 // Merge combines the bundles ins into a new bundle out. Files are
 // renumbered; files with the same (dev, ino) (when ino is set) or else the
-// same non-empty path become one file. Timestamps are kept as they are and
+// same non-empty path become one file (a path-only row, a path that did not
+// exist, only with another path-only row). Operation ids (op) are offset
+// per input so that they stay unique. Timestamps are kept as they are and
 // rows are interleaved in timestamp order (each input must be in timestamp
 // order for the output to be). Bundles recorded on different boots or hosts
 // have unrelated monotonic clocks; slice them first if that matters. The
 // manifest lists the sources in its notes, sums the dropped counters and
-// spans the earliest start to the latest end.
-func Merge(out string, ins []string) (*MergeReport, error) {
+// spans the earliest start to the latest end. opts are passed to
+// formats.Open (formats.NoVerify).
+func Merge(out string, ins []string, opts ...formats.OpenOption) (*MergeReport, error) {
 	if len(ins) < 1 {
 		return nil, usageErr("merge needs at least one input bundle")
 	}
@@ -40,7 +44,7 @@ func Merge(out string, ins []string) (*MergeReport, error) {
 		}
 	}()
 	for _, in := range ins {
-		b, err := openBundle(in)
+		b, err := openBundle(in, opts)
 		if err != nil {
 			return nil, fmt.Errorf("merge: %w", err)
 		}
@@ -48,7 +52,7 @@ func Merge(out string, ins []string) (*MergeReport, error) {
 	}
 	w, err := formats.Create(out)
 	if err != nil {
-		return nil, fmt.Errorf("merge: create bundle %s: %w", out, err)
+		return nil, fmt.Errorf("merge: %w", err)
 	}
 	fail := func(err error) (*MergeReport, error) {
 		w.Abort()
@@ -58,14 +62,18 @@ func Merge(out string, ins []string) (*MergeReport, error) {
 
 	// Files: remap ids per input.
 	type devIno struct{ dev, ino uint64 }
+	type pathKey struct {
+		path     string
+		pathOnly bool
+	}
 	byDevIno := map[devIno]uint32{}
-	byPath := map[string]uint32{}
+	byPath := map[pathKey]uint32{}
 	remap := make([]map[uint32]uint32, len(bundles))
 	var next uint32
 	for i, b := range bundles {
 		files, err := b.Files()
 		if err != nil {
-			return fail(fmt.Errorf("%s: read %s: %w", ins[i], formats.FilesFile, err))
+			return fail(fmt.Errorf("%s: %w", ins[i], err))
 		}
 		remap[i] = make(map[uint32]uint32, len(files))
 		for _, f := range files {
@@ -74,7 +82,7 @@ func Merge(out string, ins []string) (*MergeReport, error) {
 				id, found = byDevIno[devIno{f.Dev, f.Ino}]
 			}
 			if !found && f.Path != "" {
-				id, found = byPath[f.Path]
+				id, found = byPath[pathKey{f.Path, f.PathOnly()}]
 			}
 			if found {
 				remap[i][f.ID] = id
@@ -88,7 +96,7 @@ func Merge(out string, ins []string) (*MergeReport, error) {
 				byDevIno[devIno{f.Dev, f.Ino}] = id
 			}
 			if f.Path != "" {
-				byPath[f.Path] = id
+				byPath[pathKey{f.Path, f.PathOnly()}] = id
 			}
 			f.ID = id
 			if err := w.AddFile(f); err != nil {
@@ -98,13 +106,18 @@ func Merge(out string, ins []string) (*MergeReport, error) {
 		}
 	}
 
+	opBase, err := opOffsets(bundles, ins)
+	if err != nil {
+		return fail(err)
+	}
+
 	// Accesses: k-way merge by timestamp.
 	acs := make([]*formats.AccessCursor, len(bundles))
 	live := make([]bool, len(bundles))
 	for i, b := range bundles {
 		c, err := b.Accesses()
 		if err != nil {
-			return fail(fmt.Errorf("%s: read %s: %w", ins[i], formats.AccessesFile, err))
+			return fail(fmt.Errorf("%s: %w", ins[i], err))
 		}
 		defer c.Close()
 		acs[i], live[i] = c, c.Next()
@@ -126,6 +139,9 @@ func Merge(out string, ins []string) (*MergeReport, error) {
 			return fail(fmt.Errorf("%s: %s: access at ts_ns %d: field file_id: %d is not in %s", ins[best], formats.AccessesFile, a.TS, a.FileID, formats.FilesFile))
 		}
 		a.FileID = id
+		if a.Op != 0 {
+			a.Op += opBase[best]
+		}
 		if err := w.Append(&a); err != nil {
 			return fail(fmt.Errorf("write %s: %w", formats.AccessesFile, err))
 		}
@@ -134,7 +150,7 @@ func Merge(out string, ins []string) (*MergeReport, error) {
 	}
 	for i, c := range acs {
 		if err := c.Err(); err != nil {
-			return fail(fmt.Errorf("%s: read %s: %w", ins[i], formats.AccessesFile, err))
+			return fail(fmt.Errorf("%s: %w", ins[i], err))
 		}
 	}
 
@@ -143,7 +159,7 @@ func Merge(out string, ins []string) (*MergeReport, error) {
 	for i, b := range bundles {
 		c, err := b.Hints()
 		if err != nil {
-			return fail(fmt.Errorf("%s: read %s: %w", ins[i], formats.HintsFile, err))
+			return fail(fmt.Errorf("%s: %w", ins[i], err))
 		}
 		defer c.Close()
 		hcs[i], live[i] = c, c.Next()
@@ -173,7 +189,7 @@ func Merge(out string, ins []string) (*MergeReport, error) {
 	}
 	for i, c := range hcs {
 		if err := c.Err(); err != nil {
-			return fail(fmt.Errorf("%s: read %s: %w", ins[i], formats.HintsFile, err))
+			return fail(fmt.Errorf("%s: %w", ins[i], err))
 		}
 	}
 
@@ -210,10 +226,49 @@ func Merge(out string, ins []string) (*MergeReport, error) {
 		}
 	}
 	m.Counters.Events, m.Counters.Hints, m.Counters.Files = rep.Events, rep.Hints, rep.Files
+	m.Timing = formats.Timing{ServiceTimes: true}
+	var adapters []string
+	for _, b := range bundles {
+		src := b.Manifest()
+		m.Timing.ServiceTimes = m.Timing.ServiceTimes && src.Timing.ServiceTimes
+		for _, a := range src.Recording.Adapters {
+			if !slices.Contains(adapters, a) {
+				adapters = append(adapters, a)
+			}
+		}
+	}
+	m.Recording.Adapters = adapters
 	if err := w.Close(); err != nil {
 		return nil, fmt.Errorf("merge: close bundle %s: %w", out, err)
 	}
 	return rep, nil
+}
+
+// opOffsets returns, per input, what to add to its operation ids so that
+// they stay unique in the merge: the largest op of the inputs before it.
+// It reads the op column of inputs that have one (format 1.1).
+func opOffsets(bundles []*formats.Bundle, ins []string) ([]uint64, error) {
+	out := make([]uint64, len(bundles))
+	var base uint64
+	for i, b := range bundles {
+		out[i] = base
+		if ok, err := b.HasColumn(formats.AccessesFile, "op"); err != nil || !ok {
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", ins[i], err)
+			}
+			continue
+		}
+		var maxOp uint64
+		err := forEachAccess(b, func(a *formats.Access) error { maxOp = max(maxOp, a.Op); return nil })
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", ins[i], err)
+		}
+		if base+maxOp < base {
+			return nil, fmt.Errorf("%s: operation ids overflow 64 bits after offsetting them past those of the inputs before it", ins[i])
+		}
+		base += maxOp
+	}
+	return out, nil
 }
 
 func wallOrDash(t time.Time) string {
@@ -277,8 +332,9 @@ type SliceReport struct {
 // < to into out. Relative bounds count from the bundle start: the
 // manifest's start monotonic time, or the first event when the manifest
 // has none (or events precede it). All files are kept, with their ids.
-func Slice(in, out string, from, to Bound) (*SliceReport, error) {
-	start, err := bundleStart(in)
+// opts are passed to formats.Open (formats.NoVerify).
+func Slice(in, out string, from, to Bound, opts ...formats.OpenOption) (*SliceReport, error) {
+	start, err := bundleStart(in, opts)
 	if err != nil {
 		return nil, fmt.Errorf("slice: %w", err)
 	}
@@ -301,9 +357,16 @@ func Slice(in, out string, from, to Bound) (*SliceReport, error) {
 		return nil, usageErr("empty window: --to (%d ns) must be after --from (%d ns)", hi, lo)
 	}
 	rep := &SliceReport{FromNS: lo, ToNS: hi}
+	var lastEnd uint64 // of the rows kept: an operation may end after hi
 	cc, err := rewrite(in, out, rewriter{
-		access: func(a *formats.Access) bool { return a.TS >= lo && a.TS < hi },
-		hint:   func(h *formats.Hint) bool { return h.TS >= lo && h.TS < hi },
+		access: func(a *formats.Access) bool {
+			if a.TS >= lo && a.TS < hi {
+				lastEnd = max(lastEnd, a.EndNS)
+				return true
+			}
+			return false
+		},
+		hint: func(h *formats.Hint) bool { return h.TS >= lo && h.TS < hi },
 		manifest: func(m *formats.Manifest) {
 			if lo > m.Start.MonotonicNS {
 				if !m.Start.Wall.IsZero() {
@@ -317,9 +380,12 @@ func Slice(in, out string, from, to Bound) (*SliceReport, error) {
 				}
 				m.End.MonotonicNS = hi
 			}
+			if m.End.MonotonicNS != 0 && lastEnd > m.End.MonotonicNS {
+				m.End.MonotonicNS = lastEnd
+			}
 			m.Notes = append(m.Notes, fmt.Sprintf("sliced from %s: ts_ns in [%d, %d); dropped_events is that of the whole source", in, lo, hi))
 		},
-	})
+	}, opts)
 	if err != nil {
 		return nil, fmt.Errorf("slice: %w", err)
 	}
@@ -328,8 +394,8 @@ func Slice(in, out string, from, to Bound) (*SliceReport, error) {
 }
 
 // bundleStart returns the reference time of relative slice bounds.
-func bundleStart(dir string) (uint64, error) {
-	b, err := openBundle(dir)
+func bundleStart(dir string, opts []formats.OpenOption) (uint64, error) {
+	b, err := openBundle(dir, opts)
 	if err != nil {
 		return 0, err
 	}
@@ -340,26 +406,26 @@ func bundleStart(dir string) (uint64, error) {
 			first, have = ts, true
 		}
 	}
+	// formats' errors name the table file and the batch.
 	c, err := b.Accesses()
 	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", formats.AccessesFile, err)
+		return 0, err
 	}
 	if c.Next() {
 		peek(c.At().TS)
 	}
-	err = errors.Join(c.Err(), c.Close())
-	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", formats.AccessesFile, err)
+	if err := errors.Join(c.Err(), c.Close()); err != nil {
+		return 0, err
 	}
 	hc, err := b.Hints()
 	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", formats.HintsFile, err)
+		return 0, err
 	}
 	if hc.Next() {
 		peek(hc.At().TS)
 	}
 	if err := errors.Join(hc.Err(), hc.Close()); err != nil {
-		return 0, fmt.Errorf("read %s: %w", formats.HintsFile, err)
+		return 0, err
 	}
 	if s := b.Manifest().Start.MonotonicNS; s != 0 && (!have || s <= first) {
 		return s, nil

@@ -1,8 +1,6 @@
 package trace
 
 import (
-	"fmt"
-
 	"github.com/predictio/predictio/formats"
 )
 
@@ -26,8 +24,5 @@ func Synth(dir string, spec formats.SynthSpec) error {
 	if spec.Events < 0 {
 		return usageErr("--events %d: must not be negative", spec.Events)
 	}
-	if err := formats.Synth(dir, spec); err != nil {
-		return fmt.Errorf("synth %s into %s: %w", spec.Pattern, dir, err)
-	}
-	return nil
+	return formats.Synth(dir, spec) // "synth: create bundle: mkdir DIR: ..."
 }

@@ -22,17 +22,21 @@ type copyCounts struct {
 	Files, Events, Hints uint64
 }
 
-// rewrite streams the bundle in dir into a new bundle out through rw.
-func rewrite(in, out string, rw rewriter) (copyCounts, error) {
+// rewrite streams the bundle in dir into a new bundle out through rw. The
+// output has format FormatVersion: a 1.0 source's rows get the 1.1 columns
+// as zero. File rows are written before the rows that reference them; a
+// source whose rows reference a file it lacks cannot be copied (the error
+// names the ids; 'predictio trace verify' lists the rows).
+func rewrite(in, out string, rw rewriter, opts []formats.OpenOption) (copyCounts, error) {
 	var cc copyCounts
-	b, err := openBundle(in)
+	b, err := openBundle(in, opts)
 	if err != nil {
 		return cc, err
 	}
 	defer b.Close()
 	w, err := formats.Create(out)
 	if err != nil {
-		return cc, fmt.Errorf("create bundle %s: %w", out, err)
+		return cc, err // "create bundle: mkdir OUT: ..."
 	}
 	fail := func(err error) (copyCounts, error) {
 		w.Abort()
@@ -41,7 +45,7 @@ func rewrite(in, out string, rw rewriter) (copyCounts, error) {
 	}
 	files, err := b.Files()
 	if err != nil {
-		return fail(fmt.Errorf("read %s: %w", formats.FilesFile, err))
+		return fail(err)
 	}
 	for i := range files {
 		f := &files[i]
@@ -97,6 +101,9 @@ func copyManifest(dst, src *formats.Manifest) {
 	dst.Filesystems = append([]formats.Filesystem(nil), src.Filesystems...)
 	dst.Recording = src.Recording
 	dst.Recording.CommandLine = append([]string(nil), src.Recording.CommandLine...)
+	dst.Recording.Adapters = append([]string(nil), src.Recording.Adapters...)
+	// The writer derives the other timing fields from the rows it copies.
+	dst.Timing = formats.Timing{ServiceTimes: src.Timing.ServiceTimes}
 	dst.Start, dst.End = src.Start, src.End
 	dst.Counters = src.Counters
 	dst.Notes = append([]string(nil), src.Notes...)

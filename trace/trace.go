@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 
 	"github.com/predictio/predictio/formats"
 )
@@ -27,40 +26,13 @@ func usageErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, args...))
 }
 
-var kindNames = map[formats.AccessKind]string{
-	formats.KindRead:           "read",
-	formats.KindFault:          "fault",
-	formats.KindMap:            "map",
-	formats.KindCacheAdd:       "cache_add",
-	formats.KindReadaheadSync:  "readahead_sync",
-	formats.KindReadaheadAsync: "readahead_async",
-	formats.KindCacheDelete:    "cache_delete",
-	formats.KindImported:       "imported",
-}
+// KindName returns the documented name of an access kind (see
+// formats.AccessKind.String), or "kindN" for a value this version does not
+// know.
+func KindName(k formats.AccessKind) string { return k.String() }
 
-var hintKindNames = map[formats.HintKind]string{
-	formats.HintTreeChildEnter: "tree_child_enter",
-	formats.HintTensorLayout:   "tensor_layout",
-	formats.HintLayerStart:     "layer_start",
-	formats.HintCustom:         "custom",
-}
-
-// KindName returns the documented name of an access kind, or "kind(N)" for
-// a value this version does not know.
-func KindName(k formats.AccessKind) string {
-	if n, ok := kindNames[k]; ok {
-		return n
-	}
-	return "kind(" + strconv.Itoa(int(k)) + ")"
-}
-
-// HintKindName returns the documented name of a hint kind, or "kind(N)".
-func HintKindName(k formats.HintKind) string {
-	if n, ok := hintKindNames[k]; ok {
-		return n
-	}
-	return "kind(" + strconv.Itoa(int(k)) + ")"
-}
+// HintKindName returns the documented name of a hint kind, or "hintN".
+func HintKindName(k formats.HintKind) string { return k.String() }
 
 // hasTable reports whether the bundle directory holds the named table file.
 func hasTable(dir, name string) bool {
@@ -68,11 +40,12 @@ func hasTable(dir, name string) bool {
 	return err == nil
 }
 
-// forEachAccess streams every access row of b to fn.
+// forEachAccess streams every access row of b to fn. Its errors are
+// formats' own, which name the table file and the batch.
 func forEachAccess(b *formats.Bundle, fn func(a *formats.Access) error) error {
 	c, err := b.Accesses()
 	if err != nil {
-		return fmt.Errorf("read %s: %w", formats.AccessesFile, err)
+		return err
 	}
 	defer c.Close()
 	for c.Next() {
@@ -80,17 +53,14 @@ func forEachAccess(b *formats.Bundle, fn func(a *formats.Access) error) error {
 			return err
 		}
 	}
-	if err := c.Err(); err != nil {
-		return fmt.Errorf("read %s: %w", formats.AccessesFile, err)
-	}
-	return nil
+	return c.Err()
 }
 
-// forEachHint streams every hint row of b to fn.
+// forEachHint streams every hint row of b to fn, with formats' errors.
 func forEachHint(b *formats.Bundle, fn func(h *formats.Hint) error) error {
 	c, err := b.Hints()
 	if err != nil {
-		return fmt.Errorf("read %s: %w", formats.HintsFile, err)
+		return err
 	}
 	defer c.Close()
 	for c.Next() {
@@ -98,14 +68,11 @@ func forEachHint(b *formats.Bundle, fn func(h *formats.Hint) error) error {
 			return err
 		}
 	}
-	if err := c.Err(); err != nil {
-		return fmt.Errorf("read %s: %w", formats.HintsFile, err)
-	}
-	return nil
+	return c.Err()
 }
 
 // openBundle opens the bundle in dir.
-func openBundle(dir string) (*formats.Bundle, error) {
+func openBundle(dir string, opts []formats.OpenOption) (*formats.Bundle, error) {
 	// formats.Open errors already say "open bundle" and name the file.
-	return formats.Open(dir)
+	return formats.Open(dir, opts...)
 }

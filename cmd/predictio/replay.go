@@ -29,6 +29,7 @@ func init() {
 			"predictio replay --root /var/tmp/sparse.files --backend direct --cache 16384 --ab baseline,oracle --repeat 3 --json /var/tmp/sparse.bundle",
 	}
 	c.run = func(args []string) int { return runReplay(c, args) }
+	c.subcommands = []string{"materialize"}
 	register(c)
 }
 
@@ -74,9 +75,15 @@ func runReplay(c *command, args []string) int {
 	fs.BoolVar(&measure, "measure-device", false, "when that device has no cached profile, measure one now ('bench device', about 30 s) and cache it")
 	fs.BoolVar(&noPredict, "no-predict", false, "do not compute simulate's predicted speedup")
 	fs.StringVar(&progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
+	limit(fs, "speed", 0.001, 1e6)
+	limit(fs, "repeat", 1, 10000)
+	limit(fs, "inflight", 1, 1<<24)
+	limit(fs, "qd", 1, 4096)
+	noVerify := addNoVerifyFlag(fs, os.Stderr)
 	if code, ok := parseInterspersed(fs, args); !ok {
 		return code
 	}
+	noVerify()
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return 2
@@ -103,7 +110,7 @@ func runReplay(c *command, args []string) int {
 		m, err := policies.Load(f)
 		f.Close()
 		if err != nil {
-			return fail(1, fmt.Errorf("replay: load model %s: %w", model, err))
+			return fail(1, fmt.Errorf("replay: %s: %w", model, err)) // "load markov model: ..."
 		}
 		opt.Markov = m
 	}
@@ -163,9 +170,11 @@ func runReplay(c *command, args []string) int {
 
 func runMaterialize(c *command, args []string) int {
 	fs := newFlagSet(c, "replay materialize")
+	noVerify := addNoVerifyFlag(fs, os.Stderr)
 	if code, ok := parseInterspersed(fs, args); !ok {
 		return code
 	}
+	noVerify()
 	if fs.NArg() != 2 {
 		fs.Usage()
 		return 2

@@ -54,10 +54,13 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 	junit := fs.String("junit", "", "write a JUnit XML report to FILE")
 	sweep := fs.String("sweep", "", "run several cache sizes in parallel: cache=64MiB,256MiB,1GiB")
 	plotFile := fs.String("plot", "", "draw coverage and speedup against cache size into FILE.svg or FILE.png")
+	limit[uint](fs, "max-pages", 1, 1<<20).orZero("256")
+	noVerify := addNoVerifyFlag(fs, stderr)
 	pos, code, ok := parseArgs(fs, args)
 	if !ok {
 		return code
 	}
+	noVerify()
 	for _, s := range specs {
 		if s == "help" || s == "list" {
 			for _, n := range policies.Names() {
@@ -95,9 +98,6 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 		if _, err := simulate.Preset(dev.preset); err != nil {
 			return usageErr(fmt.Errorf("flag --device: %w", err))
 		}
-	}
-	if *maxPages > 1<<20 {
-		return usageErr(fmt.Errorf("flag --max-pages: %d exceeds %d", *maxPages, 1<<20))
 	}
 	var sizes []int64
 	if *sweep != "" {

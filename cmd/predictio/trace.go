@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -64,7 +66,7 @@ func init() {
 func traceSubList() string {
 	lines := []string{
 		"  info       counts, time span, top files, bytes per event, dropped events",
-		"  verify     check checksums, schema, timestamps, file_id references and ranges",
+		"  verify     check integrity, checksums, schema, kinds, timestamps, file_id references and ranges",
 		"  cat        print table rows as CSV or JSON lines",
 		"  export     write the tables as Parquet (zstd) for DuckDB, pandas, polars, Spark",
 		"  import     convert a fio iolog, blkparse output or CSV block trace into a bundle",
@@ -75,6 +77,37 @@ func traceSubList() string {
 		"  synth      write a deterministic synthetic bundle",
 	}
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// verifyAdvice says what to do about the problems trace verify found: repair
+// only for a writer that did not finish, never for damaged data.
+func verifyAdvice(dir string, errs []error) []string {
+	var incomplete, damaged, missing bool
+	for _, e := range errs {
+		switch {
+		case errors.Is(e, formats.ErrIncomplete):
+			incomplete = true
+		case errors.Is(e, formats.ErrCorrupt):
+			damaged = true
+		case errors.Is(e, formats.ErrMissingFiles):
+			missing = true
+		}
+	}
+	var out []string
+	if incomplete {
+		out = append(out, fmt.Sprintf("the bundle's writer did not finish (killed, or the power failed): 'predictio trace repair %s' recovers every batch it wrote", dir))
+	}
+	if damaged {
+		out = append(out, "the data changed after it was written (bit rot, an overwrite, a bad copy): restore the bundle from a copy; repair cannot restore damaged data, and --no-verify reads it as it is")
+	}
+	if missing && !incomplete && !damaged {
+		if b, err := formats.Open(dir); err == nil {
+			if err := b.CheckReferences(); err != nil {
+				out = append(out, err.Error())
+			}
+		}
+	}
+	return out
 }
 
 // parseArgs parses flags that may come before, between or after the
@@ -121,6 +154,36 @@ func (s *traceSub) parse(fs *flag.FlagSet, args []string, n int) (pos []string, 
 	return pos, 0, true
 }
 
+// noVerifyUsage is the help text of --no-verify.
+const noVerifyUsage = "skip the bundle integrity checks (CRC32C of every message; zstd checksums and SHA-256 for format 1.0) and read damaged data as it is; the output says so"
+
+// noVerifyNote is what a command prints on stderr with --no-verify.
+const noVerifyNote = "predictio: --no-verify: bundle integrity checks skipped; damaged data is read as it is"
+
+// noVerifyOpts returns the open options for --no-verify and says on stderr
+// that verification is skipped.
+func noVerifyOpts(noVerify bool) []formats.OpenOption {
+	if !noVerify {
+		return nil
+	}
+	fmt.Fprintln(os.Stderr, noVerifyNote)
+	return []formats.OpenOption{formats.NoVerify()}
+}
+
+// addNoVerifyFlag adds --no-verify to a command that opens bundles through
+// packages that take no open options (simulate, replay, train). The
+// returned function, called after parsing, makes formats.Open skip the
+// checks for the process and says so on stderr.
+func addNoVerifyFlag(fs *flag.FlagSet, stderr io.Writer) func() {
+	nv := fs.Bool("no-verify", false, noVerifyUsage)
+	return func() {
+		if *nv {
+			formats.SetDefaultVerify(false)
+			fmt.Fprintln(stderr, noVerifyNote)
+		}
+	}
+}
+
 func printJSON(v any) int {
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")
@@ -135,18 +198,20 @@ func init() {
 	s.command = command{
 		name:    "info",
 		summary: "print counts, time span, top files by accesses, per-kind counts, bytes per event on disk and dropped events",
-		usage:   "predictio trace info BUNDLE [--json] [--top N]",
+		usage:   "predictio trace info BUNDLE [--json] [--top N] [--no-verify]",
 		example: "predictio trace info testdata/seq\npredictio trace info --json testdata/btree",
 	}
 	s.run = func(args []string) int {
 		fs := newFlagSet(&s.command, "trace info")
 		asJSON := fs.Bool("json", false, "print JSON (keys: events, hints, files, duration_ns, bytes_per_event, dropped, kinds, top_files, ...)")
 		top := fs.Int("top", 10, "number of files to list by access count")
+		limit(fs, "top", 0, 1<<20)
+		noVerify := fs.Bool("no-verify", false, noVerifyUsage)
 		pos, code, ok := s.parse(fs, args, 1)
 		if !ok {
 			return code
 		}
-		sum, err := trace.Info(pos[0], *top)
+		sum, err := trace.Info(pos[0], *top, noVerifyOpts(*noVerify)...)
 		if err != nil {
 			return traceFail(err)
 		}
@@ -163,7 +228,7 @@ func init() {
 	s2 := &traceSub{args: "one BUNDLE"}
 	s2.command = command{
 		name:    "verify",
-		summary: "check checksums, schemas, timestamp sanity, file_id references and ranges; exit 1 listing every problem",
+		summary: "check integrity (CRC32C), checksums, schemas, kind rules, timestamp sanity, file_id references and ranges; exit 1 listing every problem and what to do",
 		usage:   "predictio trace verify BUNDLE",
 		example: "predictio trace verify testdata/seq",
 	}
@@ -181,7 +246,10 @@ func init() {
 		for _, e := range errs {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", pos[0], e)
 		}
-		fmt.Fprintf(os.Stderr, "predictio: %s: %d problem(s) found; 'predictio trace repair %s' recovers a bundle whose writer was killed\n", pos[0], len(errs), pos[0])
+		fmt.Fprintf(os.Stderr, "predictio: %s: %d problem(s) found\n", pos[0], len(errs))
+		for _, advice := range verifyAdvice(pos[0], errs) {
+			fmt.Fprintf(os.Stderr, "  %s\n", advice)
+		}
 		return 1
 	}
 	addTraceSub(s2)
@@ -190,7 +258,7 @@ func init() {
 	s3.command = command{
 		name:    "cat",
 		summary: "print the rows of one table as CSV or JSON lines",
-		usage:   "predictio trace cat BUNDLE [--table accesses|hints|files] [--format csv|jsonl] [--limit N]",
+		usage:   "predictio trace cat BUNDLE [--table accesses|hints|files] [--format csv|jsonl] [--limit N] [--no-verify]",
 		example: "predictio trace cat testdata/btree --table hints --format jsonl --limit 5",
 	}
 	s3.run = func(args []string) int {
@@ -199,11 +267,13 @@ func init() {
 		fs.StringVar(&o.Table, "table", "accesses", "table: accesses, hints or files")
 		fs.StringVar(&o.Format, "format", "csv", "output format: csv or jsonl")
 		fs.IntVar(&o.Limit, "limit", 0, "print at most N rows (0: all)")
+		limit(fs, "limit", 1, math.MaxInt).orZero("all")
+		noVerify := fs.Bool("no-verify", false, noVerifyUsage)
 		pos, code, ok := s3.parse(fs, args, 1)
 		if !ok {
 			return code
 		}
-		if err := trace.Cat(os.Stdout, pos[0], o); err != nil {
+		if err := trace.Cat(os.Stdout, pos[0], o, noVerifyOpts(*noVerify)...); err != nil {
 			return traceFail(err)
 		}
 		return 0
@@ -214,12 +284,13 @@ func init() {
 	s4.command = command{
 		name:    "export",
 		summary: "write each table as a zstd Parquet file (files/accesses/hints.parquet) readable by DuckDB, pandas, polars and Spark",
-		usage:   "predictio trace export BUNDLE --parquet DIR",
+		usage:   "predictio trace export BUNDLE --parquet DIR [--no-verify]",
 		example: "predictio trace export testdata/seq --parquet /var/tmp/seq-parquet",
 	}
 	s4.run = func(args []string) int {
 		fs := newFlagSet(&s4.command, "trace export")
 		dir := fs.String("parquet", "", "directory to write the .parquet files into (created if needed)")
+		noVerify := fs.Bool("no-verify", false, noVerifyUsage)
 		pos, code, ok := s4.parse(fs, args, 1)
 		if !ok {
 			return code
@@ -228,7 +299,7 @@ func init() {
 			fmt.Fprintln(os.Stderr, "predictio trace export: --parquet DIR is required")
 			return 2
 		}
-		res, err := trace.ExportParquet(pos[0], *dir)
+		res, err := trace.ExportParquet(pos[0], *dir, noVerifyOpts(*noVerify)...)
 		if err != nil {
 			return traceFail(err)
 		}
@@ -258,6 +329,7 @@ func init() {
 		fs.StringVar(&o.Ops, "ops", "read", "operations to import: read, or all (reads and writes)")
 		fs.StringVar(&o.Action, "action", "Q", "blkparse action to import: Q (queued), D (issued) or C (completed)")
 		fs.IntVar(&o.PageSize, "page-size", 0, "page size for byte-to-page conversion (default: this machine's)")
+		limit(fs, "page-size", 512, 1<<30).powerOfTwo().orZero("this machine's")
 		pos, code, ok := s5.parse(fs, args, 1)
 		if !ok {
 			return code
@@ -283,7 +355,7 @@ func init() {
 	s6.command = command{
 		name:    "anonymize",
 		summary: "copy a bundle replacing paths (and with --comm, process names) by salted HMAC-SHA256 hashes, keeping extension and directory depth",
-		usage:   "predictio trace anonymize BUNDLE -o OUT [--salt S] [--comm]",
+		usage:   "predictio trace anonymize BUNDLE -o OUT [--salt S] [--comm] [--no-verify]",
 		example: "predictio trace anonymize testdata/btree -o /var/tmp/btree-anon --salt team-secret",
 	}
 	s6.run = func(args []string) int {
@@ -292,6 +364,7 @@ func init() {
 		var o trace.AnonymizeOptions
 		fs.StringVar(&o.Salt, "salt", "", "hash key; the same salt gives the same hashes across bundles (default: random, not stored)")
 		fs.BoolVar(&o.Comm, "comm", false, "also hash process names (comm)")
+		noVerify := fs.Bool("no-verify", false, noVerifyUsage)
 		pos, code, ok := s6.parse(fs, args, 1)
 		if !ok {
 			return code
@@ -300,7 +373,7 @@ func init() {
 			fmt.Fprintln(os.Stderr, "predictio trace anonymize: -o OUT is required")
 			return 2
 		}
-		cc, err := trace.Anonymize(pos[0], *out, o)
+		cc, err := trace.Anonymize(pos[0], *out, o, noVerifyOpts(*noVerify)...)
 		if err != nil {
 			return traceFail(err)
 		}
@@ -313,12 +386,13 @@ func init() {
 	s7.command = command{
 		name:    "merge",
 		summary: "combine bundles into one: files renumbered and unified by (dev, ino) or path, rows interleaved by timestamp, sources noted in the manifest",
-		usage:   "predictio trace merge -o OUT BUNDLE1 BUNDLE2 ...",
+		usage:   "predictio trace merge -o OUT [--no-verify] BUNDLE1 BUNDLE2 ...",
 		example: "predictio trace merge -o /var/tmp/sparse-all testdata/sparse-run1 testdata/sparse-run2",
 	}
 	s7.run = func(args []string) int {
 		fs := newFlagSet(&s7.command, "trace merge")
 		out := fs.String("o", "", "output bundle directory")
+		noVerify := fs.Bool("no-verify", false, noVerifyUsage)
 		pos, code, ok := parseArgs(fs, args)
 		if !ok {
 			return code
@@ -327,7 +401,7 @@ func init() {
 			fmt.Fprintf(os.Stderr, "predictio trace merge: want -o OUT and at least one BUNDLE\nUsage: %s\n", s7.usage)
 			return 2
 		}
-		rep, err := trace.Merge(*out, pos)
+		rep, err := trace.Merge(*out, pos, noVerifyOpts(*noVerify)...)
 		if err != nil {
 			return traceFail(err)
 		}
@@ -340,7 +414,7 @@ func init() {
 	s8.command = command{
 		name:    "slice",
 		summary: "copy the rows with FROM <= ts_ns < TO; durations (1.5s, 250ms) count from the bundle start, plain integers are absolute ts_ns",
-		usage:   "predictio trace slice BUNDLE -o OUT [--from D] [--to D]",
+		usage:   "predictio trace slice BUNDLE -o OUT [--from D] [--to D] [--no-verify]",
 		example: "predictio trace slice testdata/seq -o /var/tmp/seq-head --to 10ms",
 	}
 	s8.run = func(args []string) int {
@@ -348,6 +422,7 @@ func init() {
 		out := fs.String("o", "", "output bundle directory")
 		from := fs.String("from", "", "start of the window (inclusive): duration from the bundle start, or absolute ts_ns")
 		to := fs.String("to", "", "end of the window (exclusive): duration from the bundle start, or absolute ts_ns")
+		noVerify := fs.Bool("no-verify", false, noVerifyUsage)
 		pos, code, ok := s8.parse(fs, args, 1)
 		if !ok {
 			return code
@@ -364,7 +439,7 @@ func init() {
 		if err != nil {
 			return fail(2, fmt.Errorf("--to: %w", err))
 		}
-		rep, err := trace.Slice(pos[0], *out, fb, tb)
+		rep, err := trace.Slice(pos[0], *out, fb, tb, noVerifyOpts(*noVerify)...)
 		if err != nil {
 			return traceFail(err)
 		}
@@ -432,12 +507,23 @@ func init() {
 		fs.IntVar(&spec.Run, "run", 0, "run of --pattern sparse or btree: runs share the sequence of --seed (sparse: 90% of it) and differ in the rest")
 		fs.Int64Var(&spec.Seed, "seed", 1, "random seed")
 		fs.Uint64Var(&spec.ThinkNS, "think-ns", 2000, "mean time between accesses in ns")
+		limit(fs, "events", 1, 1_000_000_000)
+		limit(fs, "files", 1, 1<<20)
+		limit[uint64](fs, "file-pages", 1, 1<<40).orZero("events/files for seq, else 262144")
+		limit[uint64](fs, "stride", 1, 1<<40).orZero("16, or 64 for btree")
+		limit(fs, "run", 0, 1_000_000)
+		limit[int64](fs, "seed", math.MinInt64, math.MaxInt64)
+		limit[uint64](fs, "think-ns", 1, 1_000_000_000)
 		_, code, ok := s10.parse(fs, args, 0)
 		if !ok {
 			return code
 		}
 		if *out == "" || spec.Pattern == "" {
 			fmt.Fprintln(os.Stderr, "predictio trace synth: -o DIR and --pattern are required")
+			return 2
+		}
+		if spec.Pattern == "btree" && spec.Stride == 1 {
+			fmt.Fprintln(os.Stderr, "predictio trace synth: flag --stride 1 is out of range for --pattern btree: want 0 (fanout 64) or a fanout of 2 or more")
 			return 2
 		}
 		if err := trace.Synth(*out, spec); err != nil {

@@ -186,7 +186,7 @@ func TestTraceCLI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.AddFile(formats.File{ID: 0, Path: "/f"})
+		w.AddFile(formats.File{ID: 0, Path: "/f", Mode: formats.ModeRegular})
 		w.Append(&formats.Access{TS: 1, NPages: 1, Kind: formats.KindRead})
 		if err := w.Flush(); err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package replay
+package backend
 
 import (
 	"os"
@@ -96,8 +96,12 @@ func TestKernelSplitsAtAdviseLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	of := &openFile{path: path, file: f, fd: int(f.Fd()), size: pages * uint64(ps)}
-	files := []*openFile{of}
+	size := pages * uint64(ps)
+	reg := NewRegistry()
+	defer reg.Close()
+	if _, err := reg.Add(refOf(t, 1, path)); err != nil {
+		t.Fatal(err)
+	}
 
 	// settle returns the most pages seen resident at once: FADVISE through
 	// io_uring runs asynchronously, so wait until the count reaches want or
@@ -107,7 +111,7 @@ func TestKernelSplitsAtAdviseLimit(t *testing.T) {
 		var peak uint64
 		grew := time.Now()
 		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			c, err := residentPages(of)
+			c, err := cachedPages(int(f.Fd()), 0, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -126,8 +130,8 @@ func TestKernelSplitsAtAdviseLimit(t *testing.T) {
 	// skips pages under I/O) by reading the whole file.
 	drain := func() {
 		buf := make([]byte, 1<<20)
-		for off := int64(0); off < int64(of.size); off += int64(len(buf)) {
-			if _, err := f.ReadAt(buf, off); err != nil && off+int64(len(buf)) < int64(of.size) {
+		for off := int64(0); off < int64(size); off += int64(len(buf)) {
+			if _, err := f.ReadAt(buf, off); err != nil && off+int64(len(buf)) < int64(size) {
 				t.Fatal(err)
 			}
 		}
@@ -140,9 +144,7 @@ func TestKernelSplitsAtAdviseLimit(t *testing.T) {
 		if err := f.Sync(); err != nil {
 			t.Fatal(err)
 		}
-		if err := evict(files, false, false); err != nil {
-			t.Fatal(err)
-		}
+		evictFile(t, f)
 	}
 	// Other test packages run concurrently and some write drop_caches,
 	// which can evict pages this test just made resident. So a count below
@@ -152,7 +154,7 @@ func TestKernelSplitsAtAdviseLimit(t *testing.T) {
 	const attempts = 3
 	for a := 1; ; a++ {
 		cold()
-		if err := unix.Fadvise(of.fd, 0, int64(pages)*int64(ps), unix.FADV_WILLNEED); err != nil {
+		if err := unix.Fadvise(int(f.Fd()), 0, int64(pages)*int64(ps), unix.FADV_WILLNEED); err != nil {
 			t.Fatal(err)
 		}
 		got := settle(pages)
@@ -171,13 +173,13 @@ func TestKernelSplitsAtAdviseLimit(t *testing.T) {
 	for _, ra := range []bool{false, true} {
 		for a := 1; ; a++ {
 			cold()
-			b := newKernelBackend(files, ps, kernelOptions{inflight: int(pages), readahead: ra})
-			if err := b.Submit(&policies.Request{File: 0, Ranges: []policies.Range{{First: 0, N: uint32(pages)}}}); err != nil {
+			b := NewKernel(reg, Options{PageSize: ps, InFlight: int(pages), Readahead: ra})
+			if err := b.Submit(&policies.Request{File: 1, Ranges: []policies.Range{{First: 0, N: uint32(pages)}}}); err != nil {
 				t.Fatal(err)
 			}
-			ts := b.finish()
-			if len(ts.Warnings) > 0 {
-				t.Fatalf("%s: %v", ts.Via, ts.Warnings)
+			ts, err := b.Close()
+			if err != nil || len(ts.Warnings) > 0 {
+				t.Fatalf("%s: %v %v", ts.Via, err, ts.Warnings)
 			}
 			if st := b.Stats(); st.PagesSubmitted != pages {
 				t.Fatalf("kernel backend via %s: %d pages submitted, want %d", ts.Via, st.PagesSubmitted, pages)

@@ -1,4 +1,4 @@
-package replay
+package backend
 
 import (
 	"testing"
@@ -20,13 +20,12 @@ func TestClipEOF(t *testing.T) {
 		{policies.Range{First: 9, N: 0}, 10, 0, true},
 		{policies.Range{First: 6, N: 4}, 10, 4, true},
 	} {
-		n, ok := clipEOF(c.r, c.eof)
+		n, ok := ClipEOF(c.r, c.eof)
 		if n != c.n || ok != c.inside {
-			t.Errorf("clipEOF(%+v, %d) = %d, %v; want %d, %v", c.r, c.eof, n, ok, c.n, c.inside)
+			t.Errorf("ClipEOF(%+v, %d) = %d, %v; want %d, %v", c.r, c.eof, n, ok, c.n, c.inside)
 		}
 	}
-	f := &openFile{size: 4097}
-	if got := f.pages(4096); got != 2 {
+	if got := pagesOf(4097, 4096); got != 2 {
 		t.Errorf("pages of 4097 bytes = %d, want 2", got)
 	}
 }

@@ -1,0 +1,33 @@
+package replay
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/predictio/predictio/formats"
+)
+
+// TestLoadRefusesMissingFiles: a bundle whose accesses reference a file
+// that files.arrow lacks (a killed recorder's, issue 17) is refused with the
+// count and what to do; the rows are not skipped silently.
+func TestLoadRefusesMissingFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "b")
+	w, err := formats.Create(dir, formats.AllowUnknownFiles())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.AddFile(formats.File{ID: 1, Ino: 1, Path: "/a", Size: 1 << 20})
+	for i := 0; i < 100; i++ {
+		w.Append(&formats.Access{TS: uint64(1000 + i), FileID: 1 + uint32(i%2)*6, FirstPage: uint64(i), NPages: 1, Kind: formats.KindRead})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Materialize(dir, filepath.Join(t.TempDir(), "files"))
+	var mf *formats.MissingFilesError
+	if !errors.As(err, &mf) || mf.Accesses != 50 || mf.IDs != 1 || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "trace repair") {
+		t.Fatalf("Materialize: %v; want a MissingFilesError for 50 accesses of 1 file naming the bundle and trace repair", err)
+	}
+}
