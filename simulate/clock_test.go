@@ -9,6 +9,7 @@ import (
 
 	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/policies"
+	"github.com/predictio/predictio/simulate/simtest"
 )
 
 // threadReads returns threads × n one-page reads of distinct pages, the
@@ -144,7 +145,7 @@ func TestOperationRowsAndMetadata(t *testing.T) {
 			Access: policies.FileAccess{Kind: kind, Page: page, NPages: 1, End: end, Op: op}}
 	}
 	evs := []policies.Event{
-		ev(9, 0, 30_000, 1, 0),                        // open: 30 µs
+		ev(formats.KindOpen, 0, 30_000, 1, 0),         // open: 30 µs
 		ev(formats.KindRead, 40_000, 90_000, 2, 0),    // read, row 1: think 10 µs
 		ev(formats.KindRead, 40_000, 90_000, 2, 1),    // row 2 of the same read: no think
 		ev(formats.KindRead, 100_000, 110_000, 3, 50), // think 10 µs
@@ -198,7 +199,7 @@ func TestPlainFastPathMatches(t *testing.T) {
 		for i := 0; i < 20000; i++ {
 			ts += uint64(rng.Intn(50_000))
 			ev := policies.Event{Kind: policies.EventFileAccess, TS: ts, PID: 1, TID: uint32(rng.Intn(4)), File: uint32(rng.Intn(3))}
-			kinds := []formats.AccessKind{formats.KindRead, formats.KindRead, formats.KindRead, formats.KindFault, formats.KindMap, formats.KindCacheAdd, 9}
+			kinds := []formats.AccessKind{formats.KindRead, formats.KindRead, formats.KindRead, formats.KindFault, formats.KindMap, formats.KindCacheAdd, formats.KindOpen}
 			ev.Access = policies.FileAccess{Kind: kinds[rng.Intn(len(kinds))], Page: uint64(rng.Intn(5000)), NPages: uint32(rng.Intn(3))}
 			if rng.Intn(2) == 0 {
 				ev.Access.End, ev.Access.Op = ts+uint64(rng.Intn(100_000)), uint64(i/2)
@@ -232,5 +233,23 @@ func TestPlainFastPathMatches(t *testing.T) {
 		if b := reports[0].Policies[0]; b.Hits == 0 || b.Misses == 0 || b.ThinkNS == 0 {
 			t.Errorf("seed %d: degenerate stream: %+v", seed, b)
 		}
+	}
+}
+
+// TestServiceTimesFromBundle: a format 1.1 bundle's end_ns and op reach
+// the thread clocks through the bundle reader: the three reads of
+// TestThinkTimeFromServiceTimes, written to a bundle, give its wall time.
+func TestServiceTimesFromBundle(t *testing.T) {
+	us := uint64(1000)
+	b := &simtest.Bundle{Files: []formats.File{{ID: 1, Path: "/data/f", Size: 1 << 20}}}
+	for i, se := range [][2]uint64{{0, 100}, {150, 151}, {300, 400}} {
+		b.Accesses = append(b.Accesses, formats.Access{TS: 1e9 + se[0]*us, EndNS: 1e9 + se[1]*us, Op: uint64(i + 1), PID: 1, TID: 1,
+			FileID: 1, FirstPage: uint64(10 * i), NPages: 1, Kind: formats.KindRead})
+	}
+	dir := simtest.Write(t, "timed", b)
+	dev := Device{Name: "10us", LatencyNS: 10_000, BytesPerSec: 4096e9, QueueDepth: 4}
+	r := runBundle(t, dir, Config{CacheBytes: 1 << 20, Device: dev, NoReadahead: true})
+	if b := r.Lane(BaselineName); r.ThinkTime != ThinkServiceTimes || b.ThinkNS != int64(199*us) || b.WallNS != int64(199*us+3*10_001) {
+		t.Errorf("think time %q, think %d, wall %d; want service_times, %d, %d", r.ThinkTime, b.ThinkNS, b.WallNS, 199*us, 199*us+3*10_001)
 	}
 }

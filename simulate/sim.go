@@ -547,9 +547,15 @@ func (l *lane) step(ev *policies.Event, t, e int64) {
 }
 
 // isMetadata reports whether k is one of format 1.1's operations without
-// data pages (open 9, stat 10, readdir 11, exec 12, mmap 13): their
-// recorded duration is service time the device model does not serve.
-func isMetadata(k formats.AccessKind) bool { return k >= 9 && k <= 13 }
+// data pages (open, stat, readdir, exec, mmap): their recorded duration is
+// service time the device model does not serve.
+func isMetadata(k formats.AccessKind) bool {
+	switch k {
+	case formats.KindOpen, formats.KindStat, formats.KindReaddir, formats.KindExec, formats.KindMmap:
+		return true
+	}
+	return false
+}
 
 // begin returns when the operation of a row at trace time t starts on th's
 // clock: after the thread's previous operation completed plus its think
