@@ -341,8 +341,7 @@ func (c *chunked) trim(lo uint64) {
 // fileSeq is one file's pages of a Future, with their global positions.
 type fileSeq struct {
 	pos, key []uint64
-	head     int // entries before head were dropped
-	off      int // absolute index of pos[0]
+	off      int // absolute index of pos[0]: entries before it were dropped
 }
 
 func (s *fileSeq) push(pos, key uint64) {

@@ -97,6 +97,7 @@ func (q *queue) push(r qrec) {
 	q.tail++
 }
 
+//go:noinline
 func (q *queue) grow() {
 	n := max(2*len(q.buf), 64)
 	buf := make([]qrec, n)
@@ -282,15 +283,6 @@ func (c *pageCache) lookup(file uint32, page uint64) int32 {
 	return c.lookupHash(file, page)
 }
 
-// prefetchPage starts loading the direct-table slot of (file, page).
-func (c *pageCache) prefetchPage(file uint32, page uint64) {
-	if int(file) < len(c.direct) {
-		if t := c.direct[file]; page < uint64(len(t)) {
-			prefetch(unsafe.Pointer(&t[page]))
-		}
-	}
-}
-
 // slot returns the address of the direct-table slot of (file, page), or
 // def when it has none.
 func (c *pageCache) slot(file uint32, page uint64, def unsafe.Pointer) unsafe.Pointer {
@@ -300,21 +292,6 @@ func (c *pageCache) slot(file uint32, page uint64, def unsafe.Pointer) unsafe.Po
 		}
 	}
 	return def
-}
-
-// prefetchVictims starts loading what evicting the LRU records d and 2d
-// places from the oldest will touch, when the cache is full: the entry of
-// the one 2d away, and the direct-table slot of the one d away (whose
-// entry the previous call prefetched).
-func (c *pageCache) prefetchVictims(d uint64) {
-	q := &c.inactive
-	if len(c.entries) != c.capacity || q.head+2*d >= q.tail {
-		return
-	}
-	m := uint64(len(q.buf) - 1)
-	prefetch(unsafe.Pointer(&c.entries[q.buf[(q.head+2*d)&m].idx]))
-	k := c.entries[q.buf[(q.head+d)&m].idx].key
-	c.prefetchPage(uint32(k>>40), k&maxPage)
 }
 
 // lookupHash is lookup in the hash index.

@@ -251,8 +251,20 @@ func (l *lane) plain(s *Simulator, b *batch) {
 	ts0 := s.ts0
 	fastLRU := c.model == LRU && c.onEvict == nil
 	var st Stats // counts of the inlined accesses, added to l.st at the end
+	self := unsafe.Pointer(l)
 	for i := range evs {
-		l.prefetchFor(evs, i)
+		// prefetchFor, inlined.
+		pa, pb, pc := self, self, self
+		if j := i + prefetchAhead; j < len(evs) {
+			pa = c.slot(evs[j].file, evs[j].access.Page, self)
+		}
+		if q := &c.inactive; len(c.entries) == c.capacity && q.head+2*prefetchAhead < q.tail {
+			m := uint64(len(q.buf) - 1)
+			pb = unsafe.Pointer(&c.entries[q.buf[(q.head+2*prefetchAhead)&m].idx])
+			k := c.entries[q.buf[(q.head+prefetchAhead)&m].idx].key
+			pc = c.slot(uint32(k>>40), k&maxPage, self)
+		}
+		prefetch3(pa, pb, pc)
 		se := &evs[i]
 		if se.hint >= 0 || se.access.NPages > 1 || !policies.IsDemand(se.access.Kind) {
 			b.event(i, &l.ev)
@@ -273,7 +285,19 @@ func (l *lane) plain(s *Simulator, b *batch) {
 			id = se.pid
 		}
 		th := l.threads.get(id)
-		now := l.begin(th, t, e, se.access.Op)
+		var now int64
+		if op := se.access.Op; th.started && (op == 0 || op != th.op) && l.speed == 1 {
+			// begin's common case, inlined.
+			think := max(t-th.ref, 0)
+			st.ThinkNS += think
+			now = th.clock + think
+			th.op, th.ref = op, t
+			if e >= t {
+				th.ref = e
+			}
+		} else {
+			now = l.begin(th, t, e, op)
+		}
 		st.Accesses++
 		wait := now
 		file, page := se.file, se.access.Page
@@ -320,6 +344,7 @@ func (l *lane) plain(s *Simulator, b *batch) {
 	l.st.Used += st.Used
 	l.st.Late += st.Late
 	l.st.StallNS += st.StallNS
+	l.st.ThinkNS += st.ThinkNS
 	l.demand += st.Accesses
 }
 
