@@ -346,22 +346,41 @@ func (t *fileTable) files() (rows []formats.File, unresolved int) {
 	defer t.mu.Unlock()
 	rows = make([]formats.File, 0, len(t.list))
 	for _, e := range t.list {
-		f := formats.File{ID: e.id, Dev: uint64(e.key.dev), Ino: e.key.ino, Path: e.path}
+		f := t.rowLocked(e)
 		if f.Path == "" {
-			f.Path = t.cands[e.key]
-		}
-		if f.Path != "" {
-			var st unix.Stat_t
-			if unix.Stat(f.Path, &st) == nil && statKey(&st) == e.key {
-				f.Size = uint64(st.Size)
-				f.MtimeNS = st.Mtim.Nano()
-			}
-		} else {
 			unresolved++
 		}
 		rows = append(rows, f)
 	}
 	return rows, unresolved
+}
+
+// row returns the files.arrow row of file id as known now. The bundle
+// writer calls it (formats.WithFileResolver) when the first batch that
+// references id is written, so that the row reaches disk with that batch.
+func (t *fileTable) row(id uint32) formats.File {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if int(id) >= len(t.list) {
+		return formats.File{ID: id}
+	}
+	return t.rowLocked(t.list[id])
+}
+
+func (t *fileTable) rowLocked(e *fileEntry) formats.File {
+	f := formats.File{ID: e.id, Dev: uint64(e.key.dev), Ino: e.key.ino, Path: e.path}
+	if f.Path == "" {
+		f.Path = t.cands[e.key]
+	}
+	if f.Path != "" {
+		var st unix.Stat_t
+		if unix.Stat(f.Path, &st) == nil && statKey(&st) == e.key {
+			f.Size = uint64(st.Size)
+			f.MtimeNS = st.Mtim.Nano()
+			f.Mode = st.Mode
+		}
+	}
+	return f
 }
 
 // pathOf returns e's path.

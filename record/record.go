@@ -406,7 +406,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	// Output.
 	create := cfg.create
 	if create == nil {
-		create = func(dir string) (bundleWriter, error) { return formats.Create(dir) }
+		create = func(dir string) (bundleWriter, error) {
+			return formats.Create(dir, formats.WithFileResolver(r.files.row))
+		}
 	}
 	w, err := create(cfg.Output)
 	if err != nil {
@@ -591,6 +593,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	rows, unresolved := r.files.files()
 	for _, f := range rows {
+		if h, ok := w.(interface{ HasFile(uint32) bool }); ok && h.HasFile(f.ID) {
+			continue // written with the first batch that referenced it
+		}
 		if err := w.AddFile(f); err != nil {
 			return nil, fmt.Errorf("write files table: %w", err)
 		}

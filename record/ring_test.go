@@ -21,6 +21,11 @@ func TestWriteBatchNoAlloc(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fw.Abort()
+	// The file rows of the two files below (the recorder's resolver gives
+	// them when the first batch is written).
+	for id := range uint32(2) {
+		fw.AddFile(formats.File{ID: id, Dev: 1, Ino: uint64(id + 1), Path: "/f"})
+	}
 	for _, out := range []bundleWriter{&memSink{}, fw} {
 		r := &recorder{out: out, files: newFileTable(filter{}, nil, "")}
 		r.opensMark.Store(^uint64(0))

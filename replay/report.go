@@ -73,8 +73,11 @@ type PolicySummary struct {
 	Speedup    float64 `json:"speedup"` // median baseline wall ÷ median wall
 	// StallSpeedup is median baseline stall ÷ median stall.
 	StallSpeedup float64 `json:"stall_speedup"`
-	// Predicted is simulate's predicted speedup, when computed.
-	Predicted float64 `json:"predicted_speedup,omitempty"`
+	// PredictedWallNS and Predicted are simulate's prediction for this
+	// run spec (predict.go): its wall time, and the baseline's predicted
+	// wall over it (1 for the baseline); 0 with --no-predict.
+	PredictedWallNS float64 `json:"predicted_wall_ns"`
+	Predicted       float64 `json:"predicted_speedup"`
 }
 
 // Summary holds one PolicySummary per run spec, and the speedup of the last
@@ -86,7 +89,10 @@ type Summary struct {
 	Speedup float64 `json:"speedup"`
 	// PredictedSpeedup is simulate's prediction for the same policy.
 	PredictedSpeedup float64 `json:"predicted_speedup,omitempty"`
-	Predictor        string  `json:"predictor,omitempty"`
+	// PredictedCalibrated is true when the prediction's device model was
+	// measured (a device profile), false for a preset or without one.
+	PredictedCalibrated bool   `json:"predicted_calibrated"`
+	Predictor           string `json:"predictor,omitempty"`
 
 	// RecordedWallNS is the recording's wall time, from the first access's
 	// start to the last one's completion (manifest timing.recorded_wall_ns).

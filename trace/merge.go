@@ -221,6 +221,9 @@ func Merge(out string, ins []string, opts ...formats.OpenOption) (*MergeReport, 
 			}
 		}
 		m.Notes = append(m.Notes, fmt.Sprintf("merged source %d: %s (source %s, %d events, %d hints, %s)", i, ins[i], orDash(src.Recording.Source), src.Counters.Events, src.Counters.Hints, wallOrDash(src.Start.Wall)))
+		if b.Integrity() == formats.IntegritySkipped {
+			m.Notes = append(m.Notes, noVerifyNote(ins[i]))
+		}
 		for _, n := range src.Notes {
 			m.Notes = append(m.Notes, "source "+strconv.Itoa(i)+": "+n)
 		}

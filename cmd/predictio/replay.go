@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -50,6 +49,7 @@ func runReplay(c *command, args []string) int {
 		profile   string
 		device    string
 		noPredict bool
+		measure   bool
 		progress  string
 	)
 	fs.StringVar(&opt.Root, "root", "", "replay the files under `DIR` (as written by 'replay materialize') instead of at their recorded paths")
@@ -73,7 +73,8 @@ func runReplay(c *command, args []string) int {
 	fs.BoolVar(&jsonOut, "json", false, "write the report as JSON")
 	fs.StringVar(&plotFile, "plot", "", "draw the latency CDF of each run spec into `FILE` (.png, .svg, .pdf)")
 	fs.StringVar(&profile, "device-profile", "", "device profile `FILE` ('predictio bench device') for the predicted speedup")
-	fs.StringVar(&device, "device", "", "device preset for the predicted speedup ("+strings.Join(simulate.PresetNames(), ", ")+"); default: this machine's measured figures")
+	fs.StringVar(&device, "device", "", "device preset for the predicted speedup ("+strings.Join(simulate.PresetNames(), ", ")+"); default: the cached profile of this machine's device holding the files")
+	fs.BoolVar(&measure, "measure-device", false, "when that device has no cached profile, measure one now ('bench device', about 30 s) and cache it")
 	fs.BoolVar(&noPredict, "no-predict", false, "do not compute simulate's predicted speedup")
 	fs.StringVar(&progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
 	limit(fs, "speed", 0.001, 1e6)
@@ -127,30 +128,12 @@ func runReplay(c *command, args []string) int {
 	default:
 		return fail(2, fmt.Errorf("replay: --progress %q: use auto, always or never", progress))
 	}
-	var dev simulate.Device
-	if !noPredict {
-		switch {
-		case profile != "":
-			b, err := os.ReadFile(profile)
-			if err != nil {
-				return fail(1, fmt.Errorf("replay: read device profile: %w", err))
-			}
-			var p formats.DeviceProfile
-			if err := json.Unmarshal(b, &p); err != nil {
-				return fail(1, fmt.Errorf("replay: parse device profile %s: %w", profile, err))
-			}
-			if dev, err = simulate.DeviceFromProfile(&p); err != nil {
-				return fail(1, fmt.Errorf("replay: %s: %w", profile, err))
-			}
-		case device != "":
-			if dev, err = simulate.Preset(device); err != nil {
-				return fail(2, err)
-			}
-		default:
-			p := replay.ThisMachine
-			if dev, err = simulate.DeviceFromProfile(&p); err != nil {
-				return fail(1, err)
-			}
+	if profile != "" && device != "" {
+		return fail(2, errors.New("replay: flags --device and --device-profile: use one"))
+	}
+	if device != "" {
+		if _, err := simulate.Preset(device); err != nil {
+			return fail(2, fmt.Errorf("replay: flag --device: %w", err))
 		}
 	}
 
@@ -165,7 +148,7 @@ func runReplay(c *command, args []string) int {
 		return fail(1, err)
 	}
 	if !noPredict {
-		if err := r.Predict(rep, dev); err != nil {
+		if err := predictReplay(r, rep, deviceFlags{profile: profile, preset: device, measure: measure}); err != nil {
 			fmt.Fprintf(os.Stderr, "predictio: warning: %v\n", err)
 		}
 	}
