@@ -373,3 +373,9 @@ func (t *trace) hasFaults() bool {
 	}
 	return false
 }
+
+// access returns the op as a policy event's FileAccess payload.
+func (o *op) access() policies.FileAccess {
+	return policies.FileAccess{Kind: o.kind, Page: o.page, NPages: o.n, End: o.end,
+		Prot: o.prot, MapFirst: o.mapFirst, MapPages: o.mapPages, Op: o.opID}
+}

@@ -364,7 +364,7 @@ func (w *worker) loop(ctx context.Context) {
 			st.mu.Lock()
 			ev := &st.ev
 			*ev = policies.Event{Kind: policies.EventFileAccess, TS: o.ts, PID: w.th.pid, TID: w.th.tid,
-				File: st.rp.t.files[o.file].ID, Access: policies.FileAccess{Kind: o.kind, Page: o.page, NPages: o.n}}
+				File: st.rp.t.files[o.file].ID, Access: o.access()}
 			st.disp.Dispatch(ev, st.emit)
 			st.mu.Unlock()
 		}
