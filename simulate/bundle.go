@@ -91,16 +91,33 @@ func (in *Input) FileKey(file uint32) (policies.FileKey, bool) {
 }
 
 // Env returns the policy environment of the bundle: page size, file sizes
-// and identities.
+// and identities, and the kernel it was recorded on (when its release
+// parses) for the readahead model.
 func (in *Input) Env() policies.Env {
-	return policies.Env{PageSize: in.PageSize, FilePages: in.FilePages, FileKey: in.FileKey}
+	env := policies.Env{PageSize: in.PageSize, FilePages: in.FilePages, FileKey: in.FileKey}
+	if k := in.Bundle.Manifest().Host.KernelRelease; k != "" {
+		if _, err := policies.ParseKernelVersion(k); err == nil {
+			env.Kernel = k
+		}
+	}
+	return env
+}
+
+// Paths returns the recorded path of every file that has one, by file id.
+func (in *Input) Paths() map[uint32]string {
+	m := make(map[uint32]string, len(in.keys))
+	for id, k := range in.keys {
+		m[id] = k.Path
+	}
+	return m
 }
 
 // Source streams the bundle's events.
 func (in *Input) Source() (Source, error) { return BundleSource(in.Bundle) }
 
-// Future reads the bundle's demand accesses for the oracle. Unlike the
-// simulation itself, it holds every demand page in memory: 8 bytes each.
+// Future reads the bundle's demand accesses for the oracle into a
+// materialized Future, which holds every demand page in memory: 8 bytes
+// each. Run streams the future instead when Env.Future is left nil.
 func (in *Input) Future() (*policies.Future, error) {
 	cur, err := in.Bundle.Accesses()
 	if err != nil {
