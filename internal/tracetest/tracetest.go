@@ -186,10 +186,18 @@ func helperHints() int {
 	var line string
 	fmt.Scanln(&line)
 	children := []uint64{10, 11, 12, 13}
+	// The client never blocks: a hint the server's full queue refused is
+	// dropped, so resend it after a nap, to measure the server's capacity.
 	for i := 0; i < n; i++ {
-		if err := c.TreeChildEnter(f, uint64(i), 1, children); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
+		for sent := c.Stats().Sent; ; {
+			if err := c.TreeChildEnter(f, uint64(i), 1, children); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			if c.Stats().Sent != sent {
+				break
+			}
+			time.Sleep(50 * time.Microsecond)
 		}
 	}
 	return 0
