@@ -2,7 +2,6 @@ package record_test
 
 import (
 	"bufio"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -96,34 +95,12 @@ type overloadEnv struct {
 	runs                       int
 }
 
-// newOverloadEnv builds predictio and the load program and writes a cached
+// newOverloadEnv builds predictio and the load program and writes a
 // 64 MiB data file.
 func newOverloadEnv(b *testing.B) *overloadEnv {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root (CAP_BPF, CAP_PERFMON) to record")
-	}
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		b.Skip("needs gcc to build testdata/overload.c (scripts/setup.sh installs it)")
-	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		b.Skip("needs the go tool in PATH to build cmd/predictio")
-	}
-	dir, err := os.MkdirTemp("/var/tmp", "predictio-overload-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
-	e := &overloadEnv{dir: dir, data: filepath.Join(dir, "data", "file"),
-		predictio: filepath.Join(dir, "predictio"), load: filepath.Join(dir, "overload")}
-	if out, err := exec.Command(goTool, "build", "-o", e.predictio, "github.com/predictio/predictio/cmd/predictio").CombinedOutput(); err != nil {
-		b.Fatalf("build predictio: %v\n%s", err, out)
-	}
-	if out, err := exec.Command(gcc, "-O2", "-static", "-pthread", "-Wall", "-Werror", "-I", "../hints",
-		"-o", e.load, "testdata/overload.c").CombinedOutput(); err != nil {
-		b.Fatalf("build testdata/overload.c: %v\n%s", err, out)
-	}
+	tl := buildTools(b)
+	e := &overloadEnv{dir: tl.dir, data: filepath.Join(tl.dir, "data", "file"),
+		predictio: tl.predictio, load: tl.cprog(b, "overload")}
 	if err := os.Mkdir(filepath.Dir(e.data), 0o755); err != nil {
 		b.Fatal(err)
 	}
@@ -285,17 +262,7 @@ func rssHalves(s []rssSample, start time.Time, phase time.Duration) (peak, first
 // readBundle reads the manifest counters and counts the data file's read
 // rows.
 func (r *overloadRun) readBundle(b *testing.B, dir, data string) {
-	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
-	if err != nil {
-		b.Fatalf("%s: %v", r.name, err)
-	}
-	var m struct {
-		Counters counters `json:"counters"`
-	}
-	if err := json.Unmarshal(raw, &m); err != nil {
-		b.Fatalf("%s: manifest: %v", r.name, err)
-	}
-	r.counters = m.Counters
+	r.counters, _ = manifestCounters(b, dir)
 	bd, err := formats.Open(dir)
 	if err != nil {
 		b.Fatalf("%s: %v", r.name, err)
