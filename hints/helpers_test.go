@@ -201,7 +201,7 @@ int main(void) {
 	h = lazy && lazy[0] == '1' ? pio_hints_open(sock) : pio_hints_dial(sock);
 	if (!h) { printf("error dial %s: %s\n", sock, strerror(errno)); return 1; }
 	const char *ms = getenv("PIO_HINTS_TEST_RECONNECT_MS");
-	if (ms && atoi(ms) > 0) h->reconnect_ns = (int64_t)atoi(ms) * 1000000;
+	if (ms && atoi(ms) > 0) pio_hints_set_reconnect_ms(h, (unsigned)atoi(ms));
 	const char *th = getenv("PIO_HINTS_TEST_THREADS");
 	if (th && atol(th) > 1) nthreads = atol(th);
 	char line[64];

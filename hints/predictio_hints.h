@@ -21,8 +21,8 @@
  * from a drop_report datagram sent after the next hint that goes through
  * (at most one per 10 ms), from pio_hints_flush and from pio_hints_close. After the recorder goes
  * away the handle reconnects to the same path by itself, at most once per
- * PIO_HINTS_RECONNECT_MS (default 100; #define it before the #include to
- * change it).
+ * PIO_HINTS_RECONNECT_MS (default 100; #define it before the #include, or
+ * call pio_hints_set_reconnect_ms, to change it).
  *
  * A file is named by path (fd ignored) or, when path is NULL, by the open
  * descriptor fd, which is passed with the datagram. Every hint call returns
@@ -141,6 +141,13 @@ static inline struct pio_hints *pio_hints_dial(const char *socket_path)
 static inline struct pio_hints *pio_hints_open(const char *socket_path)
 {
 	return pio__new(socket_path, 1);
+}
+
+/* pio_hints_set_reconnect_ms sets the least time between two reconnect
+ * attempts of h (default PIO_HINTS_RECONNECT_MS); call it before sending. */
+static inline void pio_hints_set_reconnect_ms(struct pio_hints *h, unsigned ms)
+{
+	h->reconnect_ns = (int64_t)ms * 1000000;
 }
 
 /* pio_hints_dropped returns how many hints h dropped. */
