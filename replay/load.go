@@ -104,9 +104,9 @@ func demandKind(k formats.AccessKind) (replay, fault bool) {
 
 // loadTrace reads a bundle into memory, grouped by thread.
 func loadTrace(dir string) (*trace, error) {
-	b, err := formats.Open(dir)
+	b, err := formats.Open(dir) // its errors name the bundle
 	if err != nil {
-		return nil, fmt.Errorf("open bundle %s: %w", dir, err)
+		return nil, err
 	}
 	defer b.Close()
 	t := &trace{dir: dir, man: *b.Manifest(), byID: map[uint32]*fileInfo{}}

@@ -24,14 +24,14 @@ const maxDenseFileID = 1 << 20
 
 // OpenInput opens the bundle in dir and reads its file table.
 func OpenInput(dir string) (*Input, error) {
-	b, err := formats.Open(dir)
+	b, err := formats.Open(dir) // its errors name the bundle
 	if err != nil {
-		return nil, fmt.Errorf("open bundle: %w", err)
+		return nil, err
 	}
 	files, err := b.Files()
 	if err != nil {
 		b.Close()
-		return nil, fmt.Errorf("read files of %s: %w", dir, err)
+		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	// Rows whose file is missing have no size or identity (issue 17).
 	if err := b.CheckReferences(); err != nil {
