@@ -256,15 +256,27 @@ func TestDirectOracle(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := materialized(t, tc.tr)
-			rep := replayMem(t, tc.tr, Options{Root: root, Backend: BackendDirect, Timing: TimingRecorded,
-				CachePages: 16384, Runs: []string{Baseline, "oracle:n=256"}})
-			base, orc := rep.Runs[0], rep.Runs[1]
 			distinct := distinctPages(tc.tr)
-			t.Logf("baseline: wall %v stall %v misses %d; oracle: wall %v stall %v misses %d, %v, counters %+v",
-				time.Duration(base.WallNS), time.Duration(base.StallNS), base.DemandMisses, time.Duration(orc.WallNS), time.Duration(orc.StallNS),
-				orc.DemandMisses, orc.Counts, orc.Counters)
-			if orc.DemandMisses > distinct/20+2 {
-				t.Fatalf("oracle demand misses %d of %d distinct pages; want close to zero (baseline %d)", orc.DemandMisses, distinct, base.DemandMisses)
+			// Whether a prefetch beats its demand depends on the service
+			// goroutine getting a CPU within the 20 µs think time, which a
+			// loaded machine (other test packages run in parallel) may
+			// deny: up to three attempts, and one must come close to zero
+			// misses. A backend that prefetches nothing misses every page
+			// in all three.
+			var base, orc *Run
+			for attempt := 1; ; attempt++ {
+				rep := replayMem(t, tc.tr, Options{Root: root, Backend: BackendDirect, Timing: TimingRecorded,
+					CachePages: 16384, Runs: []string{Baseline, "oracle:n=256"}})
+				base, orc = rep.Runs[0], rep.Runs[1]
+				t.Logf("attempt %d: baseline: wall %v stall %v misses %d; oracle: wall %v stall %v misses %d, %v, counters %+v", attempt,
+					time.Duration(base.WallNS), time.Duration(base.StallNS), base.DemandMisses, time.Duration(orc.WallNS), time.Duration(orc.StallNS),
+					orc.DemandMisses, orc.Counts, orc.Counters)
+				if orc.DemandMisses <= distinct/20+2 {
+					break
+				}
+				if attempt == 3 {
+					t.Fatalf("oracle demand misses %d of %d distinct pages in each of 3 attempts; want close to zero (baseline %d)", orc.DemandMisses, distinct, base.DemandMisses)
+				}
 			}
 			if orc.DemandHits+orc.DemandMisses+orc.Late+orc.DemandWaits != orc.Pages {
 				t.Fatalf("hits %d + misses %d + late %d + waits %d != demanded %d", orc.DemandHits, orc.DemandMisses, orc.Late, orc.DemandWaits, orc.Pages)
