@@ -2,33 +2,22 @@ package policies
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 )
 
 func init() {
 	register("readahead", &factory{
-		example: "readahead:kb=512",
-		doc:     "model of Linux 6.18 on-demand readahead (sync/async windows, PG_readahead marks, mmap read-around); the baseline of every comparison",
+		example: "readahead:kb=512,kernel=6.1",
+		doc:     "model of Linux on-demand readahead as 6.1, 6.12 or 6.18 run it (sync/async windows, PG_readahead marks, mmap read-around, exec mappings); the baseline of every comparison",
 		params: []param{
-			{"kb", "128", "read_ahead_kb: the readahead maximum in KiB"},
-			{"io_kb", "0", "bdi io_pages in KiB: reads larger than kb may use windows up to it; 0 means kb"},
-			{"folios", "large", "large: ext4-like large folios (Linux 6.16+); small: order-0 pages only"},
+			{"kb", "auto", "read_ahead_kb: the readahead maximum in KiB; auto: each file's device (Env.FileRA), else 128"},
+			{"io_kb", "auto", "bdi io_pages in KiB (max_sectors_kb): reads larger than kb may use windows up to it; auto: each file's device, else kb; 0 means kb"},
+			{"folios", "auto", "large: large folios (XFS; ext4 since Linux 6.16); small: order-0 pages only; auto: each file's filesystem, else ext4 on the modelled kernel"},
+			{"kernel", "auto", "kernel release whose readahead code to follow (6.1, 6.12.117, ...): 6.1 code before 6.11, 6.12 code up to 6.15, 6.18 code from 6.16; auto: the bundle's kernel (Env.Kernel), else the running one"},
 		},
-		build: func(a *args, env Env) (Policy, error) {
-			ps := env.pageSize()
-			kb := a.uint("kb", 4, 1<<20)
-			iokb := a.uint("io_kb", 0, 1<<20)
-			folios := a.choice("folios", "large", "small")
-			return NewReadahead(ReadaheadConfig{
-				RAPages:     kb * 1024 / ps,
-				IOPages:     iokb * 1024 / ps,
-				SmallFolios: folios == "small",
-				FilePages:   env.FilePages,
-				Resident:    env.Resident,
-				MaxPages:    env.maxPages(),
-			}), nil
-		},
+		build: buildReadahead,
 	})
 	register("markov", &factory{
 		example: "markov:depth=32,mode=random,seed=7",
@@ -100,17 +89,25 @@ func init() {
 	})
 	register("oracle", &factory{
 		example: "oracle:n=256,scope=file",
-		doc:     "upper bound: knows the bundle's future demand accesses and prefetches the next n distinct pages ahead of the current one",
+		doc:     "upper bound: knows the bundle's future demand accesses and prefetches the next n distinct pages ahead of the current one, among the next horizon pages",
 		params: []param{
 			{"n", "64", "distinct pages kept prefetched ahead"},
 			{"scope", "global", "global: next n pages of the whole trace; file: next n pages of the accessed file"},
+			{"horizon", "0", "how many pages of the future to look through for them; 0 means max(65536, 16n)"},
 		},
 		build: func(a *args, env Env) (Policy, error) {
 			if env.Future == nil {
 				return nil, errors.New("build policy \"oracle\": no future given (Env.Future); the oracle needs the bundle being simulated")
 			}
 			n := int(a.uint("n", 1, 1<<24))
-			return newOracle(env, n, a.choice("scope", "global", "file") == "file"), nil
+			h := int(a.uint("horizon", 0, 1<<30))
+			if h == 0 {
+				h = max(DefaultHorizon, 16*n)
+			}
+			if h < n {
+				return nil, fmt.Errorf("build policy \"oracle\": horizon %d is less than n %d", h, n)
+			}
+			return newOracle(env, n, h, a.choice("scope", "global", "file") == "file"), nil
 		},
 	})
 }
@@ -123,13 +120,21 @@ type markovPolicy struct {
 	random    bool
 	rng       *rand.Rand
 	files     fileTable[markovFile]
-	walk      []uint64
 	norm      Normalizer
 }
 
 type markovFile struct {
 	model *FileModel
 	seen  pageSet
+	// walk is the file's last walk: its states, and in probs the
+	// probability of each of its transitions (probs[j]: walk[j] ->
+	// walk[j+1]). In det mode the next access usually lands on walk[1],
+	// and the walk from there is this one less its first state, extended
+	// (see reuse). skipped is set when a step of it passed over a
+	// transition to a state already in the walk.
+	walk    []uint64
+	probs   []float64
+	skipped bool
 }
 
 func (p *markovPolicy) Accepts(k EventKind) bool { return k == EventFileAccess }
@@ -157,6 +162,11 @@ func (p *markovPolicy) file(id uint32) *markovFile {
 	return f
 }
 
+// Handle marks the accessed pages seen and walks the model from the
+// access: at most depth transitions, the most likely one not already in the
+// walk at each step (det) or a sampled one (random), until the walked
+// path's probability drops below threshold. Pages of the walk not seen yet
+// are emitted.
 func (p *markovPolicy) Handle(ev *Event, emit Emit) {
 	a := &ev.Access
 	if !IsDemand(a.Kind) {
@@ -171,15 +181,59 @@ func (p *markovPolicy) Handle(ev *Event, emit Emit) {
 		f.seen.add(a.Page + i)
 	}
 	state := a.Page + n - 1
-	if f.model.Next(state) == nil {
+	if n > 1 && f.model.Next(state) == nil {
 		state = a.Page
 	}
-	p.walk = append(p.walk[:0], state)
 	prob := 1.0
-	for d := 0; d < p.depth; d++ {
-		ts := f.model.Next(state)
+	if !p.random && p.reuse(f, state) {
+		for _, q := range f.probs {
+			if q != 1 { // x*1 == x exactly: skipping keeps the product bit for bit
+				prob *= q
+			}
+		}
+	} else {
+		f.walk = append(f.walk[:0], state)
+		f.probs = f.probs[:0]
+		f.skipped = false
+	}
+	p.extend(f, prob)
+	if p.norm.Pending() > 0 {
+		p.norm.Flush(ev.File, p.env.eof(ev.File), emit)
+	}
+}
+
+// reuse turns f's last walk into the walk from state when state is its
+// second state and no step of it skipped a state in the walk: dropping the
+// first state then changes no choice (only the dropped state could newly
+// become a candidate, and no step passed over a transition to a walk
+// state), the remaining steps' product of probabilities only grows, so none
+// now falls below the threshold, and every state in it was marked seen by
+// the last walk. extend then continues from its end exactly as a walk from
+// state would. In the steady state of a trained sequence this replaces
+// depth model lookups per access by one.
+func (p *markovPolicy) reuse(f *markovFile, state uint64) bool {
+	if len(f.walk) < 2 || f.walk[1] != state || f.skipped {
+		return false
+	}
+	f.walk = f.walk[:copy(f.walk, f.walk[1:])]
+	f.probs = f.probs[:copy(f.probs, f.probs[1:])]
+	return true
+}
+
+// extend continues f's walk from its last state, whose path probability is
+// prob, for the depth transitions the walk has left, and queues the pages
+// it reaches that were not seen.
+func (p *markovPolicy) extend(f *markovFile, prob float64) {
+	state := f.walk[len(f.walk)-1]
+	for d := len(f.probs); d < p.depth; d++ {
 		var t *Transition
-		if p.random {
+		s := f.model.states.slot(state)
+		if s == nil {
+			break
+		}
+		ts := f.model.states.trans[s.off : s.off+s.n]
+		switch {
+		case p.random:
 			u := p.rng.Float64()
 			cum := 0.0
 			for i := range ts {
@@ -189,15 +243,18 @@ func (p *markovPolicy) Handle(ev *Event, emit Emit) {
 					break
 				}
 			}
-			if t != nil && p.inWalk(t.Next) {
+			if t != nil && inWalk(f.walk, t.Next) {
 				t = nil
 			}
-		} else {
+		case !inWalk(f.walk, s.first.Next):
+			t = &s.first // ts[0], read from the slot: ts stays untouched
+		default:
 			for i := range ts {
-				if !p.inWalk(ts[i].Next) {
+				if !inWalk(f.walk, ts[i].Next) {
 					t = &ts[i]
 					break
 				}
+				f.skipped = true
 			}
 		}
 		if t == nil {
@@ -208,19 +265,17 @@ func (p *markovPolicy) Handle(ev *Event, emit Emit) {
 			break
 		}
 		state = t.Next
-		p.walk = append(p.walk, state)
+		f.walk = append(f.walk, state)
+		f.probs = append(f.probs, t.P)
 		if !f.seen.has(state) {
 			f.seen.add(state)
 			p.norm.Add(state)
 		}
 	}
-	if p.norm.Pending() > 0 {
-		p.norm.Flush(ev.File, p.env.eof(ev.File), emit)
-	}
 }
 
-func (p *markovPolicy) inWalk(page uint64) bool {
-	for _, w := range p.walk {
+func inWalk(walk []uint64, page uint64) bool {
+	for _, w := range walk {
 		if w == page {
 			return true
 		}

@@ -10,6 +10,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"math/bits"
 	"slices"
 	"sort"
 )
@@ -32,14 +33,116 @@ type Transition struct {
 // page, the pages that followed it in training, most likely first.
 type FileModel struct {
 	Key    FileKey
-	states map[uint64][]Transition
+	states stateTable
 }
 
 // Next returns the transitions out of page, most likely first.
-func (m *FileModel) Next(page uint64) []Transition { return m.states[page] }
+func (m *FileModel) Next(page uint64) []Transition { return m.states.get(page) }
 
 // States returns the number of pages with outgoing transitions.
-func (m *FileModel) States() int { return len(m.states) }
+func (m *FileModel) States() int { return m.states.n }
+
+// stateTable maps a page to its transitions: an open-addressing table
+// (linear probing, load at most 1/2, Fibonacci hashing) of (page, offset,
+// count) into one array holding every state's transitions, with the most
+// likely transition also kept in the slot. A lookup is a multiply and
+// usually one probe, and a walk step that takes the most likely transition
+// touches no other memory: the markov walk makes one per step.
+type stateTable struct {
+	slots []stateSlot
+	shift uint8 // 64 - log2(len(slots))
+	trans []Transition
+	n     int
+}
+
+type stateSlot struct {
+	page  uint64
+	first Transition // trans[off]
+	off   uint32
+	n     uint32 // transitions; 0: free slot
+}
+
+func (t *stateTable) home(page uint64) uint64 { return (page * 0x9E3779B97F4A7C15) >> t.shift }
+
+// get returns the transitions of page, nil if it has none.
+func (t *stateTable) get(page uint64) []Transition {
+	if s := t.slot(page); s != nil {
+		return t.trans[s.off : s.off+s.n : s.off+s.n]
+	}
+	return nil
+}
+
+// slot returns the slot of page, nil if it has no transitions.
+func (t *stateTable) slot(page uint64) *stateSlot {
+	if t.n == 0 {
+		return nil
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := t.home(page); ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.n == 0 {
+			return nil
+		}
+		if s.page == page {
+			return s
+		}
+	}
+}
+
+// grow makes room for n states in all.
+func (t *stateTable) grow(n int) {
+	size := 16
+	for size < 2*n {
+		size <<= 1
+	}
+	if size <= len(t.slots) {
+		return
+	}
+	old := t.slots
+	t.slots = make([]stateSlot, size)
+	t.shift = uint8(64 - bits.TrailingZeros(uint(size)))
+	for _, s := range old {
+		if s.n != 0 {
+			t.insert(s)
+		}
+	}
+}
+
+func (t *stateTable) insert(s stateSlot) {
+	mask := uint64(len(t.slots) - 1)
+	i := t.home(s.page)
+	for t.slots[i].n != 0 {
+		i = (i + 1) & mask
+	}
+	t.slots[i] = s
+}
+
+// add stores ts (non-empty) as the transitions of page, copying them into
+// the table's array. It reports false, storing nothing, when page already
+// has transitions or the array would pass 2^32 transitions.
+func (t *stateTable) add(page uint64, ts []Transition) bool {
+	if len(ts) == 0 || t.get(page) != nil || len(t.trans)+len(ts) > math.MaxUint32 {
+		return false
+	}
+	t.grow(t.n + 1)
+	off := len(t.trans)
+	t.trans = append(t.trans, ts...)
+	t.insert(stateSlot{page: page, first: ts[0], off: uint32(off), n: uint32(len(ts))})
+	t.n++
+	return true
+}
+
+// pages returns the pages that have transitions, in increasing order.
+func (t *stateTable) pages() []uint64 {
+	out := make([]uint64, 0, t.n)
+	for _, s := range t.slots {
+		if s.n != 0 {
+			out = append(out, s.page)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 // MarkovModel holds one FileModel per trained file, keyed by path.
 type MarkovModel struct {
@@ -232,8 +335,10 @@ func (b *MarkovBuilder) Build() *MarkovModel {
 				nstates++
 			}
 		}
-		fm := &FileModel{Key: bf.key, states: make(map[uint64][]Transition, nstates)}
-		all := make([]Transition, len(pairs)) // one backing array for every state
+		fm := &FileModel{Key: bf.key}
+		fm.states.grow(nstates)
+		fm.states.trans = make([]Transition, 0, len(pairs))
+		all := make([]Transition, len(pairs))
 		for i := 0; i < len(pairs); {
 			j := i
 			var total uint64
@@ -245,7 +350,7 @@ func (b *MarkovBuilder) Build() *MarkovModel {
 				ts[k-i] = Transition{Next: pairs[k].to, P: float64(pairs[k].count) / float64(total)}
 			}
 			sortTransitions(ts)
-			fm.states[pairs[i].from] = ts
+			fm.states.add(pairs[i].from, ts)
 			i = j
 		}
 		m.files[path] = fm
@@ -314,14 +419,10 @@ func (m *MarkovModel) Save(w io.Writer) error {
 		bw.WriteString(f.Key.Path)
 		u64(f.Key.Size)
 		u64(uint64(f.Key.MtimeNS))
-		pages := make([]uint64, 0, len(f.states))
-		for p := range f.states {
-			pages = append(pages, p)
-		}
-		slices.Sort(pages)
+		pages := f.states.pages()
 		u32(uint32(len(pages)))
 		for _, p := range pages {
-			ts := f.states[p]
+			ts := f.states.get(p)
 			u64(p)
 			u32(uint32(len(ts)))
 			for _, t := range ts {
@@ -412,7 +513,7 @@ func Load(r io.Reader) (*MarkovModel, error) {
 		}
 		path := make([]byte, plen)
 		mr.read(path, "path")
-		f := &FileModel{Key: FileKey{Path: string(path)}, states: map[uint64][]Transition{}}
+		f := &FileModel{Key: FileKey{Path: string(path)}}
 		f.Key.Size = mr.u64("size")
 		f.Key.MtimeNS = int64(mr.u64("mtime"))
 		if mr.err == nil && m.files[f.Key.Path] != nil {
@@ -433,7 +534,7 @@ func Load(r io.Reader) (*MarkovModel, error) {
 				mr.bad("file %q: state page %d beyond end of file (%d pages)", f.Key.Path, page, pages)
 				break
 			}
-			if _, dup := f.states[page]; dup {
+			if f.states.get(page) != nil {
 				mr.bad("file %q: state page %d appears twice", f.Key.Path, page)
 				break
 			}
@@ -463,8 +564,13 @@ func Load(r io.Reader) (*MarkovModel, error) {
 			if mr.err == nil && math.Abs(sum-1) > probEpsilon {
 				mr.bad("file %q page %d: probabilities sum to %v, want 1", f.Key.Path, page, sum)
 			}
+			if mr.err != nil {
+				break
+			}
 			sortTransitions(ts)
-			f.states[page] = ts
+			if !f.states.add(page, ts) {
+				mr.bad("file %q: more than %d transitions", f.Key.Path, uint32(math.MaxUint32))
+			}
 		}
 		m.files[f.Key.Path] = f
 	}

@@ -123,7 +123,7 @@ func Cat(w io.Writer, dir string, o CatOptions, opts ...formats.OpenOption) erro
 	case "files":
 		files, err := b.Files()
 		if err != nil {
-			return fmt.Errorf("read %s: %w", formats.FilesFile, err)
+			return err // formats names the file
 		}
 		for _, f := range files {
 			if o.Limit > 0 && n >= o.Limit {

@@ -90,7 +90,7 @@ func exportTable(b *formats.Bundle, name, dst string) (rows int64, err error) {
 		rec, err := t.Batch(i)
 		if err != nil {
 			fw.Close()
-			return rows, fmt.Errorf("batch %d: %w", i, err)
+			return rows, err // formats names the file and the batch
 		}
 		if rec, err = conv.convert(rec); err != nil {
 			fw.Close()
@@ -104,7 +104,7 @@ func exportTable(b *formats.Bundle, name, dst string) (rows int64, err error) {
 		rec.Release()
 		if err != nil {
 			fw.Close()
-			return rows, fmt.Errorf("batch %d: %w", i, err)
+			return rows, fmt.Errorf("write batch %d: %w", i, err)
 		}
 	}
 	if err := fw.Close(); err != nil { // closes f too

@@ -124,7 +124,7 @@ func Import(src, out string, o ImportOptions) (*ImportReport, error) {
 	}
 	w, err := formats.Create(out)
 	if err != nil {
-		return nil, fmt.Errorf("import: create bundle %s: %w", out, err)
+		return nil, fmt.Errorf("import: %w", err)
 	}
 	abort := func(err error) (*ImportReport, error) {
 		w.Abort()

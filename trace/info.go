@@ -95,7 +95,7 @@ func Info(dir string, top int, opts ...formats.OpenOption) (*Summary, error) {
 	}
 	files, err := b.Files()
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", filepath.Join(dir, formats.FilesFile), err)
+		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	s.Files = uint64(len(files))
 	known := make(map[uint32]bool, len(files))

@@ -52,7 +52,7 @@ func Merge(out string, ins []string, opts ...formats.OpenOption) (*MergeReport, 
 	}
 	w, err := formats.Create(out)
 	if err != nil {
-		return nil, fmt.Errorf("merge: create bundle %s: %w", out, err)
+		return nil, fmt.Errorf("merge: %w", err)
 	}
 	fail := func(err error) (*MergeReport, error) {
 		w.Abort()
@@ -73,7 +73,7 @@ func Merge(out string, ins []string, opts ...formats.OpenOption) (*MergeReport, 
 	for i, b := range bundles {
 		files, err := b.Files()
 		if err != nil {
-			return fail(fmt.Errorf("%s: read %s: %w", ins[i], formats.FilesFile, err))
+			return fail(fmt.Errorf("%s: %w", ins[i], err))
 		}
 		remap[i] = make(map[uint32]uint32, len(files))
 		for _, f := range files {
@@ -117,7 +117,7 @@ func Merge(out string, ins []string, opts ...formats.OpenOption) (*MergeReport, 
 	for i, b := range bundles {
 		c, err := b.Accesses()
 		if err != nil {
-			return fail(fmt.Errorf("%s: read %s: %w", ins[i], formats.AccessesFile, err))
+			return fail(fmt.Errorf("%s: %w", ins[i], err))
 		}
 		defer c.Close()
 		acs[i], live[i] = c, c.Next()
@@ -150,7 +150,7 @@ func Merge(out string, ins []string, opts ...formats.OpenOption) (*MergeReport, 
 	}
 	for i, c := range acs {
 		if err := c.Err(); err != nil {
-			return fail(fmt.Errorf("%s: read %s: %w", ins[i], formats.AccessesFile, err))
+			return fail(fmt.Errorf("%s: %w", ins[i], err))
 		}
 	}
 
@@ -159,7 +159,7 @@ func Merge(out string, ins []string, opts ...formats.OpenOption) (*MergeReport, 
 	for i, b := range bundles {
 		c, err := b.Hints()
 		if err != nil {
-			return fail(fmt.Errorf("%s: read %s: %w", ins[i], formats.HintsFile, err))
+			return fail(fmt.Errorf("%s: %w", ins[i], err))
 		}
 		defer c.Close()
 		hcs[i], live[i] = c, c.Next()
@@ -189,7 +189,7 @@ func Merge(out string, ins []string, opts ...formats.OpenOption) (*MergeReport, 
 	}
 	for i, c := range hcs {
 		if err := c.Err(); err != nil {
-			return fail(fmt.Errorf("%s: read %s: %w", ins[i], formats.HintsFile, err))
+			return fail(fmt.Errorf("%s: %w", ins[i], err))
 		}
 	}
 
@@ -215,12 +215,16 @@ func Merge(out string, ins []string, opts ...formats.OpenOption) (*MergeReport, 
 			}
 			m.Counters.DroppedEvents += src.Counters.DroppedEvents
 			m.Counters.RejectedHints += src.Counters.RejectedHints
+			m.Counters.DroppedHints += src.Counters.DroppedHints
 			m.Filesystems = mergeFilesystems(m.Filesystems, src.Filesystems)
 			if src.Host.KernelRelease != m.Host.KernelRelease || src.Host.Hostname != m.Host.Hostname || src.Host.PageSize != m.Host.PageSize {
 				m.Notes = append(m.Notes, fmt.Sprintf("source %d was recorded on another host (%s, kernel %s, page size %d); host is that of source 0", i, orDash(src.Host.Hostname), orDash(src.Host.KernelRelease), src.Host.PageSize))
 			}
 		}
 		m.Notes = append(m.Notes, fmt.Sprintf("merged source %d: %s (source %s, %d events, %d hints, %s)", i, ins[i], orDash(src.Recording.Source), src.Counters.Events, src.Counters.Hints, wallOrDash(src.Start.Wall)))
+		if b.Integrity() == formats.IntegritySkipped {
+			m.Notes = append(m.Notes, noVerifyNote(ins[i]))
+		}
 		for _, n := range src.Notes {
 			m.Notes = append(m.Notes, "source "+strconv.Itoa(i)+": "+n)
 		}
@@ -406,26 +410,26 @@ func bundleStart(dir string, opts []formats.OpenOption) (uint64, error) {
 			first, have = ts, true
 		}
 	}
+	// formats' errors name the table file and the batch.
 	c, err := b.Accesses()
 	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", formats.AccessesFile, err)
+		return 0, err
 	}
 	if c.Next() {
 		peek(c.At().TS)
 	}
-	err = errors.Join(c.Err(), c.Close())
-	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", formats.AccessesFile, err)
+	if err := errors.Join(c.Err(), c.Close()); err != nil {
+		return 0, err
 	}
 	hc, err := b.Hints()
 	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", formats.HintsFile, err)
+		return 0, err
 	}
 	if hc.Next() {
 		peek(hc.At().TS)
 	}
 	if err := errors.Join(hc.Err(), hc.Close()); err != nil {
-		return 0, fmt.Errorf("read %s: %w", formats.HintsFile, err)
+		return 0, err
 	}
 	if s := b.Manifest().Start.MonotonicNS; s != 0 && (!have || s <= first) {
 		return s, nil

@@ -36,7 +36,7 @@ func rewrite(in, out string, rw rewriter, opts []formats.OpenOption) (copyCounts
 	defer b.Close()
 	w, err := formats.Create(out)
 	if err != nil {
-		return cc, fmt.Errorf("create bundle %s: %w", out, err)
+		return cc, err // "create bundle: mkdir OUT: ..."
 	}
 	fail := func(err error) (copyCounts, error) {
 		w.Abort()
@@ -45,7 +45,7 @@ func rewrite(in, out string, rw rewriter, opts []formats.OpenOption) (copyCounts
 	}
 	files, err := b.Files()
 	if err != nil {
-		return fail(fmt.Errorf("read %s: %w", formats.FilesFile, err))
+		return fail(err)
 	}
 	for i := range files {
 		f := &files[i]
@@ -83,6 +83,9 @@ func rewrite(in, out string, rw rewriter, opts []formats.OpenOption) (copyCounts
 	}
 	copyManifest(w.Manifest(), b.Manifest())
 	m := w.Manifest()
+	if b.Integrity() == formats.IntegritySkipped {
+		m.Notes = append(m.Notes, noVerifyNote(in))
+	}
 	m.ToolVersion = ToolVersion
 	m.Counters.Events, m.Counters.Hints, m.Counters.Files = cc.Events, cc.Hints, cc.Files
 	if rw.manifest != nil {
@@ -110,4 +113,9 @@ func copyManifest(dst, src *formats.Manifest) {
 	if !src.Complete {
 		dst.Notes = append(dst.Notes, "copied from an incomplete (repaired) bundle")
 	}
+}
+
+// noVerifyNote is the manifest note of a bundle copied with NoVerify.
+func noVerifyNote(in string) string {
+	return "copied from " + in + " without integrity checks (--no-verify): damaged source data would have been copied as it was"
 }

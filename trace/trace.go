@@ -40,11 +40,12 @@ func hasTable(dir, name string) bool {
 	return err == nil
 }
 
-// forEachAccess streams every access row of b to fn.
+// forEachAccess streams every access row of b to fn. Its errors are
+// formats' own, which name the table file and the batch.
 func forEachAccess(b *formats.Bundle, fn func(a *formats.Access) error) error {
 	c, err := b.Accesses()
 	if err != nil {
-		return fmt.Errorf("read %s: %w", formats.AccessesFile, err)
+		return err
 	}
 	defer c.Close()
 	for c.Next() {
@@ -52,17 +53,14 @@ func forEachAccess(b *formats.Bundle, fn func(a *formats.Access) error) error {
 			return err
 		}
 	}
-	if err := c.Err(); err != nil {
-		return fmt.Errorf("read %s: %w", formats.AccessesFile, err)
-	}
-	return nil
+	return c.Err()
 }
 
-// forEachHint streams every hint row of b to fn.
+// forEachHint streams every hint row of b to fn, with formats' errors.
 func forEachHint(b *formats.Bundle, fn func(h *formats.Hint) error) error {
 	c, err := b.Hints()
 	if err != nil {
-		return fmt.Errorf("read %s: %w", formats.HintsFile, err)
+		return err
 	}
 	defer c.Close()
 	for c.Next() {
@@ -70,10 +68,7 @@ func forEachHint(b *formats.Bundle, fn func(h *formats.Hint) error) error {
 			return err
 		}
 	}
-	if err := c.Err(); err != nil {
-		return fmt.Errorf("read %s: %w", formats.HintsFile, err)
-	}
-	return nil
+	return c.Err()
 }
 
 // openBundle opens the bundle in dir.

@@ -82,7 +82,7 @@ func addRun(b *policies.MarkovBuilder, run int, in *simulate.Input, seqs map[uin
 	}
 	cur, err := in.Bundle.Accesses()
 	if err != nil {
-		return r, fmt.Errorf("read accesses of %s: %w", in.Dir, err)
+		return r, fmt.Errorf("%s: %w", in.Dir, err) // formats names the file and batch
 	}
 	defer cur.Close()
 	for cur.Next() {
@@ -114,7 +114,7 @@ func addRun(b *policies.MarkovBuilder, run int, in *simulate.Input, seqs map[uin
 		seqs[a.FileID] = s
 	}
 	if err := cur.Err(); err != nil {
-		return r, fmt.Errorf("read accesses of %s: %w", in.Dir, err)
+		return r, fmt.Errorf("%s: %w", in.Dir, err) // formats names the file and batch
 	}
 	for id, s := range seqs {
 		if len(s) == 0 {

@@ -38,6 +38,7 @@ func init() {
 		}
 		return fail(2, fmt.Errorf("bench: unknown subcommand %q; want engine or device", args[0]))
 	}
+	c.subcommands = []string{"engine", "device"}
 	register(c)
 }
 
@@ -96,6 +97,9 @@ func benchEngine(c *command, args []string) int {
 	fioBin := fs.String("fio", "fio", "fio binary for --vs-fio")
 	reps := fs.Int("reps", 1, "repetitions per point (A/B interleaved with fio under --vs-fio)")
 	jsonOut := fs.Bool("json", false, "print the report as JSON")
+	limit(fs, "duration", 10*time.Millisecond, 24*time.Hour)
+	limit(fs, "sq-thread-idle", time.Millisecond, time.Hour)
+	limit(fs, "reps", 1, 100)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -128,9 +132,6 @@ func benchEngine(c *command, args []string) int {
 			return fail(2, fmt.Errorf("bench engine: --backend: unknown backend %q; want some of %s", b, strings.Join(bench.AllBackends, ", ")))
 		}
 		bl = append(bl, b)
-	}
-	if *reps < 1 || *reps > 100 {
-		return fail(2, fmt.Errorf("bench engine: --reps %d out of range 1..100", *reps))
 	}
 	m := bench.Matrix{
 		Template: bench.Point{Path: *file, Size: size, RW: *rw, Duration: *dur, FixedBufs: *fixed, RegisterFiles: *regFiles,
@@ -179,6 +180,7 @@ func benchDevice(c *command, args []string) int {
 	dur := fs.Duration("duration", 30*time.Second, "total measuring time, split over the three measurements")
 	name := fs.String("name", "", "profile name (default: the block device's name)")
 	out := fs.String("o", "", "write the profile JSON to this file (default: stdout)")
+	limit(fs, "duration", 300*time.Millisecond, 24*time.Hour)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -192,9 +194,6 @@ func benchDevice(c *command, args []string) int {
 	if size < 64<<20 || size%(1<<20) != 0 {
 		return fail(2, fmt.Errorf("bench device: --size %s must be a multiple of 1 MiB and at least 64 MiB", *sizeStr))
 	}
-	if *dur < 300*time.Millisecond {
-		return fail(2, fmt.Errorf("bench device: --duration %v is too short (at least 300ms)", *dur))
-	}
 	p, err := bench.MeasureDevice(bench.DeviceConfig{Path: *file, Size: size, Duration: *dur, Name: *name, Log: os.Stderr})
 	if err != nil {
 		return fail(1, fmt.Errorf("bench device: %w", err))
@@ -204,6 +203,11 @@ func benchDevice(c *command, args []string) int {
 		return fail(1, err)
 	}
 	b = append(b, '\n')
+	if cached, err := bench.SaveProfile(p, *file); err != nil {
+		fmt.Fprintf(os.Stderr, "predictio: warning: %v\n", err)
+	} else {
+		fmt.Fprintf(os.Stderr, "cached in %s: simulate and replay predict with it for files on this device\n", cached)
+	}
 	if *out == "" {
 		os.Stdout.Write(b)
 		return 0
@@ -211,6 +215,6 @@ func benchDevice(c *command, args []string) int {
 	if err := os.WriteFile(*out, b, 0o644); err != nil {
 		return fail(1, fmt.Errorf("bench device: write profile: %w", err))
 	}
-	fmt.Fprintf(os.Stderr, "wrote %s; use it with 'predictio simulate --device-profile %s BUNDLE'\n", *out, *out)
+	fmt.Fprintf(os.Stderr, "wrote %s; use it elsewhere with 'predictio simulate --device-profile %s BUNDLE'\n", *out, *out)
 	return 0
 }

@@ -23,6 +23,10 @@ type command struct {
 	example string
 	// run parses args (without the command name) and returns the exit code.
 	run func(args []string) int
+	// subcommands are the words after the name that select a nested
+	// subcommand with its own flags ("bench engine"); TestFlagRanges runs
+	// each with -h to find its flags. trace lists its own in traceSubs.
+	subcommands []string
 }
 
 var commands = map[string]*command{}
@@ -85,10 +89,16 @@ func commandHelp(w io.Writer, c *command) {
 	}
 }
 
+// flagSetHook, when set (by tests), sees every flag set newFlagSet makes.
+var flagSetHook func(*flag.FlagSet)
+
 // newFlagSet returns a FlagSet whose -h output shows the command's usage,
 // flags and example.
 func newFlagSet(c *command, name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	if flagSetHook != nil {
+		flagSetHook(fs)
+	}
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprintf(w, "Usage: %s\n\n%s\n", c.usage, c.summary)
@@ -105,13 +115,21 @@ func newFlagSet(c *command, name string) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args with fs. It returns (exit code, false) when the
-// caller should return: 0 after -h, 2 after a bad flag.
+// parseFlags parses args with fs and checks the ranges declared with limit.
+// It returns (exit code, false) when the caller should return: 0 after -h,
+// 2 after a bad flag or a value out of range.
 func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, false
 		}
+		if h := rangeHint(fs, err); h != "" {
+			fmt.Fprintf(fs.Output(), "predictio %s: %s\n", fs.Name(), h)
+		}
+		return 2, false
+	}
+	if err := checkRanges(fs); err != nil {
+		fmt.Fprintf(fs.Output(), "predictio %s: %v\n", fs.Name(), err)
 		return 2, false
 	}
 	return 0, true

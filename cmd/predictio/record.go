@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/predictio/predictio/record"
 )
@@ -23,6 +25,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 type sizeFlag uint64
 
 func (s *sizeFlag) String() string { return strconv.FormatUint(uint64(*s), 10) }
+func (s *sizeFlag) Get() any       { return uint64(*s) }
 func (s *sizeFlag) Set(v string) error {
 	n, err := parseSize(v)
 	if err != nil {
@@ -43,11 +46,14 @@ func parseSize(v string) (uint64, error) {
 		mult, v = 1<<30, v[:len(v)-1]
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
-	if err != nil {
+	if err != nil || n > math.MaxUint64/mult {
 		return 0, fmt.Errorf("want a byte count like 4096, 64K or 16M")
 	}
 	return n * mult, nil
 }
+
+// pidMaxLimit is the kernel's PID_MAX_LIMIT on 64-bit: no process id is larger.
+const pidMaxLimit = 1 << 22
 
 func init() {
 	c := &command{
@@ -65,12 +71,15 @@ func init() {
 		cg := fs.String("cgroup", "", "record every process in the cgroup v2 `directory` and below")
 		all := fs.Bool("all", false, "record the whole system (except the recorder)")
 		dur := fs.Duration("duration", 0, "stop after this `duration` (e.g. 30s); default: until the target ends or Ctrl-C")
+		limit(fs, "duration", time.Millisecond, 8760*time.Hour).orZero("until the target ends")
 		fs.Var(&include, "include", "record only files under this path `prefix` (repeatable)")
 		fs.Var(&exclude, "exclude", "never record files under this path `prefix` (repeatable; /proc, /sys and /dev always)")
 		fs.Var(&comm, "comm", "record only tasks with this command `name` (repeatable)")
 		var minSize, ring sizeFlag
 		fs.Var(&minSize, "min-size", "record only files of at least this many `bytes` (K, M, G suffixes)")
 		fs.Var(&ring, "ring-size", "events ring buffer `bytes`, a power of two (default 16M)")
+		limit[uint64](fs, "min-size", 0, 1<<60)
+		limit[uint64](fs, "ring-size", 4096, 1<<30).powerOfTwo().orZero("16M")
 		hintsAddr := fs.String("hints", "", "receive application hints on `unix:PATH` (a Unix datagram socket; see docs/hints.md)")
 		fs.Var(&hintUIDs, "hints-uid", "also accept hints from this `uid` (repeatable; the recorder's uid and root always)")
 		quiet := fs.Bool("quiet", false, "no progress line and no summary")
@@ -84,15 +93,15 @@ func init() {
 		}
 		for _, p := range pids {
 			n, err := strconv.Atoi(p)
-			if err != nil {
-				return fail(2, fmt.Errorf("parse --pid %q: not a process id", p))
+			if err != nil || n < 1 || n > pidMaxLimit {
+				return fail(2, fmt.Errorf("parse --pid %q: not a process id (want 1 to %d)", p, pidMaxLimit))
 			}
 			cfg.PIDs = append(cfg.PIDs, n)
 		}
 		for _, u := range hintUIDs {
 			n, err := strconv.ParseUint(u, 10, 32)
-			if err != nil {
-				return fail(2, fmt.Errorf("parse --hints-uid %q: not a uid", u))
+			if err != nil || n == math.MaxUint32 {
+				return fail(2, fmt.Errorf("parse --hints-uid %q: not a uid (want 0 to %d)", u, uint32(math.MaxUint32-1)))
 			}
 			cfg.HintUIDs = append(cfg.HintUIDs, uint32(n))
 		}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -204,6 +205,7 @@ func init() {
 		fs := newFlagSet(&s.command, "trace info")
 		asJSON := fs.Bool("json", false, "print JSON (keys: events, hints, files, duration_ns, bytes_per_event, dropped, kinds, top_files, ...)")
 		top := fs.Int("top", 10, "number of files to list by access count")
+		limit(fs, "top", 0, 1<<20)
 		noVerify := fs.Bool("no-verify", false, noVerifyUsage)
 		pos, code, ok := s.parse(fs, args, 1)
 		if !ok {
@@ -265,6 +267,7 @@ func init() {
 		fs.StringVar(&o.Table, "table", "accesses", "table: accesses, hints or files")
 		fs.StringVar(&o.Format, "format", "csv", "output format: csv or jsonl")
 		fs.IntVar(&o.Limit, "limit", 0, "print at most N rows (0: all)")
+		limit(fs, "limit", 1, math.MaxInt).orZero("all")
 		noVerify := fs.Bool("no-verify", false, noVerifyUsage)
 		pos, code, ok := s3.parse(fs, args, 1)
 		if !ok {
@@ -326,6 +329,7 @@ func init() {
 		fs.StringVar(&o.Ops, "ops", "read", "operations to import: read, or all (reads and writes)")
 		fs.StringVar(&o.Action, "action", "Q", "blkparse action to import: Q (queued), D (issued) or C (completed)")
 		fs.IntVar(&o.PageSize, "page-size", 0, "page size for byte-to-page conversion (default: this machine's)")
+		limit(fs, "page-size", 512, 1<<30).powerOfTwo().orZero("this machine's")
 		pos, code, ok := s5.parse(fs, args, 1)
 		if !ok {
 			return code
@@ -487,28 +491,41 @@ func init() {
 	s10 := &traceSub{args: "no arguments"}
 	s10.command = command{
 		name:    "synth",
-		summary: "write a deterministic synthetic bundle: seq, stride, random, sparse (recurring, --run selects the run) or btree (with hints)",
-		usage:   "predictio trace synth -o DIR --pattern seq|stride|random|sparse|btree [--events N] [--files N] [--file-pages N] [--stride N] [--run N] [--seed N] [--think-ns N]",
+		summary: "write a deterministic synthetic bundle: seq, stride, random, sparse (recurring, --run selects the run), btree (with hints) or launch (a program start: exec, opens, stats, readdir, mmap and faults with their protection, reads; service times)",
+		usage:   "predictio trace synth -o DIR --pattern seq|stride|random|sparse|btree|launch [--events N] [--files N] [--file-pages N] [--stride N] [--run N] [--seed N] [--think-ns N] [--service-ns N]",
 		example: "predictio trace synth -o /var/tmp/rand --pattern random --events 100000 --seed 7",
 	}
 	s10.run = func(args []string) int {
 		fs := newFlagSet(&s10.command, "trace synth")
 		out := fs.String("o", "", "output bundle directory")
 		var spec formats.SynthSpec
-		fs.StringVar(&spec.Pattern, "pattern", "", "access pattern: seq, stride, random, sparse or btree")
+		fs.StringVar(&spec.Pattern, "pattern", "", "access pattern: seq, stride, random, sparse, btree or launch")
 		fs.IntVar(&spec.Events, "events", 100000, "number of accesses")
-		fs.IntVar(&spec.Files, "files", 1, "number of files")
+		fs.IntVar(&spec.Files, "files", 1, "number of files (launch: of libraries)")
 		fs.Uint64Var(&spec.FilePages, "file-pages", 0, "pages per file (0: events/files for seq, else 262144)")
 		fs.Uint64Var(&spec.Stride, "stride", 0, "page step for --pattern stride (default 16), fanout for btree (default 64)")
 		fs.IntVar(&spec.Run, "run", 0, "run of --pattern sparse or btree: runs share the sequence of --seed (sparse: 90% of it) and differ in the rest")
 		fs.Int64Var(&spec.Seed, "seed", 1, "random seed")
 		fs.Uint64Var(&spec.ThinkNS, "think-ns", 2000, "mean time between accesses in ns")
+		fs.Uint64Var(&spec.ServiceNS, "service-ns", 0, "give every access this service time in ns (end_ns = ts_ns + N; format 1.1); launch: default 20000")
+		limit(fs, "events", 1, 1_000_000_000)
+		limit(fs, "files", 1, 1<<20)
+		limit[uint64](fs, "file-pages", 1, 1<<40).orZero("events/files for seq, else 262144")
+		limit[uint64](fs, "stride", 1, 1<<40).orZero("16, or 64 for btree")
+		limit(fs, "run", 0, 1_000_000)
+		limit[int64](fs, "seed", math.MinInt64, math.MaxInt64)
+		limit[uint64](fs, "think-ns", 1, 1_000_000_000)
+		limit[uint64](fs, "service-ns", 1, 1_000_000_000).orZero("none; launch: 20000")
 		_, code, ok := s10.parse(fs, args, 0)
 		if !ok {
 			return code
 		}
 		if *out == "" || spec.Pattern == "" {
 			fmt.Fprintln(os.Stderr, "predictio trace synth: -o DIR and --pattern are required")
+			return 2
+		}
+		if spec.Pattern == "btree" && spec.Stride == 1 {
+			fmt.Fprintln(os.Stderr, "predictio trace synth: flag --stride 1 is out of range for --pattern btree: want 0 (fanout 64) or a fanout of 2 or more")
 			return 2
 		}
 		if err := trace.Synth(*out, spec); err != nil {

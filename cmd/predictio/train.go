@@ -26,6 +26,7 @@ func init() {
 			"predictio simulate --model /var/tmp/launch.model --policy markov /var/tmp/launch3",
 	}
 	c.run = func(args []string) int { return runTrain(c, args, os.Stdout, os.Stderr) }
+	c.subcommands = []string{"markov"}
 	register(c)
 }
 
@@ -59,6 +60,7 @@ func runTrain(c *command, args []string, stdout, stderr io.Writer) int {
 	device := fs.String("device", "nvme", "device preset for --holdout: nvme, sata-ssd or hdd")
 	noOracle := fs.Bool("no-oracle", false, "leave the oracle out of the --holdout report")
 	jsonOut := fs.Bool("json", false, "print the training summary (and holdout reports) as JSON")
+	limit(fs, "holdout", 1, 1<<16).orZero("no holdout")
 	noVerify := addNoVerifyFlag(fs, stderr)
 	pos, code, ok := parseArgs(fs, args[1:])
 	if !ok {
