@@ -104,7 +104,7 @@ func (p *pipeline) read() {
 				b = p.hand(b)
 			}
 			if final && errors.Is(err, os.ErrDeadlineExceeded) {
-				p.done(b)
+				p.done()
 				return
 			}
 			if !final && !low {
@@ -114,7 +114,7 @@ func (p *pipeline) read() {
 			if b.n > 0 {
 				b = p.hand(b)
 			}
-			p.done(b)
+			p.done()
 			return
 		}
 		if p.s.stopping.Load() && !final {
@@ -174,7 +174,7 @@ func (p *pipeline) hand(b *rawBatch) *rawBatch {
 }
 
 // done ends the reader's side.
-func (p *pipeline) done(b *rawBatch) {
+func (p *pipeline) done() {
 	if p.dec == nil {
 		close(p.full)
 	}
