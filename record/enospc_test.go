@@ -56,6 +56,10 @@ func smallFS(t *testing.T, size int64) string {
 		t.Logf("output on tmpfs size=%d (no loop device or mkfs.ext4: %v)", size, err)
 	}
 	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
+	// Ballast, for the test to free space with once the disk is full.
+	if err := os.WriteFile(filepath.Join(mnt, "ballast"), make([]byte, 512<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	return mnt
 }
 
@@ -63,8 +67,8 @@ func smallFS(t *testing.T, size int64) string {
 // on a 4 MiB filesystem, which fills. The recording fails with an error
 // that names the cause and the bundle and says how to recover it; the
 // program runs to its end regardless (it prints its timing last); and
-// trace repair recovers the batches written before the disk filled, each
-// access naming a file row with a path.
+// once space is freed, trace repair recovers the batches written before
+// the disk filled, each access naming a file row with a path.
 func TestENOSPC(t *testing.T) {
 	requireRecorder(t, "filemap:mm_filemap_get_pages")
 	mnt := smallFS(t, 4<<20)
@@ -90,6 +94,10 @@ func TestENOSPC(t *testing.T) {
 	}
 	if f := strings.Fields(stdout.String()); len(f) != 2 {
 		t.Errorf("the traced program did not finish: it printed %q", stdout.String())
+	}
+	// What the error says: free space, then repair.
+	if err := os.Remove(filepath.Join(mnt, "ballast")); err != nil {
+		t.Fatal(err)
 	}
 	rep, err := formats.Repair(out)
 	if err != nil {
