@@ -1,4 +1,4 @@
-package record
+package source
 
 import (
 	"bufio"
@@ -18,12 +18,12 @@ import (
 	"github.com/predictio/predictio/hints"
 )
 
-// HintRejects counts hint datagrams the recorder skipped, by reason.
+// HintRejects counts hint datagrams the hint server skipped, by reason.
 type HintRejects struct {
 	Malformed     uint64 // bad magic, kind, flags or lengths
 	Truncated     uint64 // shorter than its header or payload_len says
 	Oversized     uint64 // larger than hints.MaxDatagram, or too many children / too long a name
-	ForeignUID    uint64 // sender uid is not the recorder's, root's or a --hints-uid
+	ForeignUID    uint64 // sender uid is not this process's, root's or one of Config.HintUIDs
 	NoCredentials uint64 // no SCM_CREDENTIALS (cannot happen with SO_PASSCRED)
 	Unreadable    uint64 // the sender may not read the named file
 	BadFile       uint64 // the file does not exist, is not regular, or fds are missing
@@ -40,20 +40,46 @@ const (
 	nRej
 )
 
+// Total is the number of rejected hints.
+func (h HintRejects) Total() uint64 {
+	return h.Malformed + h.Truncated + h.Oversized + h.ForeignUID + h.NoCredentials + h.Unreadable + h.BadFile
+}
+
+// HintDrops are the hints senders dropped instead of blocking, as their
+// drop_report datagrams told the server (docs/hints.md). Reports are
+// accepted from the same senders as hints (the uid check); they are not
+// hints and are counted in neither Stats.Hints nor HintRejects.
+type HintDrops struct {
+	QueueFull uint64 // the server's socket queue was full: it fell behind, was stopped or stuck
+	NoServer  uint64 // nothing listened at the socket: before the server started, or while it restarted
+}
+
+// Total is the number of dropped hints.
+func (d HintDrops) Total() uint64 { return d.QueueFull + d.NoServer }
+
+// handle's results besides a rej* reason.
+const (
+	handledHint   = -1 // a hint, decoded into the row
+	handledReport = -2 // a drop report, counted
+)
+
 // hintServer receives hints on a Unix datagram socket.
 type hintServer struct {
 	fd      int
 	path    string
-	r       *recorder
+	src     *Source
 	allowed map[uint32]bool
 
 	accepted atomic.Uint64
 	rej      [nRej]atomic.Uint64
+	dropFull atomic.Uint64 // HintDrops.QueueFull
+	dropNone atomic.Uint64 // HintDrops.NoServer
 	quit     atomic.Bool
 	cpu      atomic.Uint64 // CPU ns of the serving thread, set when serve returns
 
 	// Used by the serve goroutine only.
 	paths  map[credKey]map[string]pathCheck
+	npaths int // entries in paths, at most maxPathChecks
 	groups map[uint32]procGroupsAt
 	// access checks paths with the kernel as the sender; nil where this
 	// process cannot switch a thread's credentials (accessErr says why),
@@ -80,7 +106,12 @@ type pathCheck struct {
 // pathCheckTTL is how long a (uid, path) check is reused.
 const pathCheckTTL = time.Second
 
-func newHintServer(path string, r *recorder, uids []uint32) (*hintServer, error) {
+// maxPathChecks bounds the path-check cache over all senders, so that
+// neither a sender naming ever new paths nor many senders grow the
+// server's memory (a full cache is emptied and refills).
+const maxPathChecks = 65536
+
+func newHintServer(path string, src *Source, uids []uint32) (*hintServer, error) {
 	if st, err := os.Lstat(path); err == nil {
 		if st.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("open hint socket %s: exists and is not a socket", path)
@@ -110,7 +141,7 @@ func newHintServer(path string, r *recorder, uids []uint32) (*hintServer, error)
 	tv := unix.NsecToTimeval(int64(50 * time.Millisecond))
 	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 	s := &hintServer{
-		fd: fd, path: path, r: r,
+		fd: fd, path: path, src: src,
 		allowed: map[uint32]bool{0: true, uint32(os.Getuid()): true},
 		paths:   make(map[credKey]map[string]pathCheck),
 		groups:  make(map[uint32]procGroupsAt),
@@ -195,7 +226,14 @@ type mmsghdr struct {
 // hintBatch is how many datagrams one recvmmsg(2) may return.
 const hintBatch = 32
 
-// serve receives datagrams until stop; it never panics on bad input.
+// drainMax is how many datagrams serve still takes after stop: more than
+// the socket queue holds (hintQueue), so that every hint and drop report
+// queued before stop is counted, yet bounded, so that a sender that keeps
+// sending cannot hold serve.
+const drainMax = 2*hintQueue + hintBatch
+
+// serve receives datagrams until stop, then what is queued (at most
+// drainMax more); it never panics on bad input.
 func (s *hintServer) serve() {
 	runtime.LockOSThread()
 	boostThread()
@@ -212,7 +250,8 @@ func (s *hintServer) serve() {
 		hdrs[i].hdr.Iovlen = 1
 		hdrs[i].hdr.Control = &oobs[i*oobLen]
 	}
-	var msg hints.Message
+	var msgs [hintBatch]hints.Message // one per slot: a row's children stay valid until delivered
+	rows := make([]formats.Hint, 0, hintBatch)
 	var h formats.Hint
 	var fds [16]int32
 	offset, offsetAt := clockOffset(), monoNow()
@@ -221,18 +260,28 @@ func (s *hintServer) serve() {
 	// offset estimate's error (microseconds where reading the clocks is
 	// slow, as under emulation) and is raised to its predecessor's.
 	var last uint64
+	// After stop, left counts down the datagrams still taken without
+	// waiting (-1 before stop).
+	left := -1
 	for {
 		for i := range hdrs {
 			hdrs[i].hdr.SetControllen(oobLen)
 			hdrs[i].hdr.Flags = 0
 			hdrs[i].n = 0
 		}
+		flags := unix.MSG_CMSG_CLOEXEC | unix.MSG_WAITFORONE
+		if left >= 0 {
+			flags |= unix.MSG_DONTWAIT
+		}
 		n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&hdrs[0])), hintBatch,
-			unix.MSG_CMSG_CLOEXEC|unix.MSG_WAITFORONE, 0, 0)
+			uintptr(flags), 0, 0)
 		if errno != 0 {
 			if errno == unix.EAGAIN || errno == unix.EINTR {
-				if s.quit.Load() {
-					return
+				if left >= 0 && errno == unix.EAGAIN {
+					return // stopped, and the queue is empty
+				}
+				if left < 0 && s.quit.Load() {
+					left = drainMax
 				}
 				continue
 			}
@@ -242,7 +291,7 @@ func (s *hintServer) serve() {
 		if mono-offsetAt > uint64(time.Second) {
 			offset, offsetAt = clockOffset(), mono
 		}
-		s.r.wmu.Lock()
+		rows = rows[:0]
 		for i := 0; i < int(n); i++ {
 			mh := &hdrs[i].hdr
 			oob := oobs[i*oobLen : i*oobLen+int(mh.Controllen)]
@@ -254,20 +303,29 @@ func (s *hintServer) serve() {
 			}
 			ts = max(ts, last)
 			last = ts
-			rej := s.handle(buf, int(hdrs[i].n), mh.Flags, cred, fds[:nfds], ts, &msg, &h)
+			rej := s.handle(buf, int(hdrs[i].n), mh.Flags, cred, fds[:nfds], ts, &msgs[i], &h)
 			for _, fd := range fds[:nfds] {
 				unix.Close(int(fd))
 			}
-			if rej >= 0 {
+			switch {
+			case rej >= 0:
 				s.rej[rej].Add(1)
-			} else {
-				s.accepted.Add(1)
+			case rej == handledHint:
+				rows = append(rows, h)
 			}
 		}
-		s.r.wmu.Unlock()
-		// A client that keeps sending never lets the receive time out.
-		if s.quit.Load() {
-			return
+		if len(rows) > 0 && s.src.deliverHints(rows) {
+			s.accepted.Add(uint64(len(rows)))
+		}
+		// A client that keeps sending never lets the receive time out:
+		// stop is checked between batches too, and the drain is bounded.
+		switch {
+		case left >= 0:
+			if left -= int(n); left <= 0 {
+				return
+			}
+		case s.quit.Load():
+			left = drainMax
 		}
 	}
 }
@@ -309,8 +367,8 @@ func parseControl(oob []byte, fds *[16]int32) (cred *unix.Ucred, nfds int, realt
 	return cred, nfds, realtimeNS
 }
 
-// handle checks and writes one datagram; it returns a rej* reason or -1.
-// The caller holds r.wmu.
+// handle checks and decodes one datagram into h; it returns a rej* reason,
+// handledHint, or handledReport for a drop report (counted here).
 func (s *hintServer) handle(buf []byte, n int, flags int32, cred *unix.Ucred, fds []int32, ts uint64, msg *hints.Message, h *formats.Hint) int {
 	if cred == nil {
 		return rejNoCreds
@@ -333,6 +391,14 @@ func (s *hintServer) handle(buf []byte, n int, flags int32, cred *unix.Ucred, fd
 		}
 		return rejMalformed
 	}
+	if msg.Kind == hints.KindDropReport {
+		if len(fds) != 0 {
+			return rejBadFile
+		}
+		addSaturating(&s.dropFull, msg.QueueFull)
+		addSaturating(&s.dropNone, msg.NoServer)
+		return handledReport
+	}
 	var fe *fileEntry
 	if msg.Flags&hints.FlagFD != 0 {
 		if len(fds) != 1 {
@@ -348,12 +414,12 @@ func (s *hintServer) handle(buf []byte, n int, flags int32, cred *unix.Ucred, fd
 			return rejBadFile
 		}
 		key := statKey(&st)
-		if fe = s.r.files.get(key); fe == nil {
+		if fe = s.src.files.get(key); fe == nil {
 			p, _ := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
 			if !strings.HasPrefix(p, "/") {
 				p = ""
 			}
-			fe = s.r.files.add(key, 0, strings.TrimSuffix(p, " (deleted)"))
+			fe = s.src.files.add(key, 0, strings.TrimSuffix(p, " (deleted)"))
 		}
 	} else {
 		if len(fds) != 0 {
@@ -370,7 +436,7 @@ func (s *hintServer) handle(buf []byte, n int, flags int32, cred *unix.Ucred, fd
 	case hints.KindTreeChildEnter:
 		h.ParentPage, h.Position, h.Children = msg.ParentPage, msg.Position, msg.Children
 	case hints.KindTensorLayout:
-		// AppendHint copies the name, so a view of the buffer is enough.
+		// A view of the receive buffer: valid until the batch is delivered.
 		if len(msg.Name) > 0 {
 			h.Name = unsafe.String(&msg.Name[0], len(msg.Name))
 		}
@@ -378,11 +444,23 @@ func (s *hintServer) handle(buf []byte, n int, flags int32, cred *unix.Ucred, fd
 	case hints.KindLayerStart:
 		h.Position = msg.Layer
 	}
-	// serve holds r.wmu.
-	if err := s.r.out.AppendHint(h); err != nil {
-		s.r.setWriteErr(err)
+	return handledHint
+}
+
+// addSaturating adds v to c, stopping at the largest uint64: counts a
+// sender reports are its claim, and must not wrap the total around. Only
+// the serve goroutine adds.
+func addSaturating(c *atomic.Uint64, v uint64) {
+	old := c.Load()
+	if old+v < old {
+		c.Store(^uint64(0))
+		return
 	}
-	return -1
+	c.Store(old + v)
+}
+
+func (s *hintServer) drops() HintDrops {
+	return HintDrops{QueueFull: s.dropFull.Load(), NoServer: s.dropNone.Load()}
 }
 
 // checkPath resolves a hint's path for the sender, with a short-lived cache.
@@ -390,9 +468,6 @@ func (s *hintServer) checkPath(cred *unix.Ucred, path []byte) (*fileEntry, int) 
 	ck := credKey{pid: uint32(cred.Pid), uid: cred.Uid, gid: cred.Gid}
 	byPath := s.paths[ck]
 	if byPath == nil {
-		if len(s.paths) > 4096 {
-			clear(s.paths)
-		}
 		byPath = make(map[string]pathCheck)
 		s.paths[ck] = byPath
 	}
@@ -411,12 +486,18 @@ func (s *hintServer) checkPath(cred *unix.Ucred, path []byte) (*fileEntry, int) 
 		c.rej = rejUnreadable
 	default:
 		key := statKey(&st)
-		if c.entry = s.r.files.get(key); c.entry == nil {
-			c.entry = s.r.files.add(key, 0, p)
+		if c.entry = s.src.files.get(key); c.entry == nil {
+			c.entry = s.src.files.add(key, 0, p)
 		}
 	}
-	if len(byPath) > 65536 {
-		clear(byPath)
+	if _, ok := byPath[p]; !ok {
+		if s.npaths >= maxPathChecks {
+			clear(s.paths)
+			s.npaths = 0
+			byPath = make(map[string]pathCheck)
+			s.paths[ck] = byPath
+		}
+		s.npaths++
 	}
 	byPath[p] = c
 	return c.entry, c.rej

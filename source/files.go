@@ -1,4 +1,4 @@
-package record
+package source
 
 import (
 	"bufio"
@@ -32,14 +32,20 @@ const (
 )
 
 type fileEntry struct {
-	id    uint32
-	key   fileKey
-	state atomic.Uint32
-	path  string // guarded by fileTable.mu
+	id       uint32
+	key      fileKey // zero for a path-only file
+	pathOnly bool    // a path looked up that did not exist: no inode
+	state    atomic.Uint32
+	path     string // guarded by fileTable.mu
 	// pages is the file's size in pages when last stat'ed (0: unknown),
-	// statAt when (monotonic ns); used by the writer only.
+	// statAt when (monotonic ns); used by the decoder only.
 	pages  uint64
 	statAt uint64
+	// size, mtime and mode from the stat when the file was added; guarded
+	// by fileTable.mu.
+	size  uint64
+	mtime int64
+	mode  uint32
 }
 
 // setSize records st's size in pages.
@@ -66,9 +72,11 @@ func hasPathPrefix(path, prefix string) bool {
 	return path == prefix || strings.HasPrefix(path, prefix+"/")
 }
 
-// decide returns the state for a resolved file.
+// decide returns the state for a resolved file. Regular files and
+// directories (the files of readdir and stat rows) are kept; devices,
+// pipes and sockets never.
 func (f *filter) decide(path string, st *unix.Stat_t) uint32 {
-	if st != nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
+	if st != nil && st.Mode&unix.S_IFMT != unix.S_IFREG && st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return stateDenied
 	}
 	for _, p := range f.exclude {
@@ -103,11 +111,13 @@ func (f *filter) unknownState() uint32 {
 }
 
 // fileTable assigns file ids and resolves (dev, ino) to paths. It is shared
-// by the event writer, the opens reader and the hint server.
+// by the event decoder, the opens reader and the hint server.
 type fileTable struct {
 	mu          sync.Mutex
 	byKey       map[fileKey]*fileEntry
+	byPath      map[string]*fileEntry // path-only files
 	list        []*fileEntry
+	fresh       []formats.File     // rows of files added since takeFresh
 	cands       map[fileKey]string // paths seen in opens and hints
 	filt        filter
 	deny        *ebpf.Map      // bpf "files" map; nil in tests
@@ -120,6 +130,7 @@ type fileTable struct {
 func newFileTable(filt filter, deny *ebpf.Map, fallbackDir string) *fileTable {
 	return &fileTable{
 		byKey:       make(map[fileKey]*fileEntry),
+		byPath:      make(map[string]*fileEntry),
 		cands:       make(map[fileKey]string),
 		filt:        filt,
 		deny:        deny,
@@ -189,12 +200,12 @@ func (t *fileTable) add(key fileKey, pid uint32, path string) *fileEntry {
 		path = scanProc(pid, key)
 	}
 	state := t.filt.unknownState()
-	size := int64(-1)
+	size, mtime, mode := int64(-1), int64(0), uint32(0)
 	if path != "" {
 		var st unix.Stat_t
 		if err := unix.Stat(path, &st); err == nil && statKey(&st) == key {
 			state = t.filt.decide(path, &st)
-			size = st.Size
+			size, mtime, mode = st.Size, st.Mtim.Nano(), st.Mode
 		} else {
 			state = t.filt.decide(path, nil)
 		}
@@ -204,14 +215,71 @@ func (t *fileTable) add(key fileKey, pid uint32, path string) *fileEntry {
 		t.mu.Unlock()
 		return e
 	}
-	e := &fileEntry{id: uint32(len(t.list)), key: key, path: path}
+	// Ids start at 1: a hint's file_id 0 means "no file" (docs/format.md).
+	e := &fileEntry{id: uint32(len(t.list) + 1), key: key, path: path}
 	if size >= 0 {
 		e.pages, e.statAt = (uint64(size)+4095)/4096, monoNow()
+		e.size, e.mtime, e.mode = uint64(size), mtime, mode
 	}
 	t.byKey[key] = e
 	t.list = append(t.list, e)
-	t.mu.Unlock()
 	t.setState(e, state)
+	if state != stateDenied {
+		t.fresh = append(t.fresh, formats.File{ID: e.id, Dev: uint64(key.dev), Ino: key.ino, Path: path,
+			Size: uint64(max(size, 0)), MtimeNS: mtime, Mode: mode})
+	}
+	t.mu.Unlock()
+	return e
+}
+
+// takeFresh appends the rows of the files added since the last call to dst.
+// A file is added before any event or hint that names it is decoded, so a
+// batch that takes the fresh rows when it is delivered carries every file
+// it references that no earlier batch carried.
+func (t *fileTable) takeFresh(dst []formats.File) []formats.File {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	dst = append(dst, t.fresh...)
+	clear(t.fresh)
+	t.fresh = t.fresh[:0]
+	return dst
+}
+
+// row returns the current files.arrow row of file id: its path (or the best
+// candidate seen so far) and the size and mtime of its last stat.
+func (t *fileTable) row(id uint32) (formats.File, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if id == 0 || int(id) > len(t.list) {
+		return formats.File{}, false
+	}
+	e := t.list[id-1]
+	f := formats.File{ID: e.id, Dev: uint64(e.key.dev), Ino: e.key.ino, Path: e.path, Size: e.size, MtimeNS: e.mtime, Mode: e.mode}
+	if f.Path == "" {
+		f.Path = t.cands[e.key]
+	}
+	return f, true
+}
+
+// addPathOnly returns the path-only file of path (a lookup that failed),
+// made on first sight: files.arrow's row has ino 0 and mode 0.
+func (t *fileTable) addPathOnly(path string) *fileEntry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.byPath[path]; e != nil {
+		return e
+	}
+	e := &fileEntry{id: uint32(len(t.list) + 1), path: path, pathOnly: true}
+	t.byPath[path] = e
+	t.list = append(t.list, e)
+	state := t.filt.decide(path, nil)
+	if t.filt.minSize > 0 {
+		state = stateDenied // no file, no size
+	}
+	e.state.Store(state)
+	if state != stateDenied {
+		t.fresh = append(t.fresh, formats.File{ID: e.id, Path: path})
+	}
 	return e
 }
 
@@ -280,25 +348,8 @@ func scanMaps(name string, key fileKey) string {
 // resolveOpen turns an open(2) path of pid into an absolute path and
 // records it as a candidate for the file it names now.
 func (t *fileTable) resolveOpen(pid uint32, dfd int32, path string, exec bool) {
-	if path == "" {
+	if path = t.absPath(pid, dfd, path); path == "" {
 		return
-	}
-	if !filepath.IsAbs(path) {
-		proc := "/proc/" + strconv.FormatUint(uint64(pid), 10)
-		var base string
-		var err error
-		if dfd == unix.AT_FDCWD {
-			base, err = os.Readlink(proc + "/cwd")
-		} else {
-			base, err = os.Readlink(proc + "/fd/" + strconv.Itoa(int(dfd)))
-		}
-		if err != nil {
-			if t.fallbackDir == "" || dfd != unix.AT_FDCWD {
-				return
-			}
-			base = t.fallbackDir
-		}
-		path = filepath.Join(base, path)
 	}
 	var st unix.Stat_t
 	if unix.Stat(path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
@@ -312,6 +363,35 @@ func (t *fileTable) resolveOpen(pid uint32, dfd int32, path string, exec bool) {
 			t.addCandidate(statKey(&st), interp)
 		}
 	}
+}
+
+// absPath makes path, as process pid gave it to a system call relative to
+// the directory fd dfd (or its working directory, AT_FDCWD), absolute and
+// clean. It returns "" when that directory is gone (the process exited)
+// and is not the recorder's own working directory, which a command
+// inherits.
+func (t *fileTable) absPath(pid uint32, dfd int32, path string) string {
+	if path == "" {
+		return ""
+	}
+	if filepath.IsAbs(path) {
+		return filepath.Clean(path)
+	}
+	proc := "/proc/" + strconv.FormatUint(uint64(pid), 10)
+	var base string
+	var err error
+	if dfd == unix.AT_FDCWD {
+		base, err = os.Readlink(proc + "/cwd")
+	} else {
+		base, err = os.Readlink(proc + "/fd/" + strconv.Itoa(int(dfd)))
+	}
+	if err != nil {
+		if t.fallbackDir == "" || dfd != unix.AT_FDCWD {
+			return ""
+		}
+		base = t.fallbackDir
+	}
+	return filepath.Join(base, path)
 }
 
 // interp returns the PT_INTERP of an executable, cached.
@@ -339,14 +419,12 @@ func (t *fileTable) interp(path string) string {
 	return v
 }
 
-// files returns the files.arrow rows: path, size and mtime of every file
-// that still exists under the path it was seen with.
+// files returns the files.arrow rows of every file, stat'ed now (rowNow).
 func (t *fileTable) files() (rows []formats.File, unresolved int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	rows = make([]formats.File, 0, len(t.list))
-	for _, e := range t.list {
-		f := t.rowLocked(e)
+	n := t.count()
+	rows = make([]formats.File, 0, n)
+	for i := range n {
+		f, _ := t.rowNow(uint32(i + 1))
 		if f.Path == "" {
 			unresolved++
 		}
@@ -355,32 +433,28 @@ func (t *fileTable) files() (rows []formats.File, unresolved int) {
 	return rows, unresolved
 }
 
-// row returns the files.arrow row of file id as known now. The bundle
-// writer calls it (formats.WithFileResolver) when the first batch that
-// references id is written, so that the row reaches disk with that batch.
-func (t *fileTable) row(id uint32) formats.File {
+// rowNow returns the files.arrow row of file id with its best path,
+// stat'ed now: size, mtime and mode when the file still exists under that
+// path with the same device and inode (else they stay 0).
+func (t *fileTable) rowNow(id uint32) (formats.File, bool) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if int(id) >= len(t.list) {
-		return formats.File{ID: id}
+	if id == 0 || int(id) > len(t.list) {
+		t.mu.Unlock()
+		return formats.File{}, false
 	}
-	return t.rowLocked(t.list[id])
-}
-
-func (t *fileTable) rowLocked(e *fileEntry) formats.File {
+	e := t.list[id-1]
 	f := formats.File{ID: e.id, Dev: uint64(e.key.dev), Ino: e.key.ino, Path: e.path}
 	if f.Path == "" {
 		f.Path = t.cands[e.key]
 	}
-	if f.Path != "" {
+	t.mu.Unlock()
+	if f.Path != "" && !e.pathOnly {
 		var st unix.Stat_t
 		if unix.Stat(f.Path, &st) == nil && statKey(&st) == e.key {
-			f.Size = uint64(st.Size)
-			f.MtimeNS = st.Mtim.Nano()
-			f.Mode = st.Mode
+			f.Size, f.MtimeNS, f.Mode = uint64(st.Size), st.Mtim.Nano(), st.Mode
 		}
 	}
-	return f
+	return f, true
 }
 
 // pathOf returns e's path.
