@@ -146,6 +146,9 @@ type Run struct {
 	Residue *Residue `json:"residue,omitempty"`
 	// Metadata counts the metadata operations, for bundles that have them.
 	Metadata *Metadata `json:"metadata,omitempty"`
+	// Fidelity compares, per kind of operation, the recorded service and
+	// think times with the run's.
+	Fidelity []KindFidelity `json:"fidelity,omitempty"`
 
 	lat []int64 // per-access latency, ns, sorted
 }

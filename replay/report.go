@@ -105,6 +105,9 @@ type Summary struct {
 	TimingError  *float64 `json:"timing_error,omitempty"`
 	TimingTarget bool     `json:"timing_target"`
 	TimingNote   string   `json:"timing_note,omitempty"`
+	// Fidelity is the baseline's per-kind comparison of recorded and
+	// replayed times (Run.Fidelity), the median over its rounds.
+	Fidelity []KindFidelity `json:"fidelity,omitempty"`
 }
 
 func spreadOf(xs []float64) Spread {
@@ -249,6 +252,9 @@ func (rep *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(bw, " (%s)", rep.Summary.TimingNote)
 		}
 		fmt.Fprintln(bw)
+	}
+	if len(rep.Summary.Fidelity) > 0 {
+		writeFidelity(bw, rep.Summary.Fidelity)
 	}
 	if rep.TimingFallback != "" {
 		fmt.Fprintf(bw, "\nnote: %s\n", rep.TimingFallback)
@@ -404,6 +410,13 @@ func (rep *Report) timing(t *trace, opt *Options) {
 			base = &s.Policies[i]
 		}
 	}
+	var runs []*Run
+	for _, r := range rep.Runs {
+		if r.Policy == Baseline {
+			runs = append(runs, r)
+		}
+	}
+	s.Fidelity = medianFidelity(runs)
 	switch {
 	case s.RecordedWallNS == 0:
 		s.TimingNote = "the manifest has no recorded wall (timing.recorded_wall_ns)"

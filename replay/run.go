@@ -27,6 +27,7 @@ type worker struct {
 	stall int64
 	end   time.Time // when its last operation completed
 	meta  Metadata
+	kinds kindTimes // recorded against replayed times, per kind
 	err   error
 	warn  string
 
@@ -317,6 +318,7 @@ func (r *Replayer) measure(run *Run, st *runState, workers []*worker) {
 		}
 	}
 	run.WallNS = last.Sub(first).Nanoseconds()
+	run.Fidelity = fidelity(workers)
 	sortInt64(lat)
 	run.lat = lat
 	run.P50US = float64(percentile(lat, 0.50)) / 1e3
@@ -355,8 +357,10 @@ func (w *worker) loop(ctx context.Context) {
 		if o.meta {
 			t0 := time.Now()
 			w.metadata(o, st.files)
-			w.end = time.Now()
-			w.meta.TimeNS += w.end.Sub(t0).Nanoseconds()
+			end := time.Now()
+			w.meta.TimeNS += end.Sub(t0).Nanoseconds()
+			w.kinds.add(o, prev, t0.Sub(w.end), end.Sub(t0))
+			w.end = end
 			prev = o
 			continue
 		}
@@ -370,8 +374,10 @@ func (w *worker) loop(ctx context.Context) {
 		}
 		t0 := time.Now()
 		err := st.dem.demand(w, o)
-		w.end = time.Now()
-		d := w.end.Sub(t0).Nanoseconds()
+		end := time.Now()
+		d := end.Sub(t0).Nanoseconds()
+		w.kinds.add(o, prev, t0.Sub(w.end), end.Sub(t0))
+		w.end = end
 		w.lat = append(w.lat, d)
 		w.stall += d
 		st.done.Add(1)
