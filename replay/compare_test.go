@@ -80,3 +80,35 @@ func TestKindFidelity(t *testing.T) {
 		t.Errorf("text report lacks the per-kind comparison:\n%s", b.String())
 	}
 }
+
+// TestWaitsEndOnTime: a replayed think time ends when it is due, not late
+// by the kernel's wake-up latency (5–20 µs from clock_nanosleep on this
+// kind of VM), which would be added to each of a program's thousands of
+// operations; and never before it is due.
+func TestWaitsEndOnTime(t *testing.T) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		clockThread()
+		for _, d := range []time.Duration{3 * time.Microsecond, 10 * time.Microsecond, 40 * time.Microsecond, 300 * time.Microsecond} {
+			const n = 201
+			late := make([]time.Duration, 0, n)
+			for i := 0; i < n; i++ {
+				due := time.Now().Add(d)
+				sleepUntil(due)
+				late = append(late, time.Since(due))
+			}
+			slices.Sort(late)
+			t.Logf("waits of %v: late by %v (median), %v (90th percentile)", d, late[n/2], late[n*9/10])
+			if late[0] < 0 {
+				t.Errorf("a wait of %v ended %v early", d, -late[0])
+			}
+			// The median is what every operation pays; a loaded
+			// machine's preemptions only reach the tail.
+			if late[n/2] > 2*time.Microsecond {
+				t.Errorf("waits of %v end %v late (median); want under 2 µs", d, late[n/2])
+			}
+		}
+	}()
+	<-done
+}
