@@ -35,8 +35,12 @@ func (r *Replayer) startBackend(st *runState, name string, files []*openFile) (f
 	}, nil
 }
 
-// effectCounts fills in the run's counts by effect from the observer.
+// effectCounts fills in the run's counts by effect from the observer. A
+// baseline prefetches nothing and runs without the observer (observe).
 func (r *Replayer) effectCounts(run *Run) {
+	if run.Policy == Baseline {
+		return
+	}
 	if r.obs == nil {
 		run.EffectNote = r.obsErr
 		return
@@ -49,6 +53,22 @@ func (r *Replayer) effectCounts(run *Run) {
 	run.Counts = c
 	if how, err := r.obs.Faults(); how == "" && r.t.hasFaults() {
 		run.Warnings = append(run.Warnings, fmt.Sprintf("the effect counters see no faults (%v): prefetched pages only faults demanded count as wasted", err))
+	}
+}
+
+// observe loads the effect observer before a policy run of a page-cache
+// backend, and unloads it before a baseline run. The observer hooks every
+// system call's entry and exit on the machine, which costs a cached 4 KiB
+// pread about 1.5 µs here (2.9 µs without it, 4.4 µs with); a baseline,
+// which prefetches nothing, has nothing to count, and should cost what the
+// recorded program's operations cost, which ran without it.
+func (r *Replayer) observe(spec string) {
+	if spec == Baseline {
+		r.stopObserver()
+		return
+	}
+	if r.obs == nil {
+		r.startObserver()
 	}
 }
 

@@ -2,10 +2,13 @@ package replay
 
 import (
 	"bytes"
+	"context"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/predictio/predictio/formats"
 )
@@ -111,4 +114,49 @@ func TestWaitsEndOnTime(t *testing.T) {
 		}
 	}()
 	<-done
+}
+
+// TestBaselineRunsWithoutObserver: the effect observer (eBPF on every
+// system call's entry and exit of the machine, about 1.5 µs on a cached
+// pread here) runs only during policy runs, which have prefetches to
+// count; a baseline, which must cost what the recorded program did, runs
+// without it and reports no prefetched pages and no note.
+func TestBaselineRunsWithoutObserver(t *testing.T) {
+	tr := memTrace(256, sparseRuns(256, 64, 1), 10_000)
+	root := materialized(t, tr)
+	opt := Options{Root: root, Backend: BackendKernel, Runs: []string{Baseline, "oracle"}, Repeat: 2}
+	if err := opt.validate(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := newReplayer(tr, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var during []string
+	r.opt.beforeRun = func(spec string, round int) {
+		during = append(during, spec)
+	}
+	var attached []bool
+	r.opt.duringRun = func(spec string) { attached = append(attached, r.obs != nil) }
+	rep, err := r.Replay(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.obsErr != "" {
+		if unix.Geteuid() != 0 {
+			t.Skipf("no effect observer (%s): needs CAP_BPF and CAP_PERFMON", r.obsErr)
+		}
+		t.Fatalf("no effect observer as root: %s", r.obsErr)
+	}
+	if want := []bool{false, true, false, true}; !slices.Equal(attached, want) {
+		t.Fatalf("observer attached during runs %v: %v; want it during the oracle runs only", during, attached)
+	}
+	for _, run := range rep.Runs {
+		if run.Policy == Baseline && (run.Prefetched != 0 || run.EffectNote != "") {
+			t.Errorf("baseline round %d: %v, note %q; want nothing prefetched and no note", run.Round, run.Counts, run.EffectNote)
+		}
+		if run.Policy != Baseline && run.EffectNote != "" {
+			t.Errorf("oracle round %d: no counts by effect: %s", run.Round, run.EffectNote)
+		}
+	}
 }

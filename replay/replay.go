@@ -93,6 +93,9 @@ type Options struct {
 	onHint func(*runState, *formats.Hint)
 	// beforeRun is a test hook called before each run's eviction.
 	beforeRun func(spec string, round int)
+	// duringRun is a test hook called once every worker is ready, as the
+	// replay clock starts.
+	duringRun func(spec string)
 }
 
 // Run is the result of one replay run.
@@ -333,7 +336,6 @@ func (r *Replayer) Replay(ctx context.Context) (*Report, error) {
 		Accesses: r.t.ops, Pages: r.t.pages, Threads: len(r.t.threads), Hints: len(r.t.hints),
 		SkippedKinds: r.t.skipped, UnknownFileRows: r.t.unknown, UnknownFileHints: r.t.hintSkip, PagesPastEOF: r.t.clipped,
 		ExecRows: r.t.execs, MetadataOps: r.t.metaOps, ServiceTimes: r.t.serviceTimes}
-	r.startObserver()
 	defer r.stopObserver()
 	r.residue = nil
 	for round := 0; round < r.opt.Repeat; round++ {

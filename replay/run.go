@@ -79,6 +79,7 @@ func (r *Replayer) runOnce(ctx context.Context, spec string, round int) (*Run, e
 	if r.opt.beforeRun != nil {
 		r.opt.beforeRun(spec, round)
 	}
+	r.observe(spec)
 	if err := r.makeCold(run, files); err != nil {
 		return nil, err
 	}
@@ -243,6 +244,9 @@ func (r *Replayer) execute(ctx context.Context, st *runState, spec string, round
 		}()
 	}
 	ready.Wait()
+	if r.opt.duringRun != nil {
+		r.opt.duringRun(spec)
+	}
 	st.start = time.Now()
 	close(start)
 	stopHints := make(chan struct{})
