@@ -59,8 +59,12 @@ struct filekey {
 #define OPEN_EXEC 1 // flags: the path was given to execve/execveat
 #define OPEN_ROW 2  // flags: the path of the row with this op (EV_PATH)
 
-// open_event is a path a target looked up (an open, stat or exec), 288
-// bytes, in the opens ring.
+// open_event is a path a target looked up (an open, stat or exec), 304
+// bytes, in the opens ring. dir_dev and dir_ino name the directory dfd
+// was open on when the call returned (0 for AT_FDCWD, or no such file):
+// by the time user space reads the event the program may have closed dfd
+// and opened another directory under its number (grep -r does), so
+// /proc/PID/fd/DFD names the wrong one.
 struct open_event {
 	__u64 ts;
 	__u64 op; // OPEN_ROW: the row's op
@@ -68,6 +72,9 @@ struct open_event {
 	__u32 tid;
 	__s32 dfd;
 	__u32 flags;
+	__u32 dir_dev;
+	__u32 pad;
+	__u64 dir_ino;
 	char path[256];
 };
 
@@ -684,6 +691,9 @@ int BPF_PROG(handle_exit, struct task_struct *p)
 // kernel one with OPEN_KERNEL_PATH (not part of the record's flags).
 #define OPEN_KERNEL_PATH 0x100
 
+static __always_inline struct file *fd_file(long fd);
+static __always_inline __u32 file_id(struct file *f, __u32 *dev, __u64 *ino);
+
 static __always_inline int emit_open(__u64 pid_tgid, __s32 dfd, const char *path, __u32 flags, __u64 op)
 {
 	struct open_event *o = bpf_ringbuf_reserve(&opens, sizeof(*o), 0);
@@ -697,6 +707,11 @@ static __always_inline int emit_open(__u64 pid_tgid, __s32 dfd, const char *path
 	o->tid = (__u32)pid_tgid;
 	o->dfd = dfd;
 	o->flags = flags & ~OPEN_KERNEL_PATH;
+	o->dir_dev = 0;
+	o->pad = 0;
+	o->dir_ino = 0;
+	if (dfd >= 0)
+		file_id(fd_file(dfd), &o->dir_dev, &o->dir_ino);
 	long n;
 	if (flags & OPEN_KERNEL_PATH)
 		n = bpf_probe_read_kernel_str(o->path, sizeof(o->path), path);

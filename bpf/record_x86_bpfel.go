@@ -42,14 +42,17 @@ type RecordFilekey struct {
 }
 
 type RecordOpenEvent struct {
-	_     structs.HostLayout
-	Ts    uint64
-	Op    uint64
-	Pid   uint32
-	Tid   uint32
-	Dfd   int32
-	Flags uint32
-	Path  [256]int8
+	_      structs.HostLayout
+	Ts     uint64
+	Op     uint64
+	Pid    uint32
+	Tid    uint32
+	Dfd    int32
+	Flags  uint32
+	DirDev uint32
+	Pad    uint32
+	DirIno uint64
+	Path   [256]int8
 }
 
 type RecordTstate struct {

@@ -1,7 +1,9 @@
 package record
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -192,5 +194,53 @@ func TestLsRows(t *testing.T) {
 		if a.Kind == formats.KindOpen && a.Ret < 0 && a.FileID == f.ID {
 			t.Errorf("open of %s failed: %+v", dir, a)
 		}
+	}
+}
+
+// TestTreeWalkPaths: grep -r walks a tree with openat(dirfd, name) on a
+// duplicate of each directory's descriptor (gnulib fts), closing it and
+// opening the next directory under the same number long before the
+// recorder reads the events. Every file keeps its own path (the directory
+// is the one the kernel had under dirfd when the call returned, not what
+// /proc/PID/fd/DIRFD names later), so its row has its size and mode.
+func TestTreeWalkPaths(t *testing.T) {
+	requireRecorder(t)
+	root := filepath.Join(tracetest.DiskDir(t), "tree")
+	names := []string{"a.txt", "b.txt", "c.txt", "d.txt", "e.txt"}
+	want := map[string]int{}
+	for i := range 40 {
+		dir := filepath.Join(root, fmt.Sprintf("d%02d", i), "sub")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for j, n := range names {
+			p := filepath.Join(dir, n)
+			size := 1 + i*len(names) + j // every file a size of its own
+			if err := os.WriteFile(p, bytes.Repeat([]byte("x"), size), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			want[p] = size
+		}
+	}
+	r := record(t, context.Background(), Config{Command: []string{"grep", "-r", "-c", "needle", root}, Include: []string{root}})
+	seen := 0
+	for _, f := range r.files {
+		if f.Ino == 0 {
+			continue
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(f.Path, &st); err != nil || st.Ino != f.Ino {
+			t.Errorf("file row %+v: its path names inode %d (%v), not the recorded file", f, st.Ino, err)
+			continue
+		}
+		if size, ok := want[f.Path]; ok {
+			seen++
+			if f.Size != uint64(size) || f.Mode&formats.ModeType != formats.ModeRegular {
+				t.Errorf("file row %+v: want size %d, a regular file", f, size)
+			}
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("%d of the %d files grep read have a row under their own path", seen, len(want))
 	}
 }

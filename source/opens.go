@@ -16,12 +16,15 @@ const (
 )
 
 // openEventSize is sizeof(struct open_event) in record.bpf.c.
-const openEventSize = 288
+const openEventSize = 304
 
-// rowPath is the path of a metadata row, as its system call was given it.
+// rowPath is the path of a metadata row, as its system call was given it:
+// relative to the directory dfd was open on then (dir, when the kernel
+// named one), or to the working directory.
 type rowPath struct {
 	pid  uint32
 	dfd  int32
+	dir  fileKey
 	path string
 }
 
@@ -43,9 +46,10 @@ func (s *Source) readOpens() {
 			pid := le32(b[16:])
 			dfd := int32(le32(b[24:]))
 			flags := le32(b[28:])
-			path := cstring(b[32:openEventSize])
+			dir := fileKey{dev: le32(b[32:]), ino: le64(b[40:])}
+			path := cstring(b[48:openEventSize])
 			if flags&openRow != 0 && op != 0 {
-				s.putRowPath(op, rowPath{pid: pid, dfd: dfd, path: path})
+				s.putRowPath(op, rowPath{pid: pid, dfd: dfd, dir: dir, path: path})
 			} else {
 				s.files.resolveOpen(pid, dfd, path, flags&openExec != 0)
 			}

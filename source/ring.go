@@ -3,6 +3,7 @@ package source
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"runtime"
 	"time"
 	"unsafe"
@@ -366,7 +367,7 @@ func (d *decoder) lookedUp(e *bpf.RecordEvent) *fileEntry {
 	s := d.s
 	path := ""
 	if rp, ok := s.takeRowPath(e.Op, d.since); ok {
-		path = s.files.absPath(rp.pid, rp.dfd, rp.path)
+		path = d.absPath(rp)
 	}
 	switch {
 	case e.Ino != 0:
@@ -387,6 +388,23 @@ func (d *decoder) lookedUp(e *bpf.RecordEvent) *fileEntry {
 		return d.file(statKey(&st), e.Pid, e.Ts, path)
 	}
 	return nil
+}
+
+// absPath makes the path of a row absolute: relative to the path of the
+// directory its dirfd was open on when the call returned, where the
+// recording knows that directory (the program opened it), else as
+// fileTable.absPath does, through /proc/PID/fd (which names what the
+// descriptor is open on now: a program walking a tree, like grep -r, has
+// opened another directory under that number by then).
+func (d *decoder) absPath(rp rowPath) string {
+	if rp.path != "" && !filepath.IsAbs(rp.path) && rp.dir.ino != 0 {
+		if fe := d.s.files.get(rp.dir); fe != nil {
+			if dir := d.s.files.pathOf(fe); filepath.IsAbs(dir) {
+				return filepath.Join(dir, rp.path)
+			}
+		}
+	}
+	return d.s.files.absPath(rp.pid, rp.dfd, rp.path)
 }
 
 func cstring(b []byte) string {
