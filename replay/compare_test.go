@@ -3,6 +3,9 @@ package replay
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -160,3 +163,105 @@ func TestBaselineRunsWithoutObserver(t *testing.T) {
 		}
 	}
 }
+
+// metaWorker returns a worker of a run of bundle (under root) with its
+// files, for calling its metadata operations one at a time.
+func metaWorker(t *testing.T, bundle, root string) (*worker, []*openFile, *Replayer) {
+	t.Helper()
+	r, err := New(bundle, Options{Root: root, Backend: BackendNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := openFiles(r.t, r.paths, false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &worker{r: &runState{rp: r, files: files}}
+	t.Cleanup(func() {
+		w.closeFDs(files)
+		closeFiles(files)
+	})
+	return w, files, r
+}
+
+// step replays the thread's next operation as the worker loop does: the
+// operation, then what it left for after its time was taken.
+func step(w *worker, o *op, files []*openFile) {
+	w.metadata(o, files)
+	w.settle(files)
+}
+
+// TestMetadataLikeTheProgram: a thread's metadata operations repeat the
+// program's system calls: a directory read is one getdents64 on the
+// directory the replayed open opened, continuing to its end (each row
+// reaches the end where the program's did); a lookup in a directory the
+// thread has open is made relative to it (it still succeeds when the
+// directory's path is gone); a stat of the file just opened is an fstat
+// of it (glibc's fstat is newfstatat(fd, "")).
+func TestMetadataLikeTheProgram(t *testing.T) {
+	dirMode, reg := formats.ModeDir|0o755, formats.ModeRegular|0o644
+	files := []formats.File{
+		{ID: 1, Dev: 1, Ino: 10, Path: "/d", Mode: dirMode, MtimeNS: mtime},
+		{ID: 2, Dev: 1, Ino: 11, Path: "/d/f", Size: 4096, Mode: reg, MtimeNS: mtime},
+		{ID: 3, Dev: 1, Ino: 12, Path: "/e", Mode: dirMode, MtimeNS: mtime},
+	}
+	var rows []formats.Access
+	row := func(kind formats.AccessKind, file uint32, ret int64) {
+		ts := uint64(len(rows)+1) * uint64(time.Millisecond)
+		rows = append(rows, formats.Access{TS: ts, EndNS: ts + 1000, TID: 1, PID: 1, FileID: file, Kind: kind, Ret: ret, Op: uint64(len(rows) + 1)})
+	}
+	// e: 2000 entries of 48 bytes (getdents64's record of a 27-byte
+	// name), 682 in each 32 KiB call: three calls with entries, then the
+	// end.
+	row(formats.KindOpen, 3, 3)
+	for range 3 {
+		row(formats.KindReaddir, 3, 32000)
+	}
+	row(formats.KindReaddir, 3, 0)
+	row(formats.KindOpen, 1, 4) // d
+	row(formats.KindOpen, 2, 5) // d/f, relative to d
+	row(formats.KindStat, 2, 0) // its fstat
+	row(formats.KindRead, 2, 4096)
+	rows[len(rows)-1].NPages = 1
+	bundle, root := bundle11(t, files, rows, true)
+	e := filepath.Join(root, "e")
+	for i := range 2000 {
+		if err := os.WriteFile(filepath.Join(e, fmt.Sprintf("entry-with-a-long-name-%04d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, fs, r := metaWorker(t, bundle, root)
+	ops := r.t.threads[0].ops
+	reads := 0
+	for i := range ops[:5] {
+		before := w.meta.Mismatched
+		step(w, &ops[i], fs)
+		if w.meta.Mismatched != before {
+			t.Fatalf("operation %d (%s, recorded ret %d) mismatched", i, ops[i].kind, ops[i].ret)
+		}
+		if ops[i].kind == formats.KindReaddir {
+			reads++
+		}
+	}
+	// The directory's end comes where the program's calls found it: a
+	// directory read from its start again would find entries.
+	if _, ok := w.fds[r.t.byID[3].idx]; !ok || reads != 4 {
+		t.Fatalf("directory e not kept open for its reads (%d reads)", reads)
+	}
+	step(w, &ops[5], fs) // open d
+	if err := os.Rename(filepath.Join(root, "d"), filepath.Join(root, "moved")); err != nil {
+		t.Fatal(err)
+	}
+	step(w, &ops[6], fs) // open d/f: through d's descriptor
+	if w.meta.Mismatched != 0 {
+		t.Errorf("the lookup of d/f once d's path was gone failed: it went through the path")
+	}
+	if err := os.Rename(filepath.Join(root, "moved", "f"), filepath.Join(root, "moved", "g")); err != nil {
+		t.Fatal(err)
+	}
+	w.metadata(&ops[7], fs) // the fstat of d/f
+	if w.meta.Mismatched != 0 {
+		t.Errorf("the stat of d/f just opened, once its name was gone, failed: it went through the path")
+	}
+}
+

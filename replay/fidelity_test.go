@@ -204,7 +204,9 @@ func TestMetadataReplay(t *testing.T) {
 
 // TestLazyOpen: the run opens a file the recording opened when it replays
 // that open, not before the clock starts; a demand access that comes first
-// (another thread's) opens it itself.
+// (another thread's) opens it itself. The replayed open is only the
+// open(2): checking and installing the descriptor waits until its time was
+// taken (settle), so a replayed open costs what the program's did.
 func TestLazyOpen(t *testing.T) {
 	files := []formats.File{{ID: 2, Dev: 1, Ino: 11, Path: "/d/a", Size: 16 * 4096, Mode: formats.ModeRegular, MtimeNS: mtime}}
 	ms := uint64(time.Millisecond)
@@ -228,6 +230,10 @@ func TestLazyOpen(t *testing.T) {
 	}
 	w := &worker{r: &runState{rp: r, files: files2}}
 	w.metadata(&r.t.threads[0].ops[0], files2)
+	if f.ready.Load() {
+		t.Fatalf("the replayed open installed the file's descriptor within its timed operation")
+	}
+	w.settle(files2)
 	if !f.ready.Load() || f.early {
 		t.Fatalf("the replayed open did not become the file's descriptor (open %v, early %v)", f.ready.Load(), f.early)
 	}

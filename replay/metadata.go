@@ -22,7 +22,8 @@ type Metadata struct {
 	// Mismatched counts operations whose outcome differs from the
 	// recording: a lookup that succeeded there and failed here, or the
 	// reverse (a file the replay lacks, or one a path-only row says did not
-	// exist).
+	// exist), or a directory read that reached the directory's end where
+	// the program's did not, or the reverse.
 	Mismatched int `json:"mismatched,omitempty"`
 	// Skipped counts operations on files without a recorded path.
 	Skipped int `json:"skipped,omitempty"`
@@ -34,20 +35,51 @@ type Metadata struct {
 	Warm string `json:"warm,omitempty"`
 }
 
-// metaPath returns where the file of a metadata operation is looked up.
-func (r *Replayer) metaPath(f *fileInfo) (string, bool) {
-	if f.Path == "" {
-		return "", false
+// metaPaths prepares where each file of a metadata operation is looked
+// up (nil when it has no recorded path), and which file is its directory
+// (-1 when none of the bundle's): a thread that has its directory open
+// repeats the lookup relative to it (openat(dirfd, name)), as programs
+// walking a tree do, and not through the whole path from the root.
+func (r *Replayer) metaPaths() {
+	n := len(r.t.files)
+	r.mpath, r.mbase, r.mparent = make([]string, n), make([]string, n), make([]int32, n)
+	byPath := make(map[string]int32, n)
+	for _, f := range r.t.files {
+		r.mparent[f.idx] = -1
+		if f.Path == "" {
+			continue
+		}
+		if p, err := pathFor(f, r.opt.Root); err == nil {
+			r.mpath[f.idx] = p
+			byPath[p] = int32(f.idx)
+		}
 	}
-	p, err := pathFor(f, r.opt.Root)
-	return p, err == nil
+	for i, p := range r.mpath {
+		if p == "" {
+			continue
+		}
+		if d, ok := byPath[filepath.Dir(p)]; ok && d != int32(i) {
+			r.mparent[i], r.mbase[i] = d, filepath.Base(p)
+		}
+	}
 }
 
-// metadata replays one metadata operation of the worker's thread.
+// metaFDs bounds the descriptors a worker keeps open from replayed opens
+// of files no demand access reads (directories, files only looked at), for
+// the directory reads and fstats that follow the opens, as the program's
+// did; the oldest is closed past it.
+const metaFDs = 64
+
+// metadata replays one metadata operation of the worker's thread: only
+// the system call the program made is timed. What replay does besides
+// (checking and mapping a data file a replayed open opened, closing
+// descriptors) waits in w.after for settle, which the worker calls once
+// the operation's time is taken, in its think time.
 func (w *worker) metadata(o *op, files []*openFile) {
 	r := w.r.rp
 	w.meta.Ops++
-	fi := r.t.files[o.file]
+	lastOpen := w.lastOpen
+	w.lastOpen = 0
 	if o.kind == formats.KindMmap {
 		w.meta.Mappings++
 		if f := files[o.file]; f != nil {
@@ -57,67 +89,137 @@ func (w *worker) metadata(o *op, files []*openFile) {
 		}
 		return
 	}
-	path, ok := r.metaPath(fi)
-	if !ok {
+	path := r.mpath[o.file]
+	if path == "" {
 		w.meta.Skipped++
 		return
+	}
+	// Relative to the directory the thread has open, or from the root.
+	dir, name := unix.AT_FDCWD, path
+	if d := r.mparent[o.file]; d >= 0 {
+		if fd, ok := w.fds[uint32(d)]; ok {
+			dir, name = fd, r.mbase[o.file]
+		}
 	}
 	var err error
 	switch o.kind {
 	case formats.KindOpen:
-		err = w.open(path, files[o.file])
+		var fd int
+		fd, err = unix.Openat(dir, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err == nil {
+			w.pending, w.pendingFile = fd+1, o.file
+			w.lastOpen = o.file + 1
+		}
 	case formats.KindStat:
+		// A stat of the file the thread has just opened is the
+		// program's fstat of it (glibc's fstat is newfstatat(fd, "",
+		// AT_EMPTY_PATH)): no path walk.
 		var st unix.Stat_t
-		err = unix.Stat(path, &st)
+		if fd := w.fdOf(o.file, files); fd >= 0 && lastOpen == o.file+1 {
+			err = unix.Fstat(fd, &st)
+		} else {
+			err = unix.Fstatat(dir, name, &st, 0)
+		}
 	case formats.KindReaddir:
-		err = w.readdir(path)
+		var n int
+		n, err = w.readdir(o.file, dir, name)
+		// The program's calls reached the directory's end (0 bytes)
+		// where the replayed ones do.
+		if err == nil && o.ret >= 0 && (n == 0) != (o.ret == 0) {
+			w.meta.Mismatched++
+		}
 	}
 	if (err == nil) != (o.ret >= 0) {
 		w.meta.Mismatched++
 	}
 }
 
-// open opens path as the program did; the descriptor becomes the run's
-// descriptor of data file f if the run has not opened it yet, else it is
-// closed.
-func (w *worker) open(path string, f *openFile) error {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return err
+// fdOf returns the worker's descriptor of file idx (kept from a replayed
+// open, or the run's descriptor of a data file), or -1.
+func (w *worker) fdOf(idx uint32, files []*openFile) int {
+	if fd, ok := w.fds[idx]; ok {
+		return fd
 	}
-	if f != nil && f.lazy {
-		kept, err := f.adopt(fd)
-		if err != nil {
-			w.warn = err.Error()
-		}
-		if kept || err != nil {
-			return nil
-		}
+	if f := files[idx]; f != nil && f.ready.Load() {
+		return f.fd
 	}
-	unix.Close(fd)
-	return nil
+	return -1
 }
 
-// readdir reads the whole directory at path, as getdents64 calls do.
-func (w *worker) readdir(path string) error {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
+// settle does what the last operation left for after its time was taken:
+// the descriptor a replayed open returned becomes the run's descriptor of
+// its data file if the run has none yet (checked and mapped now), or is
+// kept for the thread's next operations on a file no demand access reads,
+// or closed.
+func (w *worker) settle(files []*openFile) {
+	fd, idx := w.pending-1, w.pendingFile
+	if fd < 0 {
+		return
 	}
-	defer unix.Close(fd)
+	w.pending = 0
+	if f := files[idx]; f != nil {
+		if f.lazy {
+			kept, err := f.adopt(fd)
+			if err != nil {
+				w.warn = err.Error()
+			}
+			if kept || err != nil {
+				return
+			}
+		}
+		unix.Close(fd)
+		return
+	}
+	w.keep(idx, fd)
+}
+
+// keep keeps fd as the worker's descriptor of file idx, closing the one it
+// replaces and, past metaFDs, the oldest.
+func (w *worker) keep(idx uint32, fd int) {
+	if w.fds == nil {
+		w.fds = make(map[uint32]int, metaFDs)
+	}
+	if old, ok := w.fds[idx]; ok {
+		unix.Close(old)
+	} else {
+		w.fdOrder = append(w.fdOrder, idx)
+	}
+	w.fds[idx] = fd
+	for len(w.fdOrder) > metaFDs {
+		if old, ok := w.fds[w.fdOrder[0]]; ok {
+			unix.Close(old)
+			delete(w.fds, w.fdOrder[0])
+		}
+		w.fdOrder = w.fdOrder[1:]
+	}
+}
+
+// closeFDs closes what the worker kept, at the end of its run.
+func (w *worker) closeFDs(files []*openFile) {
+	w.settle(files)
+	for _, fd := range w.fds {
+		unix.Close(fd)
+	}
+	w.fds, w.fdOrder = nil, nil
+}
+
+// readdir makes one getdents64 call on the directory, as the program's
+// row did: on the descriptor of the thread's replayed open of it, which
+// the calls continue to its end, else on a descriptor opened now (name,
+// relative to dir).
+func (w *worker) readdir(idx uint32, dir int, name string) (int, error) {
+	fd, ok := w.fds[idx]
+	if !ok {
+		var err error
+		if fd, err = unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			return 0, err
+		}
+		w.keep(idx, fd)
+	}
 	if cap(w.buf) < 32<<10 {
 		w.buf = alignedBuffer(32 << 10)
 	}
-	buf := w.buf[:32<<10]
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return nil
-		}
-	}
+	return unix.Getdents(fd, w.buf[:32<<10])
 }
 
 // coldMetadata drops dentries and inodes (drop_caches 2: the whole

@@ -175,6 +175,11 @@ type Replayer struct {
 	obs    *effect.Observer // during Replay, for the page-cache backends
 	obsErr string           // why obs is nil
 
+	// Metadata operations (metadata.go): per file index, the path it is
+	// looked up at, its directory's index (-1: none) and its name there.
+	mpath, mbase []string
+	mparent      []int32
+
 	demanded      map[uint32]set // per file index, the pages the replay demands
 	demandedPages uint64
 	residue       *Residue // the first cold run's, during Replay
@@ -246,6 +251,7 @@ func newReplayer(t *trace, opt Options) (*Replayer, error) {
 		}
 	}
 	r := &Replayer{t: t, opt: opt, paths: paths}
+	r.metaPaths()
 	// Build every policy once up front so that a bad spec fails before
 	// the first run.
 	for _, spec := range opt.Runs {

@@ -28,8 +28,17 @@ type worker struct {
 	end   time.Time // when its last operation completed
 	meta  Metadata
 	kinds kindTimes // recorded against replayed times, per kind
-	err   error
-	warn  string
+	// Metadata replay (metadata.go): the descriptor the last replayed
+	// open returned, plus one, for settle (0: none) and its file; descriptors
+	// kept for later operations on files no demand reads, oldest first;
+	// the file of the operation before (+1) when it was an open.
+	pending     int
+	pendingFile uint32
+	fds         map[uint32]int
+	fdOrder     []uint32
+	lastOpen    uint32
+	err         error
+	warn        string
 
 	slots, waitOn []waitSlot // direct backend scratch
 }
@@ -240,6 +249,7 @@ func (r *Replayer) execute(ctx context.Context, st *runState, spec string, round
 			ready.Done()
 			<-start
 			w.loop(ctx)
+			w.closeFDs(st.files)
 			w.unregister()
 		}()
 	}
@@ -365,9 +375,11 @@ func (w *worker) loop(ctx context.Context) {
 			w.meta.TimeNS += end.Sub(t0).Nanoseconds()
 			w.kinds.add(o, prev, t0.Sub(w.end), end.Sub(t0))
 			w.end = end
+			w.settle(st.files)
 			prev = o
 			continue
 		}
+		w.lastOpen = 0
 		if st.disp != nil {
 			st.mu.Lock()
 			ev := &st.ev
