@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -265,3 +266,78 @@ func TestMetadataLikeTheProgram(t *testing.T) {
 	}
 }
 
+// TestFDTableGrown: before the clock starts the replay's descriptor table
+// already holds a descriptor for each file (FDSize in /proc/self/status),
+// so no replayed open waits for the kernel to grow it, which in a
+// multi-threaded process waits for an RCU grace period (10-20 ms here).
+func TestFDTableGrown(t *testing.T) {
+	const n = 600
+	var files []formats.File
+	var rows []formats.Access
+	for i := range n {
+		id := uint32(i + 1)
+		files = append(files, formats.File{ID: id, Dev: 1, Ino: uint64(id), Path: fmt.Sprintf("/d/f%03d", i), Size: 4096, Mode: formats.ModeRegular | 0o644, MtimeNS: mtime})
+		ts := uint64(i+1) * 10000
+		rows = append(rows, formats.Access{TS: ts, EndNS: ts + 1000, TID: 1, PID: 1, FileID: id, Kind: formats.KindOpen, Ret: 3, Op: uint64(2*i + 1)},
+			formats.Access{TS: ts + 2000, EndNS: ts + 3000, TID: 1, PID: 1, FileID: id, NPages: 1, Kind: formats.KindRead, Ret: 4096, Op: uint64(2*i + 2)})
+	}
+	bundle, root := bundle11(t, files, rows, true)
+	r, err := New(bundle, Options{Root: root, Backend: BackendNone, Timing: TimingASAP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := 0
+	r.opt.duringRun = func(string) { size = fdTableSize(t) }
+	if _, err := r.Replay(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if size < n {
+		t.Errorf("descriptor table of %d when the run started; want room for the %d files it opens", size, n)
+	}
+}
+
+// fdTableSize returns FDSize of /proc/self/status.
+func fdTableSize(t *testing.T) int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "FDSize:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no FDSize in /proc/self/status")
+	return 0
+}
+
+// TestReadsMapNothing: a file the run only reads is never mapped; the
+// whole-file mapping is made by the first touch that needs it.
+func TestReadsMapNothing(t *testing.T) {
+	files := []formats.File{{ID: 1, Dev: 1, Ino: 1, Path: "/d/a", Size: 8 * 4096, Mode: formats.ModeRegular | 0o644, MtimeNS: mtime}}
+	rows := []formats.Access{
+		{TS: 1000, EndNS: 2000, TID: 1, PID: 1, FileID: 1, NPages: 2, Kind: formats.KindRead, Ret: 8192, Op: 1},
+		{TS: 3000, EndNS: 4000, TID: 1, PID: 1, FileID: 1, FirstPage: 4, NPages: 1, Kind: formats.KindFault, Op: 2},
+	}
+	bundle, root := bundle11(t, files, rows, true)
+	w, fs, r := metaWorker(t, bundle, root)
+	f := fs[r.t.byID[1].idx]
+	d := &pageCacheDemand{files: fs, ps: r.t.pageSize}
+	ops := r.t.threads[0].ops
+	if err := d.demand(w, &ops[0]); err != nil {
+		t.Fatal(err)
+	}
+	if f.mem != nil {
+		t.Fatalf("a read mapped the file")
+	}
+	if err := d.demand(w, &ops[1]); err != nil {
+		t.Fatal(err)
+	}
+	if f.mem == nil {
+		t.Fatalf("a fault without a recorded mapping did not map the file")
+	}
+}

@@ -31,7 +31,7 @@ type openFile struct {
 	mu     sync.Mutex
 	file   *os.File // buffered, for preads and fadvise
 	fd     int      // file.Fd(), -1 until open
-	mem    []byte   // read-only shared mapping of the whole file, for touches; nil for direct
+	mem    []byte   // read-only shared mapping of the whole file, for touches without a recorded mapping: made by the first (wholeMap); nil for direct
 	maps   map[mapKey]mapping
 	mapErr error // why a recorded protection could not be mapped (the first time)
 	early  bool  // a demand access opened it before its recorded open
@@ -132,14 +132,6 @@ func (f *openFile) install(fd int, direct bool) error {
 		unix.Close(fd)
 		return fmt.Errorf("open %s: the path names another file than at the start of the run", f.path)
 	}
-	if !direct && f.size > 0 {
-		mem, err := unix.Mmap(fd, 0, int(f.size), unix.PROT_READ, unix.MAP_SHARED)
-		if err != nil {
-			unix.Close(fd)
-			return fmt.Errorf("mmap %s: %w", f.path, err)
-		}
-		f.mem = mem
-	}
 	f.file, f.fd = os.NewFile(uintptr(fd), f.path), fd
 	f.ready.Store(true)
 	return nil
@@ -165,28 +157,42 @@ func (f *openFile) withFD(fn func(fd int) error) error {
 // holds page, else the whole-file read-only mapping. Where the recorded
 // protection cannot be had (a noexec mount) it maps PROT_READ and notes
 // why in mapErr. The file must be open.
-func (f *openFile) mapped(o *op, page uint64, ps int) ([]byte, uint64) {
-	if o.mapPages == 0 || page < o.mapFirst || page >= o.mapFirst+o.mapPages {
-		return f.mem, 0
-	}
-	k := mapKey{first: o.mapFirst, pages: o.mapPages, prot: o.prot &^ formats.ProtWrite}
+func (f *openFile) mapped(o *op, page uint64, ps int) ([]byte, uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if o.mapPages == 0 || page < o.mapFirst || page >= o.mapFirst+o.mapPages {
+		return f.wholeMap()
+	}
+	k := mapKey{first: o.mapFirst, pages: o.mapPages, prot: o.prot &^ formats.ProtWrite}
 	if m, ok := f.maps[k]; ok {
-		return m.mem, m.first
+		return m.mem, m.first, nil
 	}
 	m, err := f.mapRange(k, ps)
 	if err != nil {
 		if f.mapErr == nil {
 			f.mapErr = err
 		}
-		return f.mem, 0
+		return f.wholeMap()
 	}
 	if f.maps == nil {
 		f.maps = map[mapKey]mapping{}
 	}
 	f.maps[k] = m
-	return m.mem, m.first
+	return m.mem, m.first, nil
+}
+
+// wholeMap returns the read-only shared mapping of the whole file, made
+// on first use: a program that only reads a file (most of grep's 11 K)
+// costs the replay no mapping; called with mu held.
+func (f *openFile) wholeMap() ([]byte, uint64, error) {
+	if f.mem == nil {
+		mem, err := unix.Mmap(f.fd, 0, int(f.size), unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			return nil, 0, fmt.Errorf("mmap %s: %w", f.path, err)
+		}
+		f.mem = mem
+	}
+	return f.mem, 0, nil
 }
 
 // mapRange maps the recorded range, clipped at end of file; called with mu
@@ -221,6 +227,34 @@ func (f *openFile) mapRange(k mapKey, ps int) (mapping, error) {
 		return mapping{}, fmt.Errorf("map %s pages %d+%d: %w", f.path, k.first, k.pages, err)
 	}
 	return mapping{mem: mem, first: k.first}, nil
+}
+
+// growFDTable makes this process's descriptor table hold at least n
+// descriptors (at most RLIMIT_NOFILE's) before a run starts. The kernel
+// grows the table as descriptors are opened (to 128, 256, 512, ...), and
+// in a multi-threaded process each growth waits for an RCU grace period
+// (expand_fdtable's synchronize_rcu: 10-20 ms on this kind of VM): a run
+// replaying thousands of opens (grep -r over the Go tree: 12 K) waited for
+// them inside its replayed opens, which the single-threaded program
+// never did.
+func growFDTable(n int) error {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && uint64(n) >= lim.Cur {
+		n = int(lim.Cur) - 1
+	}
+	if n <= 0 {
+		return nil
+	}
+	fd, err := unix.Open("/", unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("grow the descriptor table: %w", err)
+	}
+	defer unix.Close(fd)
+	hi, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, n)
+	if err != nil {
+		return fmt.Errorf("grow the descriptor table to %d: %w", n, err)
+	}
+	return unix.Close(hi)
 }
 
 func closeFiles(fs []*openFile) {

@@ -38,7 +38,10 @@ func (d *pageCacheDemand) demand(w *worker, o *op) error {
 		// recorded mapping where there is one.
 		for p := uint64(0); p < n; p += ps {
 			page := o.page + p/ps
-			mem, first := f.mapped(o, page, d.ps)
+			mem, first, err := f.mapped(o, page, d.ps)
+			if err != nil {
+				return err
+			}
 			w.sink += mem[(page-first)*ps]
 		}
 	} else {

@@ -343,6 +343,11 @@ func (r *Replayer) Replay(ctx context.Context) (*Report, error) {
 		SkippedKinds: r.t.skipped, UnknownFileRows: r.t.unknown, UnknownFileHints: r.t.hintSkip, PagesPastEOF: r.t.clipped,
 		ExecRows: r.t.execs, MetadataOps: r.t.metaOps, ServiceTimes: r.t.serviceTimes}
 	defer r.stopObserver()
+	// Room for every file's descriptor and those the workers keep
+	// (metaFDs each), beside the backends' and the observer's.
+	if err := growFDTable(len(r.t.files) + metaFDs*len(r.t.threads) + 256); err != nil {
+		return nil, err
+	}
 	r.residue = nil
 	for round := 0; round < r.opt.Repeat; round++ {
 		for _, spec := range r.opt.Runs {
