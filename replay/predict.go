@@ -181,8 +181,11 @@ func (r *Replayer) events() []policies.Event {
 	}
 	for _, th := range t.threads {
 		for _, o := range th.ops {
+			// With the operation's completion, mapping and op, so that
+			// simulate takes its think time after completion and the
+			// exec readahead path where the mapping was executable.
 			evs = append(evs, policies.Event{Kind: policies.EventFileAccess, TS: o.ts, PID: th.pid, TID: th.tid, File: t.files[o.file].ID,
-				Access: policies.FileAccess{Kind: o.kind, Page: o.page, NPages: o.n}})
+				Access: o.access()})
 		}
 	}
 	sort.SliceStable(evs, func(i, j int) bool {

@@ -3,6 +3,7 @@ package replay
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/predictio/predictio/formats"
@@ -68,5 +69,47 @@ func TestPredictEveryPolicy(t *testing.T) {
 				t.Errorf("oracle predicted speedup %v, want baseline wall %v over its wall %v, above 1", o.Predicted, b.PredictedWallNS, o.PredictedWallNS)
 			}
 		}
+	}
+}
+
+// TestPredictWithServiceTimes: the predicted column simulates the
+// replayed operations with their recorded completions, mappings and ops,
+// as replay replays them: with service times a thread's think time is
+// the gap after the previous operation completed (here 2 of each 10 ms),
+// not the whole gap (which holds the recorded service time too), and an
+// executable mapping's fault takes the exec readahead path.
+func TestPredictWithServiceTimes(t *testing.T) {
+	const n = 40
+	const gap, service = 10_000_000, 8_000_000
+	files := []formats.File{{ID: 1, Dev: 1, Ino: 1, Path: "/data/a.bin", Size: 4096 * 4096, MtimeNS: mtime, Mode: formats.ModeRegular | 0o644}}
+	var rows []formats.Access
+	for i := 0; i < n; i++ {
+		ts := uint64(1_000_000_000 + i*gap)
+		rows = append(rows, formats.Access{TS: ts, EndNS: ts + service, PID: 1, TID: 1, FileID: 1, FirstPage: uint64(i * 64), NPages: 1,
+			Kind: formats.KindFault, Op: uint64(i + 1), Prot: formats.ProtRead | formats.ProtExec, MapPages: 4096})
+	}
+	bundle, root := bundle11(t, files, rows, true)
+	r, err := New(bundle, Options{Root: root, Backend: BackendKernel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range r.events() {
+		if a := ev.Access; a.End == 0 || a.Op == 0 || a.Prot&formats.ProtExec == 0 || a.MapPages != 4096 {
+			t.Fatalf("simulated access %+v lacks its completion, op or mapping", a)
+		}
+	}
+	rep := &Report{}
+	rep.summarize([]string{Baseline})
+	if err := r.Predict(rep, simulateDevice(t)); err != nil {
+		t.Fatal(err)
+	}
+	wall := rep.Summary.Policies[0].PredictedWallNS
+	// 39 think times of 2 ms and 40 simulated faults of well under 2 ms
+	// each on the nvme preset; the recorded gaps alone are 390 ms.
+	if think := float64((n - 1) * (gap - service)); wall < think || wall > 1.5*think {
+		t.Errorf("predicted baseline wall %.1f ms; want about the %.0f ms of think time (%s)", wall/1e6, think/1e6, rep.Summary.Predictor)
+	}
+	if strings.Contains(rep.Summary.Predictor, "lack service times") {
+		t.Errorf("predictor: %s", rep.Summary.Predictor)
 	}
 }
