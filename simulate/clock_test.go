@@ -94,6 +94,17 @@ func TestThinkTimeFromServiceTimes(t *testing.T) {
 	if want := int64(199 * us); b.ThinkNS != want {
 		t.Errorf("think %d ns, want %d", b.ThinkNS, want)
 	}
+	// One row without (the kernel's own read, outside a system call) is
+	// not a bundle without service times: no advice to record again.
+	mixed := append([]policies.Event{{Kind: policies.EventFileAccess, TS: 1e9 - 50*us, PID: 1, TID: 1, File: 1,
+		Access: policies.FileAccess{Kind: formats.KindRead, Page: 99, NPages: 1}}}, evs...)
+	rm, err := Run(Config{CacheBytes: 1 << 20, Device: dev, NoReadahead: true, Env: policies.Env{Kernel: "6.18.0"}}, &SliceSource{Events: mixed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rm.ThinkTime != ThinkMixed || len(rm.Notes) != 1 || !strings.Contains(rm.Notes[0], "1 of 4") || strings.Contains(rm.Notes[0], "record the program again") {
+		t.Errorf("one untimed row of four: think time %q, notes %q; want mixed, saying which rows, without the advice for bundles lacking service times", rm.ThinkTime, rm.Notes)
+	}
 	if want := int64(199*us + 3*10_001); b.WallNS != want {
 		t.Errorf("wall %d ns, want %d (think plus simulated service)", b.WallNS, want)
 	}

@@ -383,7 +383,7 @@ func (s *Simulator) thinkTime() (string, []string) {
 	case s.timed == 0:
 		return ThinkGaps, []string{s.gapsNote()}
 	}
-	return ThinkMixed, []string{fmt.Sprintf("%d of %d demand and metadata rows lack service times (end_ns); for them %s", s.untimed, s.timed+s.untimed, s.gapsNote())}
+	return ThinkMixed, []string{fmt.Sprintf("%d of %d demand and metadata rows lack service times (end_ns: a recording's rows of the kernel's own reads outside a system call, such as exec's, have none); their think time is the gap since the thread's previous row", s.untimed, s.timed+s.untimed)}
 }
 
 // gapsNote is the caveat of gap-based think time; for a bundle recorded on
