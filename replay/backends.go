@@ -2,6 +2,7 @@ package replay
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/predictio/predictio/backend"
 	"github.com/predictio/predictio/effect"
@@ -25,7 +26,11 @@ func (r *Replayer) startBackend(st *runState, name string, files []*openFile) (f
 		reg.Close()
 		return nil, err
 	}
-	st.dem, st.be = &pageCacheDemand{files: files, ps: ps}, be
+	st.dem, st.be, st.reg = &pageCacheDemand{files: files, ps: ps}, be, reg
+	st.left, st.keepRetired = make([]atomic.Int32, len(files)), keepRetired()
+	for idx, n := range r.t.fileOps {
+		st.left[idx].Store(n)
+	}
 	return func(run *Run) error {
 		rep, err := be.Close()
 		reg.Close()

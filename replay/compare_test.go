@@ -341,3 +341,38 @@ func TestReadsMapNothing(t *testing.T) {
 		t.Fatalf("a fault without a recorded mapping did not map the file")
 	}
 }
+
+// TestFilesRetired: a run closes a file after its last operation (the
+// program closed it too), its own descriptor and the backend's, so a
+// bundle of more files than the descriptor limit replays: 600 files
+// opened and read in turn, under a limit of 256, with the kernel
+// backend's prefetches (oracle) naming them all.
+func TestFilesRetired(t *testing.T) {
+	const n = 600
+	var files []formats.File
+	var rows []formats.Access
+	for i := range n {
+		id := uint32(i + 1)
+		files = append(files, formats.File{ID: id, Dev: 1, Ino: uint64(id), Path: fmt.Sprintf("/d/f%03d", i), Size: 4 * 4096, Mode: formats.ModeRegular | 0o644, MtimeNS: mtime})
+		ts := uint64(i+1) * 10000
+		rows = append(rows, formats.Access{TS: ts, EndNS: ts + 1000, TID: 1, PID: 1, FileID: id, Kind: formats.KindOpen, Ret: 3, Op: uint64(2*i + 1)},
+			formats.Access{TS: ts + 2000, EndNS: ts + 3000, TID: 1, PID: 1, FileID: id, NPages: 4, Kind: formats.KindRead, Ret: 4 * 4096, Op: uint64(2*i + 2)})
+	}
+	bundle, root := bundle11(t, files, rows, true)
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	low := lim
+	low.Cur = 256
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
+	rep := replayBundle(t, bundle, Options{Root: root, Backend: BackendKernel, Timing: TimingASAP, Runs: []string{Baseline, "oracle"}})
+	for _, run := range rep.Runs {
+		if run.Accesses != n || len(run.Warnings) > 0 {
+			t.Errorf("%s: %d accesses, warnings %q", run.Policy, run.Accesses, run.Warnings)
+		}
+	}
+}

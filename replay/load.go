@@ -90,6 +90,9 @@ type trace struct {
 	// recordedWall is the manifest's timing.recorded_wall_ns.
 	serviceTimes bool
 	recordedWall uint64
+	// fileOps counts, per file index, the operations on the file (demand
+	// and metadata, all threads'): a run retires a file after its last.
+	fileOps []int32
 }
 
 // demandKind reports whether an access of kind k is re-issued by replay
@@ -164,6 +167,7 @@ func loadTrace(dir string) (*trace, error) {
 	sort.Slice(t.threads, func(i, j int) bool { return t.threads[i].tid < t.threads[j].tid })
 	t.firstTS = t.t0
 	t.markOpened()
+	t.countFileOps()
 
 	hc, err := b.Hints()
 	if err != nil {
@@ -359,6 +363,16 @@ func (t *trace) markOpened() {
 	}
 	for idx, o := range first {
 		t.files[idx].opened = o.kind == formats.KindOpen && o.ret >= 0
+	}
+}
+
+// countFileOps fills fileOps.
+func (t *trace) countFileOps() {
+	t.fileOps = make([]int32, len(t.files))
+	for _, th := range t.threads {
+		for i := range th.ops {
+			t.fileOps[th.ops[i].file]++
+		}
 	}
 }
 

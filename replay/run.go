@@ -66,6 +66,55 @@ type runState struct {
 	hints    int
 	done     atomic.Int64
 	start    time.Time // the replay clock's origin: bundle time t0
+	// left counts, per file index, the run's operations still to come on
+	// the file (all threads'); at 0 the file is retired. reg is the
+	// backend's registry (page-cache backends), whose descriptor of a
+	// retired file is closed too.
+	left []atomic.Int32
+	reg  *backend.Registry
+	// retired holds the ids of retired files still in reg, oldest first:
+	// a request the backend queued before a file's last operation may
+	// still name it, so the backend's descriptor closes only after
+	// keepRetired more files are retired.
+	retireMu    sync.Mutex
+	retired     []uint32
+	keepRetired int
+}
+
+// opDone counts an operation on file idx done, retiring the file (the
+// run's descriptors of it, the worker's kept one and the backend's) after
+// the last. The direct backend's files stay open for its cache.
+func (w *worker) opDone(idx uint32) {
+	st := w.r
+	if st.left == nil || st.left[idx].Add(-1) != 0 {
+		return
+	}
+	if fd, ok := w.fds[idx]; ok {
+		unix.Close(fd)
+		delete(w.fds, idx)
+	}
+	if f := st.files[idx]; f != nil {
+		f.retire()
+		if st.reg != nil {
+			st.retireMu.Lock()
+			st.retired = append(st.retired, f.info.ID)
+			for len(st.retired) > st.keepRetired {
+				st.reg.Remove(st.retired[0])
+				st.retired = st.retired[1:]
+			}
+			st.retireMu.Unlock()
+		}
+	}
+}
+
+// keepRetired is how many retired files keep their backend descriptor: an
+// eighth of RLIMIT_NOFILE, 16 to 1024.
+func keepRetired() int {
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) != nil {
+		return 16
+	}
+	return int(min(max(lim.Cur/8, 16), 1024))
 }
 
 // at returns when bundle time ts falls on the replay clock.
@@ -376,6 +425,7 @@ func (w *worker) loop(ctx context.Context) {
 			w.kinds.add(o, prev, t0.Sub(w.end), end.Sub(t0))
 			w.end = end
 			w.settle(st.files)
+			w.opDone(o.file)
 			prev = o
 			continue
 		}
@@ -401,6 +451,7 @@ func (w *worker) loop(ctx context.Context) {
 			w.err = err
 			return
 		}
+		w.opDone(o.file)
 		prev = o
 	}
 }
