@@ -376,3 +376,42 @@ func TestFilesRetired(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkOpenSettle measures what replaying one file's open costs the
+// replaying thread: the timed open(2), then, in the program's think time,
+// installing the descriptor (settle) and closing it after the file's last
+// operation (retire). Compare the two figures with the recorded open and
+// think times of a tree walk (docs/replay.md, "Recorded against replayed").
+//
+//	go test -run '^$' -bench OpenSettle ./replay
+func BenchmarkOpenSettle(b *testing.B) {
+	files := []formats.File{{ID: 1, Dev: 1, Ino: 1, Path: "/d/a", Size: 4096, Mode: formats.ModeRegular | 0o644, MtimeNS: mtime}}
+	rows := []formats.Access{
+		{TS: 1000, EndNS: 2000, TID: 1, PID: 1, FileID: 1, Kind: formats.KindOpen, Ret: 3, Op: 1},
+		{TS: 3000, EndNS: 4000, TID: 1, PID: 1, FileID: 1, NPages: 1, Kind: formats.KindRead, Ret: 4096, Op: 2},
+	}
+	bundle, root := bundle11(b, files, rows, true)
+	r, err := New(bundle, Options{Root: root, Backend: BackendNone})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fs, err := openFiles(r.t, r.paths, false, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer closeFiles(fs)
+	w := &worker{r: &runState{rp: r, files: fs}}
+	o, f := &r.t.threads[0].ops[0], fs[r.t.byID[1].idx]
+	var timed, after time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		w.metadata(o, fs)
+		t1 := time.Now()
+		w.settle(fs)
+		f.retire()
+		after += time.Since(t1)
+		timed += t1.Sub(t0)
+	}
+	b.ReportMetric(float64(timed.Nanoseconds())/float64(b.N), "open-ns/op")
+	b.ReportMetric(float64(after.Nanoseconds())/float64(b.N), "settle-ns/op")
+}

@@ -19,7 +19,7 @@ const mtime = 1_700_000_000_000_000_000
 
 // bundle11 writes a format 1.1 bundle with files and rows, with service
 // times when serviceTimes, and materializes it.
-func bundle11(t *testing.T, files []formats.File, rows []formats.Access, serviceTimes bool) (bundle, root string) {
+func bundle11(t testing.TB, files []formats.File, rows []formats.Access, serviceTimes bool) (bundle, root string) {
 	t.Helper()
 	dir := scratchDir(t)
 	bundle, root = filepath.Join(dir, "bundle"), filepath.Join(dir, "files")

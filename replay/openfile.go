@@ -29,9 +29,8 @@ type openFile struct {
 
 	ready  atomic.Bool // file, fd and mem are set
 	mu     sync.Mutex
-	file   *os.File // buffered, for preads and fadvise
-	fd     int      // file.Fd(), -1 until open
-	mem    []byte   // read-only shared mapping of the whole file, for touches without a recorded mapping: made by the first (wholeMap); nil for direct
+	fd     int    // buffered, for preads and fadvise; -1 until open
+	mem    []byte // read-only shared mapping of the whole file, for touches without a recorded mapping: made by the first (wholeMap); nil for direct
 	maps   map[mapKey]mapping
 	mapErr error // why a recorded protection could not be mapped (the first time)
 	early  bool  // a demand access opened it before its recorded open
@@ -132,7 +131,10 @@ func (f *openFile) install(fd int, direct bool) error {
 		unix.Close(fd)
 		return fmt.Errorf("open %s: the path names another file than at the start of the run", f.path)
 	}
-	f.file, f.fd = os.NewFile(uintptr(fd), f.path), fd
+	// A raw descriptor: an *os.File would cost an fcntl and an epoll_ctl
+	// (it tries the runtime poller), in the think time of the program's
+	// next operation.
+	f.fd = fd
 	f.ready.Store(true)
 	return nil
 }
@@ -283,9 +285,9 @@ func (f *openFile) closeLocked() {
 		unix.Munmap(f.mem)
 		f.mem = nil
 	}
-	if f.file != nil {
-		f.file.Close()
-		f.file, f.fd = nil, -1
+	if f.fd >= 0 {
+		unix.Close(f.fd)
+		f.fd = -1
 	}
 	f.ready.Store(false)
 }
