@@ -1,61 +1,113 @@
 #!/usr/bin/env bash
-# replay-fidelity.sh measures how faithfully a baseline replay reproduces
-# the program it recorded (issue 11, item 2): for each workload it records
-# ROUNDS cold runs (drop_caches 3 before each), replays the first recording
-# ROUNDS times at its recorded paths (kernel backend, recorded timing) and
-# prints a markdown table row: the recorded wall of that recording, the
-# median of all recordings, the baseline replay's median wall, and the
-# timing error against both (|replay - recorded| / recorded).
+# replay-fidelity.sh measures how faithfully replay and simulate reproduce
+# the programs they recorded (issue 11, items 2 and 9). For each workload it
+# records ROUNDS cold runs (drop_caches 3 before each), replays the first
+# recording ROUNDS times at its recorded paths (kernel backend, recorded
+# timing, A/B of the baseline and POLICY) with the predicted column, and
+# prints two markdown tables:
+#
+#   timing: the recorded wall of that recording and the median of all of
+#     them, the baseline replay's median wall, and the timing error against
+#     both (|replay - recorded| / recorded);
+#   prediction: per run spec, the measured median replay wall, simulate's
+#     predicted wall, and the prediction error (|predicted - measured| /
+#     measured).
+#
+# and, per workload, replay's recorded-against-replayed comparison per kind
+# of operation (service and think time; summary.fidelity).
 #
 #   sudo scripts/replay-fidelity.sh [WORKLOAD...]   # default: all four
 #
-# Workloads: sqlite (a cold range scan of 16 K rows of a >= 1 GB YCSB-style
-# table), python (python3 importing 11 stdlib modules), grep (grep -r over
-# the Go source tree, >= 10 K files), threads (fio, 4 threads of buffered
-# random reads). Needs root, a built ./predictio (go build ./cmd/predictio),
-# sqlite3, /usr/bin/python3, fio and python3 for the JSON. Run it on a quiet
-# machine: it is a measurement. Environment: ROUNDS (default 5), WORK
-# (default /var/tmp/predictio-fidelity; the sqlite database is built there
-# once, about 1.1 GB).
+# Workloads:
+#   sqlite  the Debian sqlite3 CLI: a cold range scan of 16 K rows of a
+#           >= 1 GB YCSB-style table (1 KiB values in random key order),
+#           PRAGMA mmap_size=0 and cache_size=-2048
+#   python  python3 importing 11 stdlib modules
+#   grep    grep -r over a private copy of the Go source tree (11.5 K files;
+#           a copy, so that other processes' go builds do not warm it)
+#   threads fio, 4 threads of buffered 4 KiB random reads (psync)
+#
+# Needs root, a built ./predictio (go build -o predictio ./cmd/predictio),
+# sqlite3, /usr/bin/python3, fio, go (for GOROOT) and python3 for the JSON.
+# Run it on a quiet machine: it is a measurement.
+#
+# Environment:
+#   ROUNDS    recordings and replay rounds (default 5)
+#   WORK      scratch directory (default /var/tmp/predictio-fidelity)
+#   POLICY    the policy of the prediction check (default oracle)
+#   PROFILE   a device profile (predictio bench device -o FILE); default: the
+#             cached profile of the device holding the files (measure it
+#             first: predictio bench device --duration 30s)
+#   RESIDUE   --max-residue (default 0.3: the libraries every process maps
+#             stay cached, as they did when the program was recorded)
+#   SQLITE_DB a database to scan (default: /var/tmp/adbig/ycsb-wr.db if it
+#             exists, internal/workload/sqlitedb's WITHOUT ROWID layout,
+#             else one built under WORK, 1.1 GB)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 P=${PREDICTIO:-$PWD/predictio}
 ROUNDS=${ROUNDS:-5}
 WORK=${WORK:-/var/tmp/predictio-fidelity}
+POLICY=${POLICY:-oracle}
+RESIDUE=${RESIDUE:-0.3}
 [ -x "$P" ] || { echo "replay-fidelity: build predictio first: go build -o predictio ./cmd/predictio" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "replay-fidelity: needs root (recording uses eBPF, cold runs drop caches)" >&2; exit 1; }
 mkdir -p "$WORK"
+pred=()
+[ -n "${PROFILE:-}" ] && pred=(--device-profile "$PROFILE")
 
 cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
+# sqlite_db sets DB, the database to scan, and Q, the query.
 sqlite_db() {
-	local db=$WORK/ycsb.sqlite
-	if [ ! -s "$db" ]; then
-		echo "replay-fidelity: building $db (1 M rows of 1 KiB values in random key order)" >&2
-		sqlite3 "$db" "PRAGMA journal_mode=off; PRAGMA synchronous=off;
+	DB=${SQLITE_DB:-}
+	if [ -z "$DB" ] && [ -s /var/tmp/adbig/ycsb-wr.db ]; then
+		DB=/var/tmp/adbig/ycsb-wr.db
+	fi
+	if [ -n "$DB" ]; then
+		Q="SELECT sum(length(field0)) FROM (SELECT field0 FROM usertable WHERE ycsb_key >= 'user0000200000' ORDER BY ycsb_key LIMIT 16384);"
+		return
+	fi
+	DB=$WORK/ycsb.sqlite
+	if [ ! -s "$DB" ]; then
+		echo "replay-fidelity: building $DB (1 M rows of 1 KiB values in random key order)" >&2
+		sqlite3 "$DB" "PRAGMA journal_mode=off; PRAGMA synchronous=off;
 			CREATE TABLE t(k INTEGER PRIMARY KEY, v BLOB);
 			WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c LIMIT 1100000)
 			INSERT OR IGNORE INTO t SELECT abs(random()) % 1000000000, randomblob(1000) FROM c;"
 	fi
-	echo "$db"
+	Q="SELECT sum(length(v)) FROM (SELECT v FROM t WHERE k >= 500000000 ORDER BY k LIMIT 16384);"
+}
+
+# gotree prints a private copy of the Go source tree, made once.
+gotree() {
+	local dst=$WORK/gosrc
+	if [ ! -d "$dst/src" ]; then
+		echo "replay-fidelity: copying $(go env GOROOT)/src to $dst/src" >&2
+		mkdir -p "$dst.tmp"
+		cp -a "$(go env GOROOT)/src" "$dst.tmp/src"
+		sync
+		mv "$dst.tmp" "$dst"
+	fi
+	echo "$dst/src"
 }
 
 # workload NAME sets INCLUDE (record --include prefixes) and CMD.
 workload() {
 	case $1 in
 	sqlite)
-		local db; db=$(sqlite_db)
-		INCLUDE=("$db" /usr /lib)
-		CMD=(sqlite3 "$db" "PRAGMA mmap_size=0; PRAGMA cache_size=-2048; SELECT sum(length(v)) FROM (SELECT v FROM t WHERE k >= 500000000 ORDER BY k LIMIT 16384);")
+		sqlite_db
+		INCLUDE=("$DB" /usr /lib)
+		CMD=(sqlite3 "$DB" "PRAGMA mmap_size=0; PRAGMA cache_size=-2048; $Q")
 		;;
 	python)
 		INCLUDE=(/usr /lib /etc)
 		CMD=(/usr/bin/python3 -c "import json, csv, decimal, email.message, http.client, sqlite3, xml.dom.minidom, argparse, logging, unittest, asyncio")
 		;;
 	grep)
-		local src; src=$(go env GOROOT)/src
+		local src; src=$(gotree)
 		INCLUDE=("$src" /usr /lib)
 		CMD=(grep -r -c predictio_needle_that_is_not_there "$src")
 		;;
@@ -69,31 +121,63 @@ workload() {
 	esac
 }
 
-echo "| workload | recorded wall (first) | recorded wall (median of $ROUNDS) | replay wall (median of $ROUNDS) | error vs first | error vs median |"
-echo "|---|---|---|---|---|---|"
-for w in "${@:-sqlite python grep threads}"; do
-	for name in $w; do
-		workload "$name"
-		walls=()
-		for i in $(seq 1 "$ROUNDS"); do
-			b=$WORK/$name-$i.bundle
-			rm -rf "$b"
-			inc=()
-			for p in "${INCLUDE[@]}"; do inc+=(--include "$p"); done
-			cold
-			"$P" record -quiet -o "$b" "${inc[@]}" -- "${CMD[@]}" >/dev/null
-			walls+=("$(json "$b/manifest.json" "d['timing']['recorded_wall_ns']")")
-		done
-		first=${walls[0]}
-		med=$(printf '%s\n' "${walls[@]}" | median)
-		out=$WORK/$name-replay.json
-		"$P" replay --ab baseline --repeat "$ROUNDS" --drop-caches --no-predict --json "$WORK/$name-1.bundle" > "$out"
-		rw=$(json "$out" "[p for p in d['summary']['policies'] if p['policy']=='baseline'][0]['wall_ns']['median']")
-		python3 - "$name" "$first" "$med" "$rw" <<'EOF'
-import sys
-name, first, med, rw = sys.argv[1], *map(float, sys.argv[2:])
-ms = lambda ns: f"{ns/1e6:.1f} ms"
-print(f"| {name} | {ms(first)} | {ms(med)} | {ms(rw)} | {abs(rw-first)/first*100:.1f}% | {abs(rw-med)/med*100:.1f}% |")
-EOF
+timing=("| workload | recorded wall (first) | recorded wall (median of $ROUNDS) | replay wall (median of $ROUNDS) | error vs first | error vs median |" "|---|---|---|---|---|---|")
+prediction=("| workload | run | measured replay wall (median) | predicted wall | prediction error | measured speedup | predicted speedup |" "|---|---|---|---|---|---|---|")
+kinds=()
+calibrated=""
+for name in ${@:-sqlite python grep threads}; do
+	workload "$name"
+	walls=()
+	for i in $(seq 1 "$ROUNDS"); do
+		b=$WORK/$name-$i.bundle
+		rm -rf "$b"
+		inc=()
+		for p in "${INCLUDE[@]}"; do inc+=(--include "$p"); done
+		cold
+		# The program's exit status is its own (grep -c exits 1 when nothing matches).
+		"$P" record -quiet -o "$b" "${inc[@]}" -- "${CMD[@]}" >/dev/null || true
+		walls+=("$(json "$b/manifest.json" "d['timing']['recorded_wall_ns']")")
 	done
+	first=${walls[0]}
+	med=$(printf '%s\n' "${walls[@]}" | median)
+	out=$WORK/$name-replay.json
+	"$P" replay --ab "baseline,$POLICY" --repeat "$ROUNDS" --drop-caches --max-residue "$RESIDUE" "${pred[@]}" --json "$WORK/$name-1.bundle" > "$out"
+	rows=$(python3 - "$name" "$first" "$med" "$out" <<'EOF'
+import json, sys
+name, first, med, path = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+d = json.load(open(path))
+s = d["summary"]
+ms = lambda ns: f"{ns/1e6:.1f} ms"
+pol = {p["policy"]: p for p in s["policies"]}
+rw = pol["baseline"]["wall_ns"]["median"]
+print(f"T| {name} | {ms(first)} | {ms(med)} | {ms(rw)} | {abs(rw-first)/first*100:.1f}% | {abs(rw-med)/med*100:.1f}% |")
+for spec, p in pol.items():
+    m, pw = p["wall_ns"]["median"], p["predicted_wall_ns"]
+    print(f"P| {name} | {spec} | {ms(m)} | {ms(pw)} | {abs(pw-m)/m*100:.1f}% | {p['speedup']:.2f}× | {p['predicted_speedup']:.2f}× |")
+print(f"C{s['predicted_calibrated']}")
+print("K")
+print(f"K{name}: recorded against replayed per kind (baseline, median of the rounds)")
+print("K")
+print("K| kind | ops | service recorded | replayed | think recorded | waited |")
+print("K|---|---|---|---|---|---|")
+for f in s.get("fidelity", []):
+    print(f"K| {f['kind']} | {f['ops']} | {ms(f['recorded_service_ns'])} | {ms(f['service_ns'])} | {ms(f['recorded_think_ns'])} | {ms(f['wait_ns'])} |")
+EOF
+)
+	while IFS= read -r line; do
+		case $line in
+		T*) timing+=("${line:1}") ;;
+		P*) prediction+=("${line:1}") ;;
+		C*) calibrated=${line:1} ;;
+		K*) kinds+=("${line:1}") ;;
+		esac
+	done <<< "$rows"
 done
+printf '%s\n' "${timing[@]}"
+echo
+echo "prediction: simulate through replay's predicted column (predicted_calibrated: $calibrated), baseline and $POLICY"
+echo
+printf '%s\n' "${prediction[@]}"
+printf '%s\n' "${kinds[@]}"
+echo
+echo "replay-fidelity: bundles and replay JSON under $WORK"
