@@ -49,9 +49,10 @@ type Point struct {
 	Harvest       string        // uring backends: "wait", "backoff" or "auto" (""): wait for uring, backoff with SQPOLL, as fio does
 	DeferTaskrun  bool          // uring (no SQPOLL): COOP_TASKRUN|SINGLE_ISSUER|DEFER_TASKRUN like fio 3.33
 	SQThreadIdle  time.Duration // SQPOLL idle window
-	// RawSyscalls issues the blocking syscalls (pread/pwrite, io_getevents,
-	// io_uring_enter) without telling the Go scheduler, and raises
-	// GOMAXPROCS to Threads+1 for the point so each thread keeps its P.
+	// RawSyscalls issues the syscalls that may block (pread/pwrite,
+	// io_submit, io_getevents, waiting io_uring_enter) without telling the
+	// Go scheduler, and raises GOMAXPROCS to Threads+1 for the point so
+	// each thread keeps its P.
 	RawSyscalls bool
 	// BatchSubmit submits the requests freed by one harvest together (one
 	// io_submit / io_uring_enter) instead of one syscall per request as
@@ -522,7 +523,7 @@ func aioThread(p *Point, id int, stop *atomic.Bool, tr *threadResult) {
 				batch = pending[:1]
 			}
 			now := time.Now()
-			n, err := ioSubmit(ctx, batch)
+			n, err := ioSubmit(ctx, batch, p.RawSyscalls)
 			tr.syscalls++
 			if err != nil {
 				tr.err = err
