@@ -40,6 +40,7 @@ func (x *runner) setupDevice(p harness.Preset) error {
 		x.res.Device.CheckNote = "not measured: --no-device-check"
 	case x.res.Device.Check != nil:
 		x.res.Device.CheckNote = "measured by an earlier run into this directory"
+		x.ctx.Profile = x.res.Device.Profile
 	default:
 		x.checkDevice(p)
 	}
@@ -80,6 +81,8 @@ func (x *runner) checkDevice(p harness.Preset) {
 	}
 	c.WithinLimits = within(c.RandReadIOPS, p.ReadIOPS) && within(prof.SeqReadBytesPerSec, p.ReadBPS)
 	x.res.Device.Check = c
+	x.ctx.Profile = prof
+	x.res.Device.Profile = prof
 	x.prog.logf("eval: device %s: QD1 %.0f µs, QD32 %.0f IOPS (%.1f MiB/s), sequential %.0f MiB/s; within the preset's limits: %v",
 		p.Name, c.QD1LatencyUS, c.RandReadIOPS, c.RandReadMiBs, c.SeqReadMiBs, c.WithinLimits)
 }

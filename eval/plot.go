@@ -30,6 +30,9 @@ type Figure struct {
 	// category j.
 	Categories []string
 	Series     []Series
+	// LegendBottom puts the legend at the bottom right (default top
+	// right).
+	LegendBottom bool
 	// RefY draws a horizontal reference line (e.g. 1 for "normalized to
 	// baseline"); NaN or 0 draws none.
 	RefY float64
@@ -61,7 +64,7 @@ func (f *Figure) render() (*plot.Plot, error) {
 	p.X.Label.Text = f.XLabel
 	p.Y.Label.Text = f.YLabel
 	p.Add(plotter.NewGrid())
-	p.Legend.Top = true
+	p.Legend.Top = !f.LegendBottom
 	if f.Categories != nil {
 		if err := f.bars(p); err != nil {
 			return nil, err

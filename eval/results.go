@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/internal/harness"
 )
 
@@ -49,6 +50,8 @@ type DeviceInfo struct {
 	// (nil when it was not run, with CheckNote saying why).
 	Check     *DeviceCheck `json:"check,omitempty"`
 	CheckNote string       `json:"check_note,omitempty"`
+	// Profile is the full bench device profile behind Check.
+	Profile *formats.DeviceProfile `json:"profile,omitempty"`
 }
 
 // DeviceCheck is what bench device measured under the preset.

@@ -150,6 +150,7 @@ func (x *runner) resume(preset harness.Preset) error {
 	x.res.Started = prev.Started
 	x.res.Suites = prev.Suites
 	x.res.Device.Check = prev.Device.Check
+	x.res.Device.Profile = prev.Device.Profile
 	for _, s := range prev.Suites {
 		for _, p := range s.Points {
 			if p.Status == StatusOK {

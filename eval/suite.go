@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/internal/harness"
 )
 
@@ -59,7 +60,10 @@ type Context struct {
 	Policies  []string // extra policy specs from --policy
 	Device    harness.Preset
 	Predictio string // the predictio binary, for predictio run and bench
-	Log       func(format string, args ...any)
+	// Profile is this run's bench device measurement under the preset
+	// (nil when none was made), for simulate's device model.
+	Profile *formats.DeviceProfile
+	Log     func(format string, args ...any)
 }
 
 // Plan is a suite's work.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -64,8 +65,9 @@ func cpuModel() string {
 }
 
 // Commit returns the predictio commit of this build: the VCS stamp go
-// build embeds, else `git rev-parse HEAD` in the working directory (go
-// test builds carry no stamp).
+// build embeds, else `git rev-parse HEAD` in the working directory or
+// the executable's (go test builds, and builds with -buildvcs=false,
+// carry no stamp).
 func Commit() (rev string, dirty bool) {
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
@@ -80,10 +82,24 @@ func Commit() (rev string, dirty bool) {
 	if rev != "" {
 		return rev, dirty
 	}
-	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
-	if err != nil {
-		return "", false
+	dirs := []string{""}
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Dir(exe))
 	}
-	st, _ := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output()
-	return strings.TrimSpace(string(out)), len(strings.TrimSpace(string(st))) > 0
+	for _, d := range dirs {
+		out, err := exec.Command("git", "-C", orDot(d), "rev-parse", "HEAD").Output()
+		if err != nil {
+			continue
+		}
+		st, _ := exec.Command("git", "-C", orDot(d), "status", "--porcelain", "--untracked-files=no").Output()
+		return strings.TrimSpace(string(out)), len(strings.TrimSpace(string(st))) > 0
+	}
+	return "", false
+}
+
+func orDot(d string) string {
+	if d == "" {
+		return "."
+	}
+	return d
 }
