@@ -2,6 +2,7 @@ package eval
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -93,6 +94,11 @@ func (x *runner) runMode(ctx context.Context, suite string, ps *PointSpec, mr *m
 		err = lerr
 	}
 	x.prog.ran(suite, ps, mr.spec.Name, round, rounds, el, s, err)
+	if errors.Is(err, ErrNotRun) {
+		mr.failed = true
+		mr.res.Status, mr.res.Reason = StatusNotRun, err.Error()
+		return
+	}
 	if err != nil {
 		mr.fail(err.Error())
 		return

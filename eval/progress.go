@@ -3,6 +3,7 @@ package eval
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -143,13 +144,26 @@ func (p *progress) eta() string {
 	return fmtDur(left)
 }
 
-// headline shows up to three metrics of a sample, by name.
+// headlineKeys are the metrics a progress line shows first.
+var headlineKeys = []string{"wall_s", "coverage", "p95_us", "events_per_s", "drop_pct", "hints_per_s", "Mevents_per_s", "p50_us", "p99_us"}
+
+// headline shows up to three metrics of a sample: the known headline
+// metrics first, then by name.
 func headline(m map[string]float64) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+	var keys []string
+	for _, k := range headlineKeys {
+		if _, ok := m[k]; ok {
+			keys = append(keys, k)
+		}
 	}
-	sort.Strings(keys)
+	var rest []string
+	for k := range m {
+		if !slices.Contains(headlineKeys, k) {
+			rest = append(rest, k)
+		}
+	}
+	sort.Strings(rest)
+	keys = append(keys, rest...)
 	var parts []string
 	for i, k := range keys {
 		if i == 3 {

@@ -282,12 +282,7 @@ func suiteReason(ps []*Point) string {
 		}
 	}
 	for _, p := range ps {
-		add(p.Reason)
-		for _, m := range p.Modes {
-			if m.Status != StatusOK {
-				add(m.Mode + ": " + m.Reason)
-			}
-		}
+		add(p.Reason) // it already names its modes' reasons
 	}
 	if len(out) > 4 {
 		out = append(out[:4], fmt.Sprintf("and %d more", len(out)-4))

@@ -6,6 +6,7 @@ package eval
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -112,6 +113,10 @@ type Sample struct {
 	Metrics map[string]float64
 	Notes   []string
 }
+
+// ErrNotRun, wrapped in a run's error, marks the mode as not run (the
+// machine lacks what it needs) rather than failed.
+var ErrNotRun = errors.New("not run")
 
 var suites = map[string]Suite{}
 
