@@ -135,6 +135,10 @@ func fadviseDontNeed(path string) error {
 		return fmt.Errorf("evict %s: %w", path, err)
 	}
 	defer f.Close()
+	// Dirty pages are not dropped: write them back first.
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("evict %s: fsync: %w", path, err)
+	}
 	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
 		return fmt.Errorf("evict %s: %w", path, err)
 	}
