@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/predictio/predictio/bench"
+	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/internal/harness"
 )
 
@@ -31,7 +32,7 @@ func (x *runner) setupDevice(p harness.Preset) error {
 		x.res.Device.Disk = "unknown: " + err.Error()
 		return nil
 	}
-	x.throttle = t
+	x.throttle, x.cur = t, t
 	x.res.Device.Throttle = t.String()
 	x.res.Device.Mechanism = t.Mechanism
 	x.res.Device.Disk = t.Device + " (" + t.DevName + ")"
@@ -47,9 +48,17 @@ func (x *runner) setupDevice(p harness.Preset) error {
 	return nil
 }
 
-// checkDevice runs bench device's measurement under the throttle: QD1
-// latency, QD32 4 KiB random reads, sequential 1 MiB reads.
+// checkDevice measures the run's preset under its throttle.
 func (x *runner) checkDevice(p harness.Preset) {
+	c, prof, note := x.measure(p)
+	x.res.Device.Check, x.res.Device.Profile, x.res.Device.CheckNote = c, prof, note
+	x.ctx.Profile = prof
+}
+
+// measure runs bench device's measurement under the current throttle:
+// QD1 latency, QD32 4 KiB random reads, sequential 1 MiB reads. On
+// failure it returns a note saying why.
+func (x *runner) measure(p harness.Preset) (*DeviceCheck, *formats.DeviceProfile, string) {
 	size, dur := int64(1<<30), 9*time.Second
 	if x.o.Quick {
 		size, dur = 256<<20, 1500*time.Millisecond
@@ -59,20 +68,17 @@ func (x *runner) checkDevice(p harness.Preset) {
 	// Fill the scratch file before throttling: only reads are limited,
 	// but its probe read would count.
 	if err := bench.PrepareScratch(scratch, size, io.Discard); err != nil {
-		x.res.Device.CheckNote = "not measured: " + err.Error()
-		return
+		return nil, nil, "not measured: " + err.Error()
 	}
 	if err := x.enter(); err != nil {
-		x.res.Device.CheckNote = "not measured: " + err.Error()
-		return
+		return nil, nil, "not measured: " + err.Error()
 	}
 	prof, err := bench.MeasureDevice(bench.DeviceConfig{Path: scratch, Size: size, Duration: dur})
 	if lerr := x.leave(); lerr != nil && err == nil {
 		err = lerr
 	}
 	if err != nil {
-		x.res.Device.CheckNote = "not measured: " + err.Error()
-		return
+		return nil, nil, "not measured: " + err.Error()
 	}
 	c := &DeviceCheck{
 		QD1LatencyUS: float64(prof.ReadLatencyNS) / 1e3, RandReadIOPS: prof.RandReadIOPS,
@@ -80,11 +86,9 @@ func (x *runner) checkDevice(p harness.Preset) {
 		DurationS: dur.Seconds(), MeasuredAtUnix: time.Now().Unix(),
 	}
 	c.WithinLimits = within(c.RandReadIOPS, p.ReadIOPS) && within(prof.SeqReadBytesPerSec, p.ReadBPS)
-	x.res.Device.Check = c
-	x.ctx.Profile = prof
-	x.res.Device.Profile = prof
 	x.prog.logf("eval: device %s: QD1 %.0f µs, QD32 %.0f IOPS (%.1f MiB/s), sequential %.0f MiB/s; within the preset's limits: %v",
 		p.Name, c.QD1LatencyUS, c.RandReadIOPS, c.RandReadMiBs, c.SeqReadMiBs, c.WithinLimits)
+	return c, prof, ""
 }
 
 // within reports whether a measured rate respects a limit (0: none), with
@@ -94,15 +98,58 @@ func within(v float64, limit uint64) bool {
 }
 
 func (x *runner) enter() error {
-	if x.throttle == nil {
+	if x.cur == nil {
 		return nil
 	}
-	return x.throttle.Enter()
+	return x.cur.Enter()
 }
 
 func (x *runner) leave() error {
-	if x.throttle == nil {
+	if x.cur == nil {
 		return nil
 	}
-	return x.throttle.Leave()
+	return x.cur.Leave()
+}
+
+// usePreset makes the throttle of ps's own device preset current (made,
+// and measured with bench device, on first use).
+func (x *runner) usePreset(ps *PointSpec) error {
+	x.cur = x.throttle
+	if ps.Device == "" || ps.Device == x.ctx.Device.Name {
+		return nil
+	}
+	if t, ok := x.others[ps.Device]; ok {
+		x.cur = t
+		return nil
+	}
+	p, err := harness.PresetByName(ps.Device)
+	if err != nil {
+		return err
+	}
+	t, err := harness.NewThrottle(p, x.o.WorkDir)
+	if err != nil {
+		return fmt.Errorf("device preset %s: %w", p.Name, err)
+	}
+	x.others[p.Name] = t
+	info := x.otherDevice(p)
+	info.Throttle, info.Mechanism, info.Disk = t.String(), t.Mechanism, t.Device+" ("+t.DevName+")"
+	x.cur = t
+	if info.Check == nil && !x.o.NoDeviceCheck {
+		c, prof, note := x.measure(p)
+		info.Check, info.Profile, info.CheckNote = c, prof, note
+	}
+	return nil
+}
+
+// otherDevice returns the results entry of another preset, made on first
+// use (a resumed run keeps its earlier check).
+func (x *runner) otherDevice(p harness.Preset) *DeviceInfo {
+	for _, d := range x.res.OtherDevices {
+		if d.Preset.Name == p.Name {
+			return d
+		}
+	}
+	d := &DeviceInfo{Preset: p}
+	x.res.OtherDevices = append(x.res.OtherDevices, d)
+	return d
 }

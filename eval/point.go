@@ -26,7 +26,7 @@ type modeRun struct {
 func (x *runner) runPoint(ctx context.Context, suite string, ps *PointSpec) *Point {
 	m := x.res.Machine
 	p := &Point{Suite: suite, ID: ps.ID, Params: ps.Params, Quick: x.o.Quick, Rounds: x.rounds(ps),
-		Hostname: m.Hostname, Kernel: m.Kernel, DevicePreset: x.ctx.Device.Name, Commit: m.Commit}
+		Hostname: m.Hostname, Kernel: m.Kernel, DevicePreset: x.presetOf(ps), Commit: m.Commit}
 	if m.Dirty {
 		p.Commit += "+dirty"
 	}
@@ -39,6 +39,15 @@ func (x *runner) runPoint(ctx context.Context, suite string, ps *PointSpec) *Poi
 		x.prog.skip(suite, ps, p.Rounds)
 		return p
 	}
+	if err := x.usePreset(ps); err != nil {
+		p.Status, p.Reason, p.Cold = StatusNotRun, err.Error(), "not run"
+		for _, ms := range ps.Modes {
+			p.Modes = append(p.Modes, &ModeResult{Mode: ms.Name, Status: StatusNotRun, Reason: p.Reason})
+		}
+		x.prog.skip(suite, ps, p.Rounds)
+		return p
+	}
+	defer func() { x.cur = x.throttle }()
 	runs := make([]*modeRun, len(ps.Modes))
 	for i, ms := range ps.Modes {
 		runs[i] = &modeRun{spec: ms, res: &ModeResult{Mode: ms.Name}, values: map[string][]float64{},

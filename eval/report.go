@@ -136,22 +136,23 @@ func summarySection(res *Results) *section {
 }
 
 func deviceSection(res *Results) *section {
-	dv := res.Device
-	s := &section{title: "Device", paras: []string{
-		fmt.Sprintf("Throttle: %s. Disk: %s.", dv.Throttle, orUnknown(dv.Disk)),
-		ThrottleNote,
-	}}
-	if c := dv.Check; c != nil {
-		s.table = &table{head: []string{"measured under the preset (bench device)", "value", "preset limit"},
-			rows: [][]string{
-				{"QD1 4 KiB random read, median", fmt.Sprintf("%.0f µs", c.QD1LatencyUS), "none (throttling adds no latency)"},
-				{"QD32 4 KiB random reads", fmt.Sprintf("%.0f IOPS (%.1f MiB/s)", c.RandReadIOPS, c.RandReadMiBs), limitStr(dv.Preset.ReadIOPS, "IOPS")},
-				{"sequential 1 MiB reads, 4 in flight", fmt.Sprintf("%.1f MiB/s", c.SeqReadMiBs), limitStr(dv.Preset.ReadBPS>>20, "MiB/s")},
-				{"within the limits (+10%)", fmt.Sprint(c.WithinLimits), ""},
-			}}
-	} else if dv.CheckNote != "" {
-		s.paras = append(s.paras, "Device check: "+dv.CheckNote+".")
+	s := &section{title: "Device", paras: []string{ThrottleNote}}
+	t := &table{head: []string{"preset", "throttle", "disk", "QD1 4 KiB read, median", "QD32 4 KiB random reads", "sequential 1 MiB reads", "preset limits", "within the limits (+10%)"}}
+	for _, dv := range append([]*DeviceInfo{&res.Device}, res.OtherDevices...) {
+		row := []string{dv.Preset.Name, dv.Throttle, orUnknown(dv.Disk), "", "", "",
+			limitStr(dv.Preset.ReadIOPS, "IOPS") + ", " + limitStr(dv.Preset.ReadBPS>>20, "MiB/s"), ""}
+		if c := dv.Check; c != nil {
+			row[3] = fmt.Sprintf("%.0f µs", c.QD1LatencyUS)
+			row[4] = fmt.Sprintf("%.0f IOPS (%.1f MiB/s)", c.RandReadIOPS, c.RandReadMiBs)
+			row[5] = fmt.Sprintf("%.1f MiB/s", c.SeqReadMiBs)
+			row[7] = fmt.Sprint(c.WithinLimits)
+		} else {
+			row[3] = dv.CheckNote
+		}
+		t.rows = append(t.rows, row)
 	}
+	s.paras = append(s.paras, "Each preset was measured under its throttle with the code of `predictio bench device` (io_uring, O_DIRECT) before its first run.")
+	s.table = t
 	return s
 }
 

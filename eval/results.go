@@ -32,10 +32,13 @@ type Results struct {
 	Finished time.Time       `json:"finished"`
 	Machine  harness.Machine `json:"machine"`
 	Device   DeviceInfo      `json:"device"`
-	Quick    bool            `json:"quick"`
-	Rounds   int             `json:"rounds"` // requested; 0 means each suite's default
-	Policies []string        `json:"policies,omitempty"`
-	Suites   []*SuiteResult  `json:"suites"`
+	// OtherDevices are the presets that points of the devices suite ran
+	// under besides Device, with their checks.
+	OtherDevices []*DeviceInfo  `json:"other_devices,omitempty"`
+	Quick        bool           `json:"quick"`
+	Rounds       int            `json:"rounds"` // requested; 0 means each suite's default
+	Policies     []string       `json:"policies,omitempty"`
+	Suites       []*SuiteResult `json:"suites"`
 }
 
 // DeviceInfo is the emulated device of the run and its verification.

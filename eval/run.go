@@ -85,8 +85,11 @@ type runner struct {
 	res      *Results
 	done     map[string]*Point // finished points of earlier runs, by key
 	throttle *harness.Throttle
-	prog     *progress
-	ctx      *Context
+	// others are the throttles of points with their own preset.
+	others map[string]*harness.Throttle
+	cur    *harness.Throttle // the throttle of the point being run
+	prog   *progress
+	ctx    *Context
 }
 
 func newRunner(o Options) (*runner, error) {
@@ -118,7 +121,7 @@ func newRunner(o Options) (*runner, error) {
 			rounds = DefaultQuickRounds
 		}
 	}
-	x := &runner{o: o, done: map[string]*Point{}, prog: newProgress(o.Progress)}
+	x := &runner{o: o, done: map[string]*Point{}, prog: newProgress(o.Progress), others: map[string]*harness.Throttle{}}
 	if err := x.resume(preset); err != nil {
 		return nil, err
 	}
@@ -151,6 +154,7 @@ func (x *runner) resume(preset harness.Preset) error {
 	x.res.Suites = prev.Suites
 	x.res.Device.Check = prev.Device.Check
 	x.res.Device.Profile = prev.Device.Profile
+	x.res.OtherDevices = prev.OtherDevices
 	for _, s := range prev.Suites {
 		for _, p := range s.Points {
 			if p.Status == StatusOK {
@@ -162,11 +166,21 @@ func (x *runner) resume(preset harness.Preset) error {
 }
 
 func (x *runner) close() {
-	if x.throttle != nil {
-		if err := x.throttle.Close(); err != nil {
-			x.prog.logf("eval: %v", err)
+	for _, t := range append([]*harness.Throttle{x.throttle}, values(x.others)...) {
+		if t != nil {
+			if err := t.Close(); err != nil {
+				x.prog.logf("eval: %v", err)
+			}
 		}
 	}
+}
+
+func values[K comparable, V any](m map[K]V) []V {
+	out := make([]V, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
 }
 
 // runSuite plans and measures one suite into x.res.
@@ -197,7 +211,7 @@ func (x *runner) runSuite(ctx context.Context, s Suite) {
 		if ctx.Err() != nil {
 			break
 		}
-		key := pointKey(info.Name, ps.ID, x.ctx.Device.Name, x.o.Quick)
+		key := pointKey(info.Name, ps.ID, x.presetOf(ps), x.o.Quick)
 		if p, ok := x.done[key]; ok {
 			sr.Points = append(sr.Points, p)
 			x.prog.skip(info.Name, ps, x.rounds(ps))
@@ -304,4 +318,12 @@ func joinSemi(s []string) string {
 // workPath returns a path under the work directory.
 func (c *Context) workPath(elem ...string) string {
 	return filepath.Join(append([]string{c.WorkDir}, elem...)...)
+}
+
+// presetOf is the device preset point ps runs under.
+func (x *runner) presetOf(ps *PointSpec) string {
+	if ps.Device != "" {
+		return ps.Device
+	}
+	return x.ctx.Device.Name
 }

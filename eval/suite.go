@@ -90,6 +90,10 @@ type PointSpec struct {
 	// NotRun, when set, says why the point cannot run; it is reported as
 	// such.
 	NotRun string
+	// Device, when set, is the device preset this point runs under
+	// instead of the run's (the devices suite); its throttle is made and
+	// measured with bench device on first use.
+	Device string
 	// Est is the expected time of one run of one mode, for the ETA.
 	Est   time.Duration
 	Modes []ModeSpec
