@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/predictio/predictio/internal/harness"
@@ -107,7 +108,7 @@ func newRunner(o Options) (*runner, error) {
 		o.WorkDir = DefaultWorkDir
 	}
 	if o.Predictio == "" {
-		o.Predictio, _ = os.Executable()
+		o.Predictio = selfPredictio()
 	}
 	for _, d := range []string{o.Out, o.WorkDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -326,4 +327,14 @@ func (x *runner) presetOf(ps *PointSpec) string {
 		return ps.Device
 	}
 	return x.ctx.Device.Name
+}
+
+// selfPredictio returns the running executable when it is predictio (not,
+// say, a test binary), else "".
+func selfPredictio() string {
+	exe, err := os.Executable()
+	if err != nil || !strings.HasPrefix(filepath.Base(exe), "predictio") {
+		return ""
+	}
+	return exe
 }
