@@ -32,7 +32,8 @@ type Options struct {
 	// disk being measured. Default /var/tmp/predictio-eval.
 	WorkDir string
 	// Predictio is the predictio binary (for predictio run); default the
-	// running executable.
+	// running executable when it is predictio. Without one, modes that
+	// need predictio run are reported as not run.
 	Predictio string
 	// EvictOnly evicts only each workload's own files before a run
 	// (POSIX_FADV_DONTNEED) instead of also writing drop_caches, which
