@@ -1,0 +1,70 @@
+package eval
+
+import (
+	"testing"
+
+	"github.com/predictio/predictio/internal/harness"
+)
+
+func presetForTest(name string) (harness.Preset, error) { return harness.PresetByName(name) }
+
+func TestParseBench(t *testing.T) {
+	out := []byte("goos: linux\nBenchmarkTransport/offered=2M-2  \t       1\t3001234567 ns/op\t   1999000 events/s\t  0.05 drop%\t  103.3 consumer-ns/event\n" +
+		"BenchmarkDispatch \t 3000000\t 160.2 ns/op\t 6.2 Mevents/s\t 30 B/op\t 0 allocs/op\nPASS\n")
+	r := parseBench(out)
+	tr := r["BenchmarkTransport/offered=2M"]
+	if tr["events_per_s"] != 1999000 || tr["drop_pct"] != 0.05 || tr["consumer_ns_per_event"] != 103.3 || tr["ns_per_op"] != 3001234567 {
+		t.Fatalf("transport metrics %v", tr)
+	}
+	if d := r["BenchmarkDispatch"]; d["Mevents_per_s"] != 6.2 || d["allocs_per_op"] != 0 {
+		t.Fatalf("dispatch metrics %v", d)
+	}
+	if anchor("BenchmarkLatency/mode=low/load=paced") != "^BenchmarkLatency$/^mode=low$/^load=paced$" {
+		t.Fatal(anchor("BenchmarkLatency/mode=low/load=paced"))
+	}
+}
+
+// TestRAPattern: runs of r consecutive pages in distinct slots far enough
+// apart that no readahead window reaches the next run.
+func TestRAPattern(t *testing.T) {
+	sz := raParams{fileBytes: 256 << 20, reads: 1024}
+	for _, r := range []int{1, 8, 64} {
+		p := raPattern(sz, r)
+		if len(p) != sz.reads {
+			t.Fatalf("r=%d: %d reads", r, len(p))
+		}
+		starts := map[uint64]bool{}
+		for i := 0; i < len(p); i += r {
+			for j := 1; j < r; j++ {
+				if p[i+j] != p[i]+uint64(j) {
+					t.Fatalf("r=%d: run at %d is not consecutive: %v", r, i, p[i:i+r])
+				}
+			}
+			slot := uint64(max(4*r, 64))
+			if p[i]%slot != 0 || starts[p[i]] {
+				t.Fatalf("r=%d: run start %d repeats or is off its slot", r, p[i])
+			}
+			starts[p[i]] = true
+		}
+	}
+	seq := raPattern(sz, seqRun)
+	for i, pg := range seq {
+		if pg != uint64(i) {
+			t.Fatalf("seq read %d is page %d", i, pg)
+		}
+	}
+}
+
+func TestPointStatus(t *testing.T) {
+	ok := &ModeResult{Mode: "baseline", Status: StatusOK}
+	nr := &ModeResult{Mode: "noop", Status: StatusNotRun, Reason: "needs x"}
+	if s, _ := pointStatus([]*ModeResult{ok, nr}); s != StatusPartial {
+		t.Errorf("ok + not run = %s", s)
+	}
+	if s, r := pointStatus([]*ModeResult{nr}); s != StatusNotRun || r != "noop: not run: needs x" {
+		t.Errorf("not run alone = %s %q", s, r)
+	}
+	if s := suiteStatus([]*Point{{Status: StatusPartial, Modes: []*ModeResult{ok, nr}}}); s != StatusPartial {
+		t.Errorf("suite of a partial point = %s", s)
+	}
+}
