@@ -13,12 +13,16 @@ import (
 
 	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/hints"
+
+	"github.com/predictio/predictio/internal/tracetest"
 )
 
-// waitSocket waits for the recorder to create its hint socket.
+// waitSocket waits for the recorder to create its hint socket. The bound
+// is generous: the first start on a kernel builds the BTF cache, which
+// takes seconds in an emulated VM.
 func waitSocket(t *testing.T, path string) {
 	t.Helper()
-	for i := 0; i < 200; i++ {
+	for i := 0; i < 3000; i++ {
 		if st, err := os.Stat(path); err == nil && st.Mode()&os.ModeSocket != 0 {
 			return
 		}
@@ -47,7 +51,7 @@ func sendRaw(t *testing.T, sock string, b []byte, uid uint32) {
 
 func TestHints(t *testing.T) {
 	requireRecorder(t)
-	dir := diskDir(t)
+	dir := tracetest.DiskDir(t)
 	// Searchable by the uid nobody senders below (the kernel's access
 	// check walks the path as the sender).
 	if err := os.Chmod(dir, 0o755); err != nil {

@@ -215,6 +215,7 @@ func Merge(out string, ins []string, opts ...formats.OpenOption) (*MergeReport, 
 			}
 			m.Counters.DroppedEvents += src.Counters.DroppedEvents
 			m.Counters.RejectedHints += src.Counters.RejectedHints
+			m.Counters.DroppedHints += src.Counters.DroppedHints
 			m.Filesystems = mergeFilesystems(m.Filesystems, src.Filesystems)
 			if src.Host.KernelRelease != m.Host.KernelRelease || src.Host.Hostname != m.Host.Hostname || src.Host.PageSize != m.Host.PageSize {
 				m.Notes = append(m.Notes, fmt.Sprintf("source %d was recorded on another host (%s, kernel %s, page size %d); host is that of source 0", i, orDash(src.Host.Hostname), orDash(src.Host.KernelRelease), src.Host.PageSize))
