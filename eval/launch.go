@@ -94,18 +94,18 @@ func (launchSuite) Plan(ctx context.Context, c *Context) (*Plan, error) {
 		}
 		ps.Files = files
 		profile := filepath.Join(dir, "profile-"+pr.id)
-		ps.Modes = append(ps.Modes, ModeSpec{Name: "baseline", Run: wallRun(dir, pr.argv)})
+		ps.Modes = append(ps.Modes, ModeSpec{Name: "baseline", Run: wallRun(nil, dir, pr.argv)})
 		noop, why := lr.command(nil, "none", pr.argv)
-		ps.Modes = append(ps.Modes, ModeSpec{Name: "noop", NotRun: why, Run: wallRun(dir, withProfile(noop, profile))})
+		ps.Modes = append(ps.Modes, ModeSpec{Name: "noop", NotRun: why, Run: wallRun(lr, dir, withProfile(noop, profile))})
 		pol, why := lr.command(nil, "", pr.argv)
 		if why == "" {
 			pol = withProfile(pol, profile)
 			why = trainProfile(ctx, c, dir, pol, files)
 		}
-		ps.Modes = append(ps.Modes, ModeSpec{Name: "predictio", NotRun: why, Run: wallRun(dir, pol)})
+		ps.Modes = append(ps.Modes, ModeSpec{Name: "predictio", NotRun: why, Run: wallRun(lr, dir, pol)})
 		for _, spec := range c.Policies {
 			argv, why := lr.command([]string{spec}, "", pr.argv)
-			ps.Modes = append(ps.Modes, ModeSpec{Name: spec, NotRun: why, Run: wallRun(dir, argv)})
+			ps.Modes = append(ps.Modes, ModeSpec{Name: spec, NotRun: why, Run: wallRun(lr, dir, argv)})
 		}
 		plan.Points = append(plan.Points, ps)
 	}
@@ -136,13 +136,18 @@ func trainProfile(ctx context.Context, c *Context, dir string, argv, files []str
 }
 
 // wallRun times one run of argv.
-func wallRun(dir string, argv []string) func(context.Context, *RunInfo) (*Sample, error) {
+func wallRun(lr *liveRuntime, dir string, argv []string) func(context.Context, *RunInfo) (*Sample, error) {
 	return func(ctx context.Context, _ *RunInfo) (*Sample, error) {
-		el, _, err := timed(ctx, dir, argv)
+		run, jf := lr.withJSON(argv, dir)
+		el, _, err := timed(ctx, dir, run)
 		if err != nil {
 			return nil, err
 		}
-		return &Sample{Metrics: map[string]float64{"wall_s": el.Seconds()}}, nil
+		s := &Sample{Metrics: map[string]float64{"wall_s": el.Seconds()}}
+		if jf != "" {
+			runCounters(jf, s)
+		}
+		return s, nil
 	}
 }
 

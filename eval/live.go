@@ -3,6 +3,7 @@ package eval
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,9 +17,11 @@ import (
 // suites run their workloads live through it; where this build has no run
 // command, every mode that needs it is reported as not run.
 type liveRuntime struct {
-	bin     string
-	missing string // why predictio run cannot be used; "" when it can
-	noop    string // why noop (runtime on, requests discarded) cannot run; "" when it can
+	bin       string
+	missing   string // why predictio run cannot be used; "" when it can
+	noop      string // why noop (runtime on, requests discarded) cannot run; "" when it can
+	noProfile bool   // run has --no-profile (learn and apply no launch profile)
+	json      bool   // run has --json FILE (its counters)
 }
 
 // needsRun is the reason given for modes that need predictio run.
@@ -41,6 +44,8 @@ func probeRun(ctx context.Context, bin string) *liveRuntime {
 		lr.missing, lr.noop = needsRun, needsRun
 		return lr
 	}
+	lr.noProfile = strings.Contains(help, "-no-profile")
+	lr.json = strings.Contains(help, "-json")
 	if !regexp.MustCompile(`\bnone\b`).MatchString(help) {
 		lr.noop = "needs `predictio run --backend none` (runtime on, requests discarded); this build's run has no such backend"
 	}
@@ -48,7 +53,9 @@ func probeRun(ctx context.Context, bin string) *liveRuntime {
 }
 
 // command returns the argv that runs argv under predictio run with the
-// policies and backend, or the reason it cannot.
+// policies and backend, or the reason it cannot. With policies, no launch
+// profile is learned or applied (where run can be told so), so that only
+// the named policies act.
 func (lr *liveRuntime) command(policies []string, backend string, argv []string) ([]string, string) {
 	if lr.missing != "" {
 		return nil, lr.missing
@@ -57,6 +64,9 @@ func (lr *liveRuntime) command(policies []string, backend string, argv []string)
 		return nil, lr.noop
 	}
 	out := []string{lr.bin, "run"}
+	if len(policies) > 0 && lr.noProfile {
+		out = append(out, "--no-profile")
+	}
 	for _, p := range policies {
 		out = append(out, "--policy", p)
 	}
@@ -106,4 +116,65 @@ func parseFloatBefore(s, unit string) (float64, bool) {
 	}
 	v, err := strconv.ParseFloat(f[len(f)-1], 64)
 	return v, err == nil
+}
+
+// runCounters reads predictio run's --json document: the runtime's start-up
+// and shutdown, its events and requests, and the backend's numeric
+// counters (pages used in time, late, wasted, ...), as metrics prefixed
+// run_; a run that could not trace is a note.
+func runCounters(path string, s *Sample) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	os.Remove(path)
+	var doc map[string]any
+	if json.Unmarshal(b, &doc) != nil {
+		return
+	}
+	for _, k := range []string{"startup_ns", "shutdown_ns", "events", "requests", "source_dropped"} {
+		if v, ok := doc[k].(float64); ok {
+			s.Metrics["run_"+k] = v
+		}
+	}
+	if be, ok := doc["backend"].(map[string]any); ok {
+		for k, v := range be {
+			if f, ok := v.(float64); ok {
+				s.Metrics["run_backend_"+snake(k)] = f
+			}
+		}
+	}
+	if t, ok := doc["traced"].(bool); ok && !t {
+		s.Notes = append(s.Notes, fmt.Sprintf("predictio run did not trace (it fails open): %v", doc["untraced"]))
+	}
+}
+
+// withJSON adds --json FILE after "predictio run" when run has it, and
+// returns the file ("" when not).
+func (lr *liveRuntime) withJSON(argv []string, dir string) ([]string, string) {
+	if lr == nil || !lr.json || len(argv) < 2 || argv[1] != "run" {
+		return argv, ""
+	}
+	f, err := os.CreateTemp(dir, "run-*.json")
+	if err != nil {
+		return argv, ""
+	}
+	f.Close()
+	return append([]string{argv[0], argv[1], "--json", f.Name()}, argv[2:]...), f.Name()
+}
+
+// snake turns a Go field name (PagesSubmitted) into pages_submitted;
+// names already in snake case stay.
+func snake(k string) string {
+	var b strings.Builder
+	for i, r := range k {
+		if r >= 'A' && r <= 'Z' {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

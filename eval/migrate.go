@@ -86,13 +86,13 @@ func (migrateSuite) Plan(ctx context.Context, c *Context) (*Plan, error) {
 		args := rocksArgs(dbBench, db, sz, w.bench)
 		off := append(append([]string{}, args...), "--max_auto_readahead_size=0")
 		modes := []ModeSpec{
-			{Name: "baseline", Run: rocksRun(c.WorkDir, args)},
-			{Name: "native-off", Run: rocksRun(c.WorkDir, off)},
+			{Name: "baseline", Run: rocksRun(nil, c.WorkDir, args)},
+			{Name: "native-off", Run: rocksRun(nil, c.WorkDir, off)},
 		}
 		for _, m := range []struct{ name, backend string }{{"noop", "none"}, {"predictio", ""}} {
 			pols := append([]string{"rocksdb"}, c.Policies...)
 			argv, why := lr.command(pols, m.backend, off)
-			modes = append(modes, ModeSpec{Name: m.name, NotRun: why, Run: rocksRun(c.WorkDir, argv)})
+			modes = append(modes, ModeSpec{Name: m.name, NotRun: why, Run: rocksRun(lr, c.WorkDir, argv)})
 		}
 		plan.Points = append(plan.Points, &PointSpec{ID: w.id, Params: map[string]string{"workload": w.id, "db_bench": w.bench},
 			Files: []string{db}, Est: rocksEst(c, w.id, sz), Modes: modes})
@@ -143,9 +143,10 @@ func buildRocksDB(ctx context.Context, c *Context, bin, db string, sz rocksSize)
 
 // rocksRun runs one db_bench command and reports its wall time and
 // db_bench's own micros/op and ops/sec.
-func rocksRun(dir string, argv []string) func(context.Context, *RunInfo) (*Sample, error) {
+func rocksRun(lr *liveRuntime, dir string, argv []string) func(context.Context, *RunInfo) (*Sample, error) {
 	return func(ctx context.Context, _ *RunInfo) (*Sample, error) {
-		el, out, err := timed(ctx, dir, argv)
+		run, jf := lr.withJSON(argv, dir)
+		el, out, err := timed(ctx, dir, run)
 		pruneRocksLogs(argv)
 		if err != nil {
 			return nil, err
@@ -164,6 +165,9 @@ func rocksRun(dir string, argv []string) func(context.Context, *RunInfo) (*Sampl
 		}
 		if _, ok := s.Metrics["micros_per_op"]; !ok {
 			return nil, fmt.Errorf("db_bench printed no micros/op line: %s", tail(out, 400))
+		}
+		if jf != "" {
+			runCounters(jf, s)
 		}
 		return s, nil
 	}

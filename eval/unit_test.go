@@ -1,6 +1,8 @@
 package eval
 
 import (
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/predictio/predictio/internal/harness"
@@ -66,5 +68,26 @@ func TestPointStatus(t *testing.T) {
 	}
 	if s := suiteStatus([]*Point{{Status: StatusPartial, Modes: []*ModeResult{ok, nr}}}); s != StatusPartial {
 		t.Errorf("suite of a partial point = %s", s)
+	}
+}
+
+func TestRunCounters(t *testing.T) {
+	f := t.TempDir() + "/run.json"
+	os.WriteFile(f, []byte(`{"exit_code":0,"traced":false,"untraced":"no CAP_BPF","startup_ns":1200000,"events":42,"backend":{"PagesSubmitted":7,"pages_late":2}}`), 0o644)
+	s := &Sample{Metrics: map[string]float64{}}
+	runCounters(f, s)
+	if s.Metrics["run_startup_ns"] != 1.2e6 || s.Metrics["run_events"] != 42 || s.Metrics["run_backend_pages_submitted"] != 7 || s.Metrics["run_backend_pages_late"] != 2 {
+		t.Fatalf("metrics %v", s.Metrics)
+	}
+	if len(s.Notes) != 1 || !strings.Contains(s.Notes[0], "no CAP_BPF") {
+		t.Fatalf("notes %v", s.Notes)
+	}
+	lr := &liveRuntime{bin: "/bin/predictio", noProfile: true, json: true}
+	argv, why := lr.command([]string{"rocksdb"}, "none", []string{"db_bench", "--x"})
+	if why != "" || strings.Join(argv, " ") != "/bin/predictio run --no-profile --policy rocksdb --backend none -- db_bench --x" {
+		t.Fatalf("command %q %q", argv, why)
+	}
+	if _, why := (&liveRuntime{missing: needsRun}).command(nil, "", []string{"x"}); why != needsRun {
+		t.Fatalf("missing run: %q", why)
 	}
 }

@@ -39,6 +39,7 @@ func runEval(c *command, args []string) int {
 	work := fs.String("workdir", eval.DefaultWorkDir, "`DIR` for the workloads (databases, data files) on the disk to measure; kept between runs")
 	evictOnly := fs.Bool("evict-only", false, "evict only the workloads' own files before each run instead of also writing drop_caches")
 	noCheck := fs.Bool("no-device-check", false, "do not measure the device preset with bench device before the suites")
+	bin := fs.String("predictio", "", "predictio `BINARY` whose run command the suites use (default: this one)")
 	limit(fs, "rounds", 1, 1000).orZero("the default")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -63,7 +64,7 @@ func runEval(c *command, args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := eval.Run(ctx, eval.Options{Suites: suites, Policies: pols, Device: *device, Rounds: *rounds, Quick: *quick,
-		Out: *out, WorkDir: *work, EvictOnly: *evictOnly, NoDeviceCheck: *noCheck, Progress: os.Stderr})
+		Out: *out, WorkDir: *work, EvictOnly: *evictOnly, NoDeviceCheck: *noCheck, Predictio: *bin, Progress: os.Stderr})
 	if res != nil {
 		fmt.Printf("eval: wrote %s/report.md, report.html, results.json and plots/\n", *out)
 		for _, s := range res.Suites {
