@@ -18,28 +18,6 @@ const needsWorkloads = "needs the structure adapters' workload builders (interna
 
 func init() {
 	Register(pendingSuite{info: Info{
-		Name: "sqlite", Figures: "11",
-		Measures: "SQLite range scans with the unmodified sqlite3 CLI (mmap off, 2 MiB page cache): left panel, a fragmented kv(id, payload) table, scans of 2^16 to 2^21 records; right panel, a YCSB-style >= 1 GB table of 1 KiB rows in random key order, scans of 2^10 to 2^16 rows; Baseline, Noop, Physical and Tree",
-		Needs:    "sqlite3 (scripts/setup.sh); the YCSB SQLite builder and the SQLite adapter (issue 13); predictio run (issue 12)",
-		Expected: func(quick bool, dev harness.Preset) time.Duration {
-			switch {
-			case quick:
-				return time.Minute
-			case dev.Name == "hdd":
-				return 5 * time.Hour // 2^16 rows take minutes per run
-			}
-			return 25 * time.Minute
-		},
-		Paper: []PaperFigure{
-			{Figure: "11 (left)", Caption: "fragmented kv(id, payload), scans of 2^16-2^21 records",
-				Values: []string{"Noop stays near Baseline", "Tree achieves lower latency", "Physical near or slightly above Baseline", "no numbers in the text"}},
-			{Figure: "11 (right)", Caption: "YCSB-style, 1 M records of 1 KiB in random key order, scans of 2^10-2^16 records",
-				Values: []string{"Tree reduces latency by 38.3-66.6%", "2.99x at the smallest scan (2^10)", "Physical near or slightly above Baseline, Noop near Baseline"},
-				Plot: &Figure{Name: "paper-fig11", Title: "Paper figure 11, right (end points from its text)", XLabel: "scan length (rows)", YLabel: "latency / Baseline", LogX: true, RefY: 1,
-					Series: []Series{{Name: "Tree (2.99x at 2^10; -38.3% at the other end)", X: []float64{1024, 65536}, Y: []float64{1 / 2.99, 1 - 0.383}}}}},
-		},
-	}, notRun: needsWorkloads})
-	Register(pendingSuite{info: Info{
 		Name: "llm", Figures: "12",
 		Measures: "llama.cpp (node-llama-cpp's prebuilt binaries) loading a generated 4-9 GB GGUF model cold, with mmap and without: load time and time to the first token; Baseline, Noop and Tensor",
 		Needs:    "node-llama-cpp 3.22.1 (npm, scripts/setup.sh); the GGUF writer, the llama.cpp loader and the GGUF adapter (issue 13); predictio run (issue 12)",

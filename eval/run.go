@@ -330,11 +330,11 @@ func (x *runner) presetOf(ps *PointSpec) string {
 	return x.ctx.Device.Name
 }
 
-// selfPredictio returns the running executable when it is predictio (not,
-// say, a test binary), else "".
+// selfPredictio returns the running executable unless it is a Go test
+// binary (whose "run" is not predictio's), else "".
 func selfPredictio() string {
 	exe, err := os.Executable()
-	if err != nil || !strings.HasPrefix(filepath.Base(exe), "predictio") {
+	if err != nil || strings.HasSuffix(filepath.Base(exe), ".test") {
 		return ""
 	}
 	return exe
