@@ -264,8 +264,9 @@ func TestQuickDevices(t *testing.T) {
 			t.Errorf("%s ran under %s", p.ID, p.DevicePreset)
 		}
 		metric(t, p, "baseline", "wall_s")
-		if sq := point(t, s, "sqlite-2^14/"+d); sq.Status != StatusNotRun || !strings.Contains(sq.Reason, "issue 13") {
-			t.Errorf("%s: %s %q", sq.ID, sq.Status, sq.Reason)
+		sq := point(t, s, "sqlite-2^14/"+d)
+		if metric(t, sq, "baseline", "rows") != 1<<10 || sq.DevicePreset != d {
+			t.Errorf("%s: %+v", sq.ID, sq)
 		}
 	}
 	if len(res.OtherDevices) != 1 || res.OtherDevices[0].Preset.Name != "sata-ssd" || res.OtherDevices[0].Check == nil ||
@@ -277,19 +278,70 @@ func TestQuickDevices(t *testing.T) {
 	}
 }
 
-// TestPendingSuitesSayWhy: the suites whose workloads are not in this
-// build are reported as not run, naming what they need.
-func TestPendingSuitesSayWhy(t *testing.T) {
-	res, out := quickRun(t, Options{Suites: []string{"sqlite,llm", "reuse"}, NoDeviceCheck: true})
-	for _, n := range []string{"sqlite", "llm", "reuse"} {
-		s := res.Suite(n)
-		if s == nil || s.Status != StatusNotRun || !strings.Contains(s.Reason, "issue 13") {
-			t.Errorf("%s: %+v", n, s)
+// TestQuickSQLite runs both panels' quick scans: Baseline measured cold,
+// every scan's row count checked; the predictio modes run through
+// predictio run where the build has it and say so where not.
+func TestQuickSQLite(t *testing.T) {
+	if _, err := exec.LookPath("sqlite3"); err != nil {
+		t.Skip("needs the sqlite3 CLI")
+	}
+	bin := predictioBinary(t)
+	res, _ := quickRun(t, Options{Suites: []string{"sqlite"}, NoDeviceCheck: true, Predictio: bin})
+	s := res.Suite("sqlite")
+	lr := probeRun(context.Background(), bin)
+	for _, id := range []string{"kv/rows=4096", "kv/rows=16384", "ycsb/rows=256", "ycsb/rows=1024"} {
+		p := point(t, s, id)
+		if !p.ColdVerified {
+			t.Errorf("%s: %s", id, p.Cold)
+		}
+		metric(t, p, "baseline", "rows")
+		if m := p.Mode("tree"); lr.missing != "" && (m.Status != StatusNotRun || !strings.Contains(m.Reason, "predictio run")) {
+			t.Errorf("%s tree: %s %q", id, m.Status, m.Reason)
 		}
 	}
-	md, _ := os.ReadFile(filepath.Join(out, "report.md"))
-	if !bytes.Contains(md, []byte("Paper, figure 13")) || !bytes.Contains(md, []byte("not_run")) {
-		t.Error("report.md does not show the pending suites with the paper's figures")
+}
+
+// TestQuickReuse runs one tree policy's stores: SQLite and LMDB (with and
+// without MDB_NORDAHEAD), their Baselines measured cold.
+func TestQuickReuse(t *testing.T) {
+	for _, b := range []string{"sqlite3", "mdb_load", "cc"} {
+		if _, err := exec.LookPath(b); err != nil {
+			t.Skipf("needs %s", b)
+		}
+	}
+	res, _ := quickRun(t, Options{Suites: []string{"reuse"}, NoDeviceCheck: true, Predictio: predictioBinary(t)})
+	s := res.Suite("reuse")
+	if s.Status == StatusNotRun && strings.Contains(s.Reason, "liblmdb") {
+		t.Skip(s.Reason)
+	}
+	for _, id := range []string{"sqlite", "lmdb-nordahead", "lmdb"} {
+		p := point(t, s, id)
+		if !p.ColdVerified {
+			t.Errorf("%s: %s", id, p.Cold)
+		}
+		metric(t, p, "baseline", "wall_s")
+	}
+	if n := metric(t, point(t, s, "lmdb"), "baseline", "keys"); n != 1<<10 {
+		t.Errorf("lmdb scan read %v keys", n)
+	}
+}
+
+// TestQuickLLM loads the small generated model with llama.cpp, cold,
+// without mmap.
+func TestQuickLLM(t *testing.T) {
+	if _, err := os.Stat(filepath.Join(llmDir(), "node_modules", "node-llama-cpp")); err != nil {
+		t.Skipf("needs node-llama-cpp in %s (scripts/setup.sh installs it)", llmDir())
+	}
+	res, _ := quickRun(t, Options{Suites: []string{"llm"}, NoDeviceCheck: true, Predictio: predictioBinary(t)})
+	p := point(t, res.Suite("llm"), "small-q8/no-mmap")
+	if !p.ColdVerified {
+		t.Errorf("%s", p.Cold)
+	}
+	if l := metric(t, p, "baseline", "load_ms"); l <= 0 {
+		t.Errorf("load_ms %v", l)
+	}
+	if f := metric(t, p, "baseline", "first_token_ms"); f < metric(t, p, "baseline", "load_ms") {
+		t.Errorf("first token before the load ended")
 	}
 }
 

@@ -23,9 +23,9 @@ fi
 go mod download
 
 # node-llama-cpp's prebuilt llama.cpp, for predictio eval's llm suite (and
-# the llama.cpp workload of docs/adapters.md). It goes into the eval work
-# directory; without it the llm suite reports what to install.
-llama_dir=${PREDICTIO_LLAMA_DIR:-/var/tmp/predictio-eval/node-llama-cpp}
+# the llama.cpp workload of docs/adapters.md), into $PREDICTIO_LLM_DIR
+# (default /var/tmp/llm); without it the llm suite reports what to install.
+llama_dir=${PREDICTIO_LLM_DIR:-/var/tmp/llm}
 if [ ! -d "$llama_dir/node_modules/node-llama-cpp" ] && command -v npm >/dev/null; then
 	echo "setup: installing node-llama-cpp 3.22.1 into $llama_dir"
 	mkdir -p "$llama_dir"
