@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/predictio/predictio/internal/harness"
@@ -148,27 +149,39 @@ func (mr *modeRun) finish() *ModeResult {
 
 func pointStatus(ms []*ModeResult) (string, string) {
 	var ok, notRun int
+	// Modes that share a reason are named together: "noop, tree: not run: needs ...".
 	var reasons []string
+	byReason := map[string][]string{}
 	for _, m := range ms {
+		var r string
 		switch m.Status {
 		case StatusOK:
 			ok++
+			continue
 		case StatusNotRun:
 			notRun++
-			reasons = append(reasons, m.Mode+": not run: "+m.Reason)
+			r = "not run: " + m.Reason
 		default:
-			reasons = append(reasons, m.Mode+": "+m.Reason)
+			r = m.Reason
 		}
+		if _, seen := byReason[r]; !seen {
+			reasons = append(reasons, r)
+		}
+		byReason[r] = append(byReason[r], m.Mode)
+	}
+	var parts []string
+	for _, r := range reasons {
+		parts = append(parts, strings.Join(byReason[r], ", ")+": "+r)
 	}
 	switch {
 	case ok == len(ms):
 		return StatusOK, ""
 	case ok > 0:
-		return StatusPartial, joinSemi(reasons)
+		return StatusPartial, joinSemi(parts)
 	case notRun == len(ms):
-		return StatusNotRun, joinSemi(reasons)
+		return StatusNotRun, joinSemi(parts)
 	}
-	return StatusFailed, joinSemi(reasons)
+	return StatusFailed, joinSemi(parts)
 }
 
 // pointCold summarizes the cold checks of a point's runs.
