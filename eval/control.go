@@ -23,7 +23,7 @@ const controlCold = "not applicable: microbenchmark of in-memory control paths (
 func (controlSuite) Info() Info {
 	return Info{
 		Name: "control", Figures: "7-9",
-		Measures: "the control path: eBPF event-path throughput and drops against the offered rate (and delivery latency where the live event source exists), hint-socket throughput, and dispatcher throughput against the number of policies",
+		Measures: "the control path: eBPF event-path throughput and drops against the offered rate and its delivery latency, hint-socket throughput by message size and by senders, and dispatcher throughput against the number of policies",
 		Needs:    "root with CAP_BPF and CAP_PERFMON (the event path); the predictio source tree and the Go toolchain (the benchmarks are built from it)",
 		Expected: func(quick bool, _ harness.Preset) time.Duration {
 			if quick {
@@ -56,6 +56,7 @@ func (controlSuite) Plan(ctx context.Context, c *Context) (*Plan, error) {
 	plan.Points = append(plan.Points, transportPoints(ctx, g, c)...)
 	plan.Points = append(plan.Points, latencyPoints(ctx, g, c)...)
 	plan.Points = append(plan.Points, hintPoints(ctx, g, c)...)
+	plan.Points = append(plan.Points, hintSizePoints(c)...)
 	plan.Points = append(plan.Points, dispatchPoints(ctx, g, c)...)
 	return plan, nil
 }
@@ -208,9 +209,10 @@ func controlPlots(s *SuiteResult) []*Figure {
 	}
 	sortSeries(&del)
 	f7.Series = []Series{del}
-	f8 := barsOf(s, "hint-socket/", "control-hint-socket", "Hint socket throughput (figure 8)", "hints/s", "hints_per_s", 1, "senders")
+	f8 := barsOf(s, "hint-size/", "control-hint-size", "Hint socket: delivered hints/s by message size, one sender (figure 8)", "K hints/s", "hints_per_s", 1e3, "bytes")
+	f8s := barsOf(s, "hint-socket/", "control-hint-socket", "Hint socket: BenchmarkHintSocket by senders (figure 8)", "K hints/s", "hints_per_s", 1e3, "senders")
 	f9 := barsOf(s, "dispatch/", "control-dispatch", "Dispatch throughput, one core (figure 9)", "M events/s", "Mevents_per_s", 1, "")
-	return []*Figure{f7, f8, f9}
+	return []*Figure{f7, f8, f9, f8s}
 }
 
 // barsOf makes a one-series bar chart of metric key over the points whose

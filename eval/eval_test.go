@@ -151,6 +151,13 @@ func TestQuickControl(t *testing.T) {
 	if h := metric(t, point(t, s, "hint-socket/senders=1"), "predictio", "hints_per_s"); h <= 0 {
 		t.Errorf("hint socket: %v hints/s", h)
 	}
+	p := point(t, s, "hint-size/bytes=4096")
+	if b := metric(t, p, "predictio", "message_bytes"); b < 3500 || b > 4096 {
+		t.Errorf("hint-size/bytes=4096 sent %v-byte messages", b)
+	}
+	if h := metric(t, p, "predictio", "hints_per_s"); h <= 0 {
+		t.Errorf("hint-size/bytes=4096: %v hints/s", h)
+	}
 	for _, id := range []string{"dispatch/policies=5/work", "dispatch/policies=5/fast-exits", "dispatch/policies=1/tree"} {
 		if v := metric(t, point(t, s, id), "predictio", "Mevents_per_s"); v <= 0 {
 			t.Errorf("%s: %v M events/s", id, v)
