@@ -188,7 +188,7 @@ func dispatchPoints(ctx context.Context, g *goBench, c *Context) []*PointSpec {
 // figure 8 (hints/s by senders) and figure 9 (dispatch M events/s).
 func controlPlots(s *SuiteResult) []*Figure {
 	f7 := &Figure{Name: "control-event-path", Title: "eBPF event path: delivered against offered (figure 7)",
-		XLabel: "offered events/s (M)", YLabel: "delivered events/s (M)"}
+		XLabel: "offered events/s (M)", YLabel: "delivered events/s (M)", Diagonal: true, LegendBottom: true}
 	del := Series{Name: "delivered (median, min-max)"}
 	for _, p := range s.Points {
 		if !strings.HasPrefix(p.ID, "event-path/") {
@@ -212,7 +212,7 @@ func controlPlots(s *SuiteResult) []*Figure {
 	f8 := barsOf(s, "hint-size/", "control-hint-size", "Hint socket: delivered hints/s by message size, one sender (figure 8)", "K hints/s", "hints_per_s", 1e3, "bytes")
 	f8s := barsOf(s, "hint-socket/", "control-hint-socket", "Hint socket: BenchmarkHintSocket by senders (figure 8)", "K hints/s", "hints_per_s", 1e3, "senders")
 	f9 := barsOf(s, "dispatch/", "control-dispatch", "Dispatch throughput, one core (figure 9)", "M events/s", "Mevents_per_s", 1, "")
-	return []*Figure{f7, f8, f9, f8s}
+	return []*Figure{f7, f8, f9, f8s, latencyBars(s)}
 }
 
 // barsOf makes a one-series bar chart of metric key over the points whose
@@ -257,4 +257,32 @@ func sortSeries(s *Series) {
 			s.Hi[j], s.Hi[j-1] = s.Hi[j-1], s.Hi[j]
 		}
 	}
+}
+
+// latencyBars draws the event path's delivery latency (p50 and p99) per
+// load of BenchmarkLatency (figure 7's latency).
+func latencyBars(s *SuiteResult) *Figure {
+	f := &Figure{Name: "control-event-latency", Title: "eBPF event path: kernel event to consumer (figure 7)", YLabel: "latency (µs)"}
+	p50, p99 := Series{Name: "p50"}, Series{Name: "p99"}
+	for _, p := range s.Points {
+		if !strings.HasPrefix(p.ID, "event-latency/") {
+			continue
+		}
+		m := p.Mode("predictio")
+		if m == nil || m.Status != StatusOK {
+			continue
+		}
+		a, b := m.Metrics["p50_us"], m.Metrics["p99_us"]
+		if a.N == 0 || b.N == 0 {
+			continue
+		}
+		f.Categories = append(f.Categories, strings.TrimPrefix(p.ID, "event-latency/"))
+		p50.Y, p50.Lo, p50.Hi = append(p50.Y, a.Median), append(p50.Lo, a.Min), append(p50.Hi, a.Max)
+		p99.Y, p99.Lo, p99.Hi = append(p99.Y, b.Median), append(p99.Lo, b.Min), append(p99.Hi, b.Max)
+	}
+	if f.Categories == nil {
+		f.Categories = []string{}
+	}
+	f.Series = []Series{p50, p99}
+	return f
 }

@@ -30,6 +30,8 @@ type Figure struct {
 	// category j.
 	Categories []string
 	Series     []Series
+	// Diagonal draws y = x (delivered against offered).
+	Diagonal bool
 	// LegendBottom puts the legend at the bottom right (default top
 	// right).
 	LegendBottom bool
@@ -71,6 +73,13 @@ func (f *Figure) render() (*plot.Plot, error) {
 		}
 	} else if err := f.lines(p); err != nil {
 		return nil, err
+	}
+	if f.Diagonal {
+		d := plotter.NewFunction(func(x float64) float64 { return x })
+		d.Color = color.Gray{Y: 90}
+		d.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		p.Add(d)
+		p.Legend.Add("offered", d)
 	}
 	if f.RefY != 0 && !math.IsNaN(f.RefY) {
 		ref := plotter.NewFunction(func(float64) float64 { return f.RefY })
@@ -152,6 +161,7 @@ func (f *Figure) bars(p *plot.Plot) error {
 		}
 	}
 	p.NominalX(f.Categories...)
+	p.X.Min, p.X.Max = -0.6, float64(len(f.Categories))-0.4
 	p.Y.Min = math.Min(0, p.Y.Min)
 	return nil
 }
