@@ -43,6 +43,16 @@ func (controlSuite) Info() Info {
 					Series:     []Series{{Name: "paper", Y: []float64{18.3, 7.55}, Lo: []float64{15.5, 6.3}, Hi: []float64{21.1, 8.8}}}}},
 		},
 		Plots: controlPlots,
+		Compare: func(s *SuiteResult) []Comparison {
+			return []Comparison{
+				{"eBPF event path, delivered at the highest offered rate (max)", "follows the offered rate up to about 5 M events/s", metricText(s, "event-path/max", "predictio", "events_per_s", 1e6, "M events/s")},
+				{"eBPF event path, drops at the highest offered rate", "drops under saturation", metricText(s, "event-path/max", "predictio", "drop_pct", 1, "%")},
+				{"hint socket, 4 KiB messages, delivered", "saturates near 320 K events/s", metricText(s, "hint-size/bytes=4096", "predictio", "hints_per_s", 1e3, "K hints/s")},
+				{"hint socket, 64-byte messages, delivered", "300-500 K events/s", metricText(s, "hint-size/bytes=64", "predictio", "hints_per_s", 1e3, "K hints/s")},
+				{"dispatch, 5 policies, no requests (fast exits), one core", "15.5-21.1 M events/s", metricText(s, "dispatch/policies=5/fast-exits", "predictio", "Mevents_per_cpu_s", 1, "M events/cpu-s")},
+				{"dispatch, 5 policies emitting requests, one core", "6.3-8.8 M events/s, < 160 ns/event", metricText(s, "dispatch/policies=5/work", "predictio", "Mevents_per_cpu_s", 1, "M events/cpu-s")},
+			}
+		},
 	}
 }
 

@@ -37,7 +37,18 @@ func (devicesSuite) Info() Info {
 			{Figure: "16", Caption: "SQLite range scan on NVMe, SATA SSD and HDD", Values: []string{"2.64x on NVMe", "still beneficial on SATA SSD and HDD, the gain shrinking as the device slows"}},
 			{Figure: "17", Caption: "LLM load on NVMe, SATA SSD and HDD", Values: []string{"about -10% to -11% on both SSDs", "little benefit on HDD (sequential-bandwidth bound)"}},
 		},
+		Compare: func(s *SuiteResult) []Comparison {
+			var out []Comparison
+			for _, d := range []string{"this", "sata-ssd", "hdd"} {
+				out = append(out,
+					Comparison{"launch (python3) on " + d + ", predictio / Baseline", "Blender: -8.7% to -10.1% on every device", ratioText(s, "launch-python3/"+d, "predictio", "baseline", "wall_s")},
+					Comparison{"SQLite scan on " + d + ", predictio / Baseline", map[string]string{"this": "0.38 (2.64x on NVMe)", "sata-ssd": "beneficial, less than on NVMe", "hdd": "beneficial, least"}[d], ratioText(s, "sqlite-2^14/"+d, "predictio", "baseline", "wall_s")},
+					Comparison{"LLM load on " + d + ", predictio / Baseline", map[string]string{"this": "about 0.89-0.90", "sata-ssd": "about 0.89-0.90", "hdd": "little benefit"}[d], ratioText(s, "llm-no-mmap/"+d, "predictio", "baseline", "wall_s")})
+			}
+			return out
+		},
 		Plots: func(s *SuiteResult) []*Figure {
+
 			return []*Figure{normalizedBars(s, "devices-normalized", "Across devices, normalized to each device's baseline (figures 15-17)", "wall time / Baseline", "wall_s", "baseline",
 				[]string{"baseline", "noop", "predictio"})}
 		},

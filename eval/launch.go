@@ -40,7 +40,15 @@ func (launchSuite) Info() Info {
 		Paper: []PaperFigure{{Figure: "10", Caption: "cold start of five unmodified desktop applications (Firefox, VSCode, Shotcut, PyCharm, Blender...) with the history-based launch policy, normalized to Baseline",
 			Values: []string{"PredictIO reduces mean cold-start latency by 5.3-26.3% (geometric mean 13.4%)", "Firefox and VSCode benefit most, PyCharm least",
 				"per-application values are in the figure only, not in the text"}}},
+		Compare: func(s *SuiteResult) []Comparison {
+			return []Comparison{
+				{"cold launch, geometric mean of predictio / Baseline over the programs", "0.866 (-13.4%; five desktop apps, -5.3% to -26.3%)", geomeanText(s, "predictio", "baseline")},
+				{"cold launch, python3, predictio / Baseline", "-", ratioText(s, "python3", "predictio", "baseline", "wall_s")},
+				{"cold launch, Noop / Baseline, python3 (the runtime's cost)", "-", ratioText(s, "python3", "noop", "baseline", "wall_s")},
+			}
+		},
 		Plots: func(s *SuiteResult) []*Figure {
+
 			modes := []string{"baseline", "noop", "predictio"}
 			return []*Figure{normalizedBars(s, "launch-normalized", "Cold launch, normalized to baseline (figure 10)", "wall time / Baseline", "wall_s", "baseline", modes)}
 		},

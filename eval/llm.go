@@ -44,7 +44,22 @@ func (llmSuite) Info() Info {
 				Categories: []string{"mmap", "no-mmap Q4", "no-mmap Q8"},
 				Series: []Series{{Name: "PredictIO", Y: []float64{1 - 0.1015, 1 - 0.177, 1 - 0.4705},
 					Lo: []float64{1 - 0.115, 1 - 0.177, 1 - 0.479}, Hi: []float64{1 - 0.088, 1 - 0.177, 1 - 0.462}}}}}},
+		Compare: func(s *SuiteResult) []Comparison {
+			q8 := pointWith(s, "8b-q8/no-mmap", true)
+			q4 := pointWith(s, "8b-q4/no-mmap", true)
+			mm := pointWith(s, "8b-q8/mmap", true)
+			if q8 == "" {
+				q8 = pointWith(s, "small-q8/no-mmap", true)
+			}
+			return []Comparison{
+				{"LLM load, no-mmap Q8, Tensor / Baseline (" + q8 + ")", "0.52-0.54 (-46.2% to -47.9%)", ratioText(s, q8, "tensor", "baseline", "wall_s")},
+				{"LLM load, no-mmap Q4, Tensor / Baseline", "0.82 (-17.7%)", ratioText(s, q4, "tensor", "baseline", "wall_s")},
+				{"LLM load, mmap, Tensor / Baseline", "0.89-0.91 (-8.8% to -11.5%)", ratioText(s, mm, "tensor", "baseline", "wall_s")},
+				{"LLM load, Noop / Baseline (" + q8 + ")", "within 3% of 1", ratioText(s, q8, "noop", "baseline", "wall_s")},
+			}
+		},
 		Plots: func(s *SuiteResult) []*Figure {
+
 			return []*Figure{normalizedBars(s, "llm-normalized", "LLM load to the first token (figure 12)", "wall time / Baseline", "wall_s", "baseline",
 				[]string{"baseline", "noop", "tensor"})}
 		},

@@ -50,6 +50,16 @@ func (migrateSuite) Info() Info {
 				Series: []Series{{Name: "Noop", Y: []float64{1.96, 1.70, math.NaN()}},
 					{Name: "PredictIO", Y: []float64{0.22, 1.66, math.NaN()}}}}}},
 		Plots: migratePlots,
+		Compare: func(s *SuiteResult) []Comparison {
+			return []Comparison{
+				{"RocksDB long scan, Noop / Baseline", "1.96", ratioText(s, "scan", "noop", "baseline", "wall_s")},
+				{"RocksDB long scan, PredictIO / Baseline", "0.22 (4.6x over Noop)", ratioText(s, "scan", "predictio", "baseline", "wall_s")},
+				{"RocksDB long scan, native readahead off / Baseline (no predictio; not in the paper)", "-", ratioText(s, "scan", "native-off", "baseline", "wall_s")},
+				{"YCSB-E, Noop / Baseline", "1.70", ratioText(s, "ycsb-e", "noop", "baseline", "wall_s")},
+				{"YCSB-E, PredictIO / Baseline", "1.66", ratioText(s, "ycsb-e", "predictio", "baseline", "wall_s")},
+				{"YCSB-C, PredictIO / Baseline", "close to 1", ratioText(s, "ycsb-c", "predictio", "baseline", "wall_s")},
+			}
+		},
 	}
 }
 

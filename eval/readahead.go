@@ -52,6 +52,14 @@ func (readaheadSuite) Info() Info {
 			Values: []string{"coverage improves with longer runs", "jumping patterns keep a high P95 demand-read latency: each jump starts a cold region",
 				"fully sequential access: near-complete coverage and microsecond-scale P95 latency", "the text publishes no numbers for this figure"}}},
 		Plots: readaheadPlots,
+		Compare: func(s *SuiteResult) []Comparison {
+			return []Comparison{
+				{"readahead coverage, fully sequential, live", "near-complete", metricText(s, "live/run=seq", "readahead", "coverage", 1, "")},
+				{"readahead P95 read latency, fully sequential, live", "microsecond-scale", metricText(s, "live/run=seq", "readahead", "p95_us", 1, "µs")},
+				{"readahead coverage, single-page jumps (run 1), live", "low", metricText(s, "live/run=1", "readahead", "coverage", 1, "")},
+				{"readahead P95 read latency, run 1, live", "high (a device read)", metricText(s, "live/run=1", "readahead", "p95_us", 1, "µs")},
+			}
+		},
 	}
 }
 

@@ -63,7 +63,7 @@ type table struct {
 func buildDoc(pdir string, res *Results) (*doc, error) {
 	d := &doc{title: "predictio eval report"}
 	d.intro = introParas(res)
-	d.sections = append(d.sections, summarySection(res), deviceSection(res))
+	d.sections = append(d.sections, summarySection(res), compareSection(res), deviceSection(res))
 	for _, sr := range res.Suites {
 		s, err := suiteSection(pdir, sr)
 		if err != nil {
@@ -133,6 +133,24 @@ func summarySection(res *Results) *section {
 			fmtDur(time.Duration(s.ExpectedS * float64(time.Second))), fmtDur(time.Duration(s.ElapsedS * float64(time.Second))), s.Measures})
 	}
 	return &section{title: "Summary", table: t}
+}
+
+// compareSection is the table of our headline figures against the
+// paper's, from each suite's Compare.
+func compareSection(res *Results) *section {
+	t := &table{head: []string{"suite", "figure", "what", "paper", "ours (median over rounds)"}}
+	for _, sr := range res.Suites {
+		su, ok := suites[sr.Name]
+		if !ok || su.Info().Compare == nil {
+			continue
+		}
+		for _, c := range su.Info().Compare(sr) {
+			t.rows = append(t.rows, []string{sr.Name, sr.Figures, c.What, c.Paper, c.Ours})
+		}
+	}
+	return &section{title: "Ours against the paper", table: t, paras: []string{
+		"The paper's figures are from its testbed (Intel i9-11900K, NVMe SSD, Linux 6.6, desktop applications, Qwen models); ours are this machine's, with the workloads described in each suite. " +
+			"A ratio below 1 is time saved against the same device's Baseline."}}
 }
 
 func deviceSection(res *Results) *section {

@@ -40,7 +40,14 @@ func (reuseSuite) Info() Info {
 			Values: []string{"SQLite -34.3%", "LMDB -32.0%"},
 			Plot: &Figure{Name: "paper-fig13", Title: "Paper figure 13 (values from its text)", YLabel: "latency / Baseline", RefY: 1,
 				Categories: []string{"SQLite", "LMDB"}, Series: []Series{{Name: "PredictIO", Y: []float64{1 - 0.343, 1 - 0.320}}}}}},
+		Compare: func(s *SuiteResult) []Comparison {
+			return []Comparison{
+				{"Tree policy on SQLite, Tree / Baseline", "0.66 (-34.3%)", ratioText(s, "sqlite", "tree", "baseline", "wall_s")},
+				{"Tree policy on LMDB (MDB_NORDAHEAD), Tree / Baseline", "0.68 (-32.0%)", ratioText(s, "lmdb-nordahead", "tree", "baseline", "wall_s")},
+			}
+		},
 		Plots: func(s *SuiteResult) []*Figure {
+
 			return []*Figure{normalizedBars(s, "reuse-normalized", "One tree policy on SQLite and LMDB (figure 13)", "wall time / Baseline", "wall_s", "baseline",
 				[]string{"baseline", "noop", "tree"})}
 		},

@@ -45,7 +45,17 @@ func (sqliteSuite) Info() Info {
 				Plot: &Figure{Name: "paper-fig11", Title: "Paper figure 11, right (end points from its text)", XLabel: "scan length (rows)", YLabel: "latency / Baseline", LogX: true, RefY: 1,
 					Series: []Series{{Name: "Tree (2.99x at 2^10, -38.3% at 2^16)", X: []float64{1024, 65536}, Y: []float64{1 / 2.99, 1 - 0.383}}}}},
 		},
+		Compare: func(s *SuiteResult) []Comparison {
+			small, large := pointWith(s, "ycsb/", true), pointWith(s, "ycsb/", false)
+			return []Comparison{
+				{"SQLite YCSB scan, Tree / Baseline at the smallest scan (" + small + ")", "0.33 (2.99x at 2^10 rows)", ratioText(s, small, "tree", "baseline", "wall_s")},
+				{"SQLite YCSB scan, Tree / Baseline at the largest scan (" + large + ")", "0.62 (-38.3% at 2^16)", ratioText(s, large, "tree", "baseline", "wall_s")},
+				{"SQLite YCSB scan, Physical / Baseline (" + small + ")", "near or slightly above 1", ratioText(s, small, "physical", "baseline", "wall_s")},
+				{"SQLite YCSB scan, Noop / Baseline (" + small + ")", "near 1", ratioText(s, small, "noop", "baseline", "wall_s")},
+			}
+		},
 		Plots: func(s *SuiteResult) []*Figure {
+
 			modes := []string{"baseline", "noop", "physical", "tree"}
 			return []*Figure{
 				normalizedLines(s, "panel", "kv", "sqlite-kv", "SQLite rowid table scanned by id (figure 11, left)", "scan length (rows)", "rows", modes),

@@ -40,6 +40,8 @@ type Info struct {
 	Paper []PaperFigure
 	// Plots draws the suite's figures from its results.
 	Plots func(s *SuiteResult) []*Figure
+	// Compare gives the suite's headline figures against the paper's.
+	Compare func(s *SuiteResult) []Comparison
 }
 
 // PaperFigure is one of the paper's published figures, as numbers from
