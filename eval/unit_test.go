@@ -91,3 +91,24 @@ func TestRunCounters(t *testing.T) {
 		t.Fatalf("missing run: %q", why)
 	}
 }
+
+func TestRatioText(t *testing.T) {
+	sum := func(v ...float64) harness.Summary { return harness.Summarize(v) }
+	s := &SuiteResult{Points: []*Point{{ID: "scan", Modes: []*ModeResult{
+		{Mode: "baseline", Status: StatusOK, Metrics: map[string]harness.Summary{"wall_s": sum(2, 2.2, 1.8)}},
+		{Mode: "predictio", Status: StatusOK, Metrics: map[string]harness.Summary{"wall_s": sum(0.5, 0.6, 0.4)}},
+		{Mode: "noop", Status: StatusNotRun, Reason: "needs predictio run"},
+	}}}}
+	if got := ratioText(s, "scan", "predictio", "baseline", "wall_s"); got != "0.25 of baseline (4.00x faster, 75.0% less time)" {
+		t.Errorf("ratio %q", got)
+	}
+	if got := ratioText(s, "scan", "noop", "baseline", "wall_s"); !strings.HasPrefix(got, "not measured: noop not_run: needs predictio run") {
+		t.Errorf("a mode that did not run: %q", got)
+	}
+	if got := ratioText(s, "", "noop", "baseline", "wall_s"); !strings.Contains(got, "not in this run") {
+		t.Errorf("a missing point: %q", got)
+	}
+	if got := metricText(s, "scan", "baseline", "wall_s", 1, "s"); got != "2 s [1.8-2.2]" {
+		t.Errorf("metric %q", got)
+	}
+}
