@@ -68,7 +68,7 @@ func (x *runner) runPoint(ctx context.Context, suite string, ps *PointSpec) *Poi
 		}
 	}
 	for _, mr := range runs {
-		p.Modes = append(p.Modes, mr.finish())
+		p.Modes = append(p.Modes, mr.finish(p.Rounds))
 	}
 	p.Status, p.Reason = pointStatus(p.Modes)
 	p.ColdVerified, p.Cold = pointCold(ps, runs)
@@ -130,7 +130,9 @@ func (mr *modeRun) fail(reason string) {
 	mr.res.Status, mr.res.Reason = StatusFailed, reason
 }
 
-func (mr *modeRun) finish() *ModeResult {
+// finish summarizes the mode; a mode that ran fewer rounds than asked
+// (interrupted) is not ok, so that a rerun measures it again.
+func (mr *modeRun) finish(rounds int) *ModeResult {
 	r := mr.res
 	r.Metrics = map[string]harness.Summary{}
 	for k, v := range mr.values {
@@ -140,8 +142,8 @@ func (mr *modeRun) finish() *ModeResult {
 	r.ColdVerified = mr.allCold && mr.worst != nil && r.Rounds > 0
 	if r.Status == "" {
 		r.Status = StatusOK
-		if r.Rounds == 0 {
-			r.Status, r.Reason = StatusFailed, "no round ran (interrupted)"
+		if r.Rounds < rounds {
+			r.Status, r.Reason = StatusFailed, fmt.Sprintf("interrupted after %d of %d rounds", r.Rounds, rounds)
 		}
 	}
 	return r

@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
@@ -110,5 +111,24 @@ func TestRatioText(t *testing.T) {
 	}
 	if got := metricText(s, "scan", "baseline", "wall_s", 1, "s"); got != "2 s [1.8-2.2]" {
 		t.Errorf("metric %q", got)
+	}
+}
+
+// TestInterruptedPointIsRedone: a point cut short by the context is not
+// ok, so a rerun measures it again.
+func TestInterruptedPointIsRedone(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	x := &runner{o: Options{}, res: &Results{}, prog: newProgress(nil), ctx: &Context{Rounds: 3, Device: harness.Presets[0]}}
+	n := 0
+	ps := &PointSpec{ID: "p", Cold: "not applicable", Modes: []ModeSpec{{Name: "m", Run: func(context.Context, *RunInfo) (*Sample, error) {
+		n++
+		if n == 2 {
+			cancel()
+		}
+		return &Sample{Metrics: map[string]float64{"wall_s": 1}}, nil
+	}}}}
+	p := x.runPoint(ctx, "s", ps)
+	if p.Status == StatusOK || p.Modes[0].Rounds != 2 || !strings.Contains(p.Modes[0].Reason, "interrupted after 2 of 3") {
+		t.Fatalf("interrupted point: %s, mode %+v", p.Status, p.Modes[0])
 	}
 }
