@@ -88,7 +88,9 @@ func devicesParts(ctx context.Context, c *Context) ([]*PointSpec, []string, erro
 	var notes []string
 	modes := []ModeSpec{{Name: "baseline"}, {Name: "noop"}, {Name: "predictio"}}
 
-	lp, err := launchSuite{}.Plan(ctx, &Context{WorkDir: c.WorkDir, Quick: true, Rounds: c.Rounds, Device: c.Device, Predictio: c.Predictio, Log: c.Log})
+	lc := *c
+	lc.Quick, lc.Policies = true, nil // python3 is among the quick programs
+	lp, err := launchSuite{}.Plan(ctx, &lc)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -133,7 +133,7 @@ func withProfile(argv []string, dir string) []string {
 // 3 launches); it returns why the predictio mode cannot run, or "".
 func trainProfile(ctx context.Context, c *Context, dir string, argv, files []string) string {
 	for i := range 3 {
-		if _, err := harness.MakeCold(files, harness.ColdOptions{}); err != nil {
+		if _, err := harness.MakeCold(files, harness.ColdOptions{DropCaches: c.DropCaches}); err != nil {
 			return "train the launch profile: " + err.Error()
 		}
 		if _, _, err := timed(ctx, dir, argv); err != nil {

@@ -127,7 +127,7 @@ func newRunner(o Options) (*runner, error) {
 	if err := x.resume(preset); err != nil {
 		return nil, err
 	}
-	x.ctx = &Context{WorkDir: o.WorkDir, Quick: o.Quick, Rounds: rounds, Policies: o.Policies,
+	x.ctx = &Context{WorkDir: o.WorkDir, Quick: o.Quick, Rounds: rounds, Policies: o.Policies, DropCaches: !o.EvictOnly,
 		Device: preset, Predictio: o.Predictio, Log: x.prog.logf}
 	if err := x.setupDevice(preset); err != nil {
 		return nil, err

@@ -61,7 +61,10 @@ type Context struct {
 	Quick     bool
 	Rounds    int      // rounds per mode (already defaulted)
 	Policies  []string // extra policy specs from --policy
-	Device    harness.Preset
+	// DropCaches says whether cold runs write drop_caches (not
+	// --evict-only); set-up steps that need cold runs (training) follow it.
+	DropCaches bool
+	Device     harness.Preset
 	Predictio string // the predictio binary, for predictio run and bench
 	// Profile is this run's bench device measurement under the preset
 	// (nil when none was made), for simulate's device model.
