@@ -57,15 +57,15 @@ type PaperFigure struct {
 
 // Context is what a suite gets from the run.
 type Context struct {
-	WorkDir   string // workloads live here, on the disk being measured
-	Quick     bool
-	Rounds    int      // rounds per mode (already defaulted)
-	Policies  []string // extra policy specs from --policy
+	WorkDir  string // workloads live here, on the disk being measured
+	Quick    bool
+	Rounds   int      // rounds per mode (already defaulted)
+	Policies []string // extra policy specs from --policy
 	// DropCaches says whether cold runs write drop_caches (not
 	// --evict-only); set-up steps that need cold runs (training) follow it.
 	DropCaches bool
 	Device     harness.Preset
-	Predictio string // the predictio binary, for predictio run and bench
+	Predictio  string // the predictio binary, for predictio run and bench
 	// Profile is this run's bench device measurement under the preset
 	// (nil when none was made), for simulate's device model.
 	Profile *formats.DeviceProfile
