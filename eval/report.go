@@ -417,16 +417,28 @@ func htmlTable(b *strings.Builder, t *table) {
 	for _, r := range t.rows {
 		b.WriteString("<tr>")
 		for _, c := range r {
-			fmt.Fprintf(b, "<td>%s</td>", strings.ReplaceAll(html.EscapeString(c), "; ", "<br>"))
+			fmt.Fprintf(b, "<td>%s</td>", strings.ReplaceAll(inlineHTML(c), "; ", "<br>"))
 		}
 		b.WriteString("</tr>\n")
 	}
 	b.WriteString("</table>\n")
 }
 
-// inlineHTML escapes s and turns **bold** into <b>.
+// inlineHTML escapes s and turns **bold** into <b> and `code` into
+// <code>.
 func inlineHTML(s string) string {
 	e := html.EscapeString(s)
+	for {
+		i := strings.Index(e, "`")
+		if i < 0 {
+			break
+		}
+		j := strings.Index(e[i+1:], "`")
+		if j < 0 {
+			break
+		}
+		e = e[:i] + "<code>" + e[i+1:i+1+j] + "</code>" + e[i+2+j:]
+	}
 	for {
 		i := strings.Index(e, "**")
 		if i < 0 {

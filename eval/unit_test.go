@@ -132,3 +132,9 @@ func TestInterruptedPointIsRedone(t *testing.T) {
 		t.Fatalf("interrupted point: %s, mode %+v", p.Status, p.Modes[0])
 	}
 }
+
+func TestInlineHTML(t *testing.T) {
+	if got := inlineHTML("needs `predictio run` & **root**"); got != "needs <code>predictio run</code> &amp; <b>root</b>" {
+		t.Errorf("inlineHTML = %q", got)
+	}
+}
