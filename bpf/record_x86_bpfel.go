@@ -14,17 +14,24 @@ import (
 )
 
 type RecordEvent struct {
-	_      structs.HostLayout
-	Ts     uint64
-	Ino    uint64
-	Index  uint64
-	Dev    uint32
-	Npages uint32
-	Pid    uint32
-	Tid    uint32
-	Kind   uint8
-	Pad    [7]uint8
-	Comm   [16]int8
+	_        structs.HostLayout
+	Ts       uint64
+	End      uint64
+	Op       uint64
+	Ret      int64
+	Ino      uint64
+	Index    uint64
+	MapPgoff uint64
+	MapPages uint64
+	Dev      uint32
+	Npages   uint32
+	Pid      uint32
+	Tid      uint32
+	Kind     uint8
+	Prot     uint8
+	Flags    uint8
+	Pad      [5]uint8
+	Comm     [16]int8
 }
 
 type RecordFilekey struct {
@@ -37,6 +44,7 @@ type RecordFilekey struct {
 type RecordOpenEvent struct {
 	_     structs.HostLayout
 	Ts    uint64
+	Op    uint64
 	Pid   uint32
 	Tid   uint32
 	Dfd   int32
@@ -44,43 +52,81 @@ type RecordOpenEvent struct {
 	Path  [256]int8
 }
 
+type RecordTstate struct {
+	_         structs.HostLayout
+	SysTs     uint64
+	SysOp     uint64
+	A0        uint64
+	A1        uint64
+	A2        uint64
+	A3        uint64
+	A4        uint64
+	A5        uint64
+	Pos       uint64
+	Ino       uint64
+	Dev       uint32
+	Nr        uint32
+	FaultTs   uint64
+	FaultOp   uint64
+	FaultAddr uint64
+	VmIno     uint64
+	VmPgoff   uint64
+	VmPages   uint64
+	VmDev     uint32
+	VmProt    uint8
+	VmState   uint8
+	CfMode    uint8
+	Pad       uint8
+	CfFile    uint64
+	CfInode   uint64
+	CfIno     uint64
+	CfDev     uint32
+	Gen       uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	RecordMapCgroups         = "cgroups"
-	RecordMapComms           = "comms"
-	RecordMapCounters        = "counters"
-	RecordMapEvents          = "events"
-	RecordMapFiles           = "files"
-	RecordMapOpens           = "opens"
-	RecordMapPids            = "pids"
-	RecordProgHandleAsyncRa  = "handle_async_ra"
-	RecordProgHandleCacheAdd = "handle_cache_add"
-	RecordProgHandleExecve   = "handle_execve"
-	RecordProgHandleExecveat = "handle_execveat"
-	RecordProgHandleExit     = "handle_exit"
-	RecordProgHandleFault    = "handle_fault"
-	RecordProgHandleFork     = "handle_fork"
-	RecordProgHandleGetPages = "handle_get_pages"
-	RecordProgHandleMapPages = "handle_map_pages"
-	RecordProgHandleOpen     = "handle_open"
-	RecordProgHandleOpenat   = "handle_openat"
-	RecordProgHandleOpenat2  = "handle_openat2"
-	RecordProgHandleSyncRa   = "handle_sync_ra"
-	RecordProgKprobeAsyncRa  = "kprobe_async_ra"
-	RecordProgKprobeFault    = "kprobe_fault"
-	RecordProgKprobeMapPages = "kprobe_map_pages"
-	RecordProgKprobeRead     = "kprobe_read"
-	RecordProgKprobeSyncRa   = "kprobe_sync_ra"
-	RecordVarCommFilter      = "comm_filter"
-	RecordVarDenyActive      = "deny_active"
-	RecordVarSelfTgid        = "self_tgid"
-	RecordVarStopped         = "stopped"
-	RecordVarTargetMode      = "target_mode"
-	RecordVarUnusedEvent     = "unused_event"
-	RecordVarUnusedOpenEvent = "unused_open_event"
-	RecordVarWakeupBytes     = "wakeup_bytes"
+	RecordMapCgroups           = "cgroups"
+	RecordMapComms             = "comms"
+	RecordMapCounters          = "counters"
+	RecordMapEvents            = "events"
+	RecordMapExecTargets       = "exec_targets"
+	RecordMapFiles             = "files"
+	RecordMapOpens             = "opens"
+	RecordMapOpseq             = "opseq"
+	RecordMapPids              = "pids"
+	RecordMapThreads           = "threads"
+	RecordProgHandleAsyncRa    = "handle_async_ra"
+	RecordProgHandleCacheAdd   = "handle_cache_add"
+	RecordProgHandleExec       = "handle_exec"
+	RecordProgHandleExit       = "handle_exit"
+	RecordProgHandleFault      = "handle_fault"
+	RecordProgHandleFork       = "handle_fork"
+	RecordProgHandleGetPages   = "handle_get_pages"
+	RecordProgHandleMapPages   = "handle_map_pages"
+	RecordProgHandlePageFault  = "handle_page_fault"
+	RecordProgHandleSyncRa     = "handle_sync_ra"
+	RecordProgHandleSysEnter   = "handle_sys_enter"
+	RecordProgHandleSysExit    = "handle_sys_exit"
+	RecordProgKprobeAsyncRa    = "kprobe_async_ra"
+	RecordProgKprobeFault      = "kprobe_fault"
+	RecordProgKprobeMapPages   = "kprobe_map_pages"
+	RecordProgKprobeRead       = "kprobe_read"
+	RecordProgKprobeSyncRa     = "kprobe_sync_ra"
+	RecordVarCgroupMask        = "cgroup_mask"
+	RecordVarCommFilter        = "comm_filter"
+	RecordVarDenyActive        = "deny_active"
+	RecordVarExecAll           = "exec_all"
+	RecordVarExecTargetsActive = "exec_targets_active"
+	RecordVarSelfTgid          = "self_tgid"
+	RecordVarStopped           = "stopped"
+	RecordVarTargetFlags       = "target_flags"
+	RecordVarTargetGen         = "target_gen"
+	RecordVarUnusedEvent       = "unused_event"
+	RecordVarUnusedOpenEvent   = "unused_open_event"
+	RecordVarWakeupBytes       = "wakeup_bytes"
 )
 
 // LoadRecord returns the embedded CollectionSpec for Record.
@@ -125,51 +171,57 @@ type RecordSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type RecordProgramSpecs struct {
-	HandleAsyncRa  *ebpf.ProgramSpec `ebpf:"handle_async_ra"`
-	HandleCacheAdd *ebpf.ProgramSpec `ebpf:"handle_cache_add"`
-	HandleExecve   *ebpf.ProgramSpec `ebpf:"handle_execve"`
-	HandleExecveat *ebpf.ProgramSpec `ebpf:"handle_execveat"`
-	HandleExit     *ebpf.ProgramSpec `ebpf:"handle_exit"`
-	HandleFault    *ebpf.ProgramSpec `ebpf:"handle_fault"`
-	HandleFork     *ebpf.ProgramSpec `ebpf:"handle_fork"`
-	HandleGetPages *ebpf.ProgramSpec `ebpf:"handle_get_pages"`
-	HandleMapPages *ebpf.ProgramSpec `ebpf:"handle_map_pages"`
-	HandleOpen     *ebpf.ProgramSpec `ebpf:"handle_open"`
-	HandleOpenat   *ebpf.ProgramSpec `ebpf:"handle_openat"`
-	HandleOpenat2  *ebpf.ProgramSpec `ebpf:"handle_openat2"`
-	HandleSyncRa   *ebpf.ProgramSpec `ebpf:"handle_sync_ra"`
-	KprobeAsyncRa  *ebpf.ProgramSpec `ebpf:"kprobe_async_ra"`
-	KprobeFault    *ebpf.ProgramSpec `ebpf:"kprobe_fault"`
-	KprobeMapPages *ebpf.ProgramSpec `ebpf:"kprobe_map_pages"`
-	KprobeRead     *ebpf.ProgramSpec `ebpf:"kprobe_read"`
-	KprobeSyncRa   *ebpf.ProgramSpec `ebpf:"kprobe_sync_ra"`
+	HandleAsyncRa   *ebpf.ProgramSpec `ebpf:"handle_async_ra"`
+	HandleCacheAdd  *ebpf.ProgramSpec `ebpf:"handle_cache_add"`
+	HandleExec      *ebpf.ProgramSpec `ebpf:"handle_exec"`
+	HandleExit      *ebpf.ProgramSpec `ebpf:"handle_exit"`
+	HandleFault     *ebpf.ProgramSpec `ebpf:"handle_fault"`
+	HandleFork      *ebpf.ProgramSpec `ebpf:"handle_fork"`
+	HandleGetPages  *ebpf.ProgramSpec `ebpf:"handle_get_pages"`
+	HandleMapPages  *ebpf.ProgramSpec `ebpf:"handle_map_pages"`
+	HandlePageFault *ebpf.ProgramSpec `ebpf:"handle_page_fault"`
+	HandleSyncRa    *ebpf.ProgramSpec `ebpf:"handle_sync_ra"`
+	HandleSysEnter  *ebpf.ProgramSpec `ebpf:"handle_sys_enter"`
+	HandleSysExit   *ebpf.ProgramSpec `ebpf:"handle_sys_exit"`
+	KprobeAsyncRa   *ebpf.ProgramSpec `ebpf:"kprobe_async_ra"`
+	KprobeFault     *ebpf.ProgramSpec `ebpf:"kprobe_fault"`
+	KprobeMapPages  *ebpf.ProgramSpec `ebpf:"kprobe_map_pages"`
+	KprobeRead      *ebpf.ProgramSpec `ebpf:"kprobe_read"`
+	KprobeSyncRa    *ebpf.ProgramSpec `ebpf:"kprobe_sync_ra"`
 }
 
 // RecordMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type RecordMapSpecs struct {
-	Cgroups  *ebpf.MapSpec `ebpf:"cgroups"`
-	Comms    *ebpf.MapSpec `ebpf:"comms"`
-	Counters *ebpf.MapSpec `ebpf:"counters"`
-	Events   *ebpf.MapSpec `ebpf:"events"`
-	Files    *ebpf.MapSpec `ebpf:"files"`
-	Opens    *ebpf.MapSpec `ebpf:"opens"`
-	Pids     *ebpf.MapSpec `ebpf:"pids"`
+	Cgroups     *ebpf.MapSpec `ebpf:"cgroups"`
+	Comms       *ebpf.MapSpec `ebpf:"comms"`
+	Counters    *ebpf.MapSpec `ebpf:"counters"`
+	Events      *ebpf.MapSpec `ebpf:"events"`
+	ExecTargets *ebpf.MapSpec `ebpf:"exec_targets"`
+	Files       *ebpf.MapSpec `ebpf:"files"`
+	Opens       *ebpf.MapSpec `ebpf:"opens"`
+	Opseq       *ebpf.MapSpec `ebpf:"opseq"`
+	Pids        *ebpf.MapSpec `ebpf:"pids"`
+	Threads     *ebpf.MapSpec `ebpf:"threads"`
 }
 
 // RecordVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type RecordVariableSpecs struct {
-	CommFilter      *ebpf.VariableSpec `ebpf:"comm_filter"`
-	DenyActive      *ebpf.VariableSpec `ebpf:"deny_active"`
-	SelfTgid        *ebpf.VariableSpec `ebpf:"self_tgid"`
-	Stopped         *ebpf.VariableSpec `ebpf:"stopped"`
-	TargetMode      *ebpf.VariableSpec `ebpf:"target_mode"`
-	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
-	UnusedOpenEvent *ebpf.VariableSpec `ebpf:"unused_open_event"`
-	WakeupBytes     *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	CgroupMask        *ebpf.VariableSpec `ebpf:"cgroup_mask"`
+	CommFilter        *ebpf.VariableSpec `ebpf:"comm_filter"`
+	DenyActive        *ebpf.VariableSpec `ebpf:"deny_active"`
+	ExecAll           *ebpf.VariableSpec `ebpf:"exec_all"`
+	ExecTargetsActive *ebpf.VariableSpec `ebpf:"exec_targets_active"`
+	SelfTgid          *ebpf.VariableSpec `ebpf:"self_tgid"`
+	Stopped           *ebpf.VariableSpec `ebpf:"stopped"`
+	TargetFlags       *ebpf.VariableSpec `ebpf:"target_flags"`
+	TargetGen         *ebpf.VariableSpec `ebpf:"target_gen"`
+	UnusedEvent       *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedOpenEvent   *ebpf.VariableSpec `ebpf:"unused_open_event"`
+	WakeupBytes       *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // RecordObjects contains all objects after they have been loaded into the kernel.
@@ -192,13 +244,16 @@ func (o *RecordObjects) Close() error {
 //
 // It can be passed to LoadRecordObjects or ebpf.CollectionSpec.LoadAndAssign.
 type RecordMaps struct {
-	Cgroups  *ebpf.Map `ebpf:"cgroups"`
-	Comms    *ebpf.Map `ebpf:"comms"`
-	Counters *ebpf.Map `ebpf:"counters"`
-	Events   *ebpf.Map `ebpf:"events"`
-	Files    *ebpf.Map `ebpf:"files"`
-	Opens    *ebpf.Map `ebpf:"opens"`
-	Pids     *ebpf.Map `ebpf:"pids"`
+	Cgroups     *ebpf.Map `ebpf:"cgroups"`
+	Comms       *ebpf.Map `ebpf:"comms"`
+	Counters    *ebpf.Map `ebpf:"counters"`
+	Events      *ebpf.Map `ebpf:"events"`
+	ExecTargets *ebpf.Map `ebpf:"exec_targets"`
+	Files       *ebpf.Map `ebpf:"files"`
+	Opens       *ebpf.Map `ebpf:"opens"`
+	Opseq       *ebpf.Map `ebpf:"opseq"`
+	Pids        *ebpf.Map `ebpf:"pids"`
+	Threads     *ebpf.Map `ebpf:"threads"`
 }
 
 func (m *RecordMaps) Close() error {
@@ -207,9 +262,12 @@ func (m *RecordMaps) Close() error {
 		m.Comms,
 		m.Counters,
 		m.Events,
+		m.ExecTargets,
 		m.Files,
 		m.Opens,
+		m.Opseq,
 		m.Pids,
+		m.Threads,
 	)
 }
 
@@ -217,55 +275,57 @@ func (m *RecordMaps) Close() error {
 //
 // It can be passed to LoadRecordObjects or ebpf.CollectionSpec.LoadAndAssign.
 type RecordVariables struct {
-	CommFilter      *ebpf.Variable `ebpf:"comm_filter"`
-	DenyActive      *ebpf.Variable `ebpf:"deny_active"`
-	SelfTgid        *ebpf.Variable `ebpf:"self_tgid"`
-	Stopped         *ebpf.Variable `ebpf:"stopped"`
-	TargetMode      *ebpf.Variable `ebpf:"target_mode"`
-	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
-	UnusedOpenEvent *ebpf.Variable `ebpf:"unused_open_event"`
-	WakeupBytes     *ebpf.Variable `ebpf:"wakeup_bytes"`
+	CgroupMask        *ebpf.Variable `ebpf:"cgroup_mask"`
+	CommFilter        *ebpf.Variable `ebpf:"comm_filter"`
+	DenyActive        *ebpf.Variable `ebpf:"deny_active"`
+	ExecAll           *ebpf.Variable `ebpf:"exec_all"`
+	ExecTargetsActive *ebpf.Variable `ebpf:"exec_targets_active"`
+	SelfTgid          *ebpf.Variable `ebpf:"self_tgid"`
+	Stopped           *ebpf.Variable `ebpf:"stopped"`
+	TargetFlags       *ebpf.Variable `ebpf:"target_flags"`
+	TargetGen         *ebpf.Variable `ebpf:"target_gen"`
+	UnusedEvent       *ebpf.Variable `ebpf:"unused_event"`
+	UnusedOpenEvent   *ebpf.Variable `ebpf:"unused_open_event"`
+	WakeupBytes       *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // RecordPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to LoadRecordObjects or ebpf.CollectionSpec.LoadAndAssign.
 type RecordPrograms struct {
-	HandleAsyncRa  *ebpf.Program `ebpf:"handle_async_ra"`
-	HandleCacheAdd *ebpf.Program `ebpf:"handle_cache_add"`
-	HandleExecve   *ebpf.Program `ebpf:"handle_execve"`
-	HandleExecveat *ebpf.Program `ebpf:"handle_execveat"`
-	HandleExit     *ebpf.Program `ebpf:"handle_exit"`
-	HandleFault    *ebpf.Program `ebpf:"handle_fault"`
-	HandleFork     *ebpf.Program `ebpf:"handle_fork"`
-	HandleGetPages *ebpf.Program `ebpf:"handle_get_pages"`
-	HandleMapPages *ebpf.Program `ebpf:"handle_map_pages"`
-	HandleOpen     *ebpf.Program `ebpf:"handle_open"`
-	HandleOpenat   *ebpf.Program `ebpf:"handle_openat"`
-	HandleOpenat2  *ebpf.Program `ebpf:"handle_openat2"`
-	HandleSyncRa   *ebpf.Program `ebpf:"handle_sync_ra"`
-	KprobeAsyncRa  *ebpf.Program `ebpf:"kprobe_async_ra"`
-	KprobeFault    *ebpf.Program `ebpf:"kprobe_fault"`
-	KprobeMapPages *ebpf.Program `ebpf:"kprobe_map_pages"`
-	KprobeRead     *ebpf.Program `ebpf:"kprobe_read"`
-	KprobeSyncRa   *ebpf.Program `ebpf:"kprobe_sync_ra"`
+	HandleAsyncRa   *ebpf.Program `ebpf:"handle_async_ra"`
+	HandleCacheAdd  *ebpf.Program `ebpf:"handle_cache_add"`
+	HandleExec      *ebpf.Program `ebpf:"handle_exec"`
+	HandleExit      *ebpf.Program `ebpf:"handle_exit"`
+	HandleFault     *ebpf.Program `ebpf:"handle_fault"`
+	HandleFork      *ebpf.Program `ebpf:"handle_fork"`
+	HandleGetPages  *ebpf.Program `ebpf:"handle_get_pages"`
+	HandleMapPages  *ebpf.Program `ebpf:"handle_map_pages"`
+	HandlePageFault *ebpf.Program `ebpf:"handle_page_fault"`
+	HandleSyncRa    *ebpf.Program `ebpf:"handle_sync_ra"`
+	HandleSysEnter  *ebpf.Program `ebpf:"handle_sys_enter"`
+	HandleSysExit   *ebpf.Program `ebpf:"handle_sys_exit"`
+	KprobeAsyncRa   *ebpf.Program `ebpf:"kprobe_async_ra"`
+	KprobeFault     *ebpf.Program `ebpf:"kprobe_fault"`
+	KprobeMapPages  *ebpf.Program `ebpf:"kprobe_map_pages"`
+	KprobeRead      *ebpf.Program `ebpf:"kprobe_read"`
+	KprobeSyncRa    *ebpf.Program `ebpf:"kprobe_sync_ra"`
 }
 
 func (p *RecordPrograms) Close() error {
 	return _RecordClose(
 		p.HandleAsyncRa,
 		p.HandleCacheAdd,
-		p.HandleExecve,
-		p.HandleExecveat,
+		p.HandleExec,
 		p.HandleExit,
 		p.HandleFault,
 		p.HandleFork,
 		p.HandleGetPages,
 		p.HandleMapPages,
-		p.HandleOpen,
-		p.HandleOpenat,
-		p.HandleOpenat2,
+		p.HandlePageFault,
 		p.HandleSyncRa,
+		p.HandleSysEnter,
+		p.HandleSysExit,
 		p.KprobeAsyncRa,
 		p.KprobeFault,
 		p.KprobeMapPages,

@@ -2,33 +2,22 @@ package policies
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 )
 
 func init() {
 	register("readahead", &factory{
-		example: "readahead:kb=512",
-		doc:     "model of Linux 6.18 on-demand readahead (sync/async windows, PG_readahead marks, mmap read-around); the baseline of every comparison",
+		example: "readahead:kb=512,kernel=6.1",
+		doc:     "model of Linux on-demand readahead as 6.1, 6.12 or 6.18 run it (sync/async windows, PG_readahead marks, mmap read-around, exec mappings); the baseline of every comparison",
 		params: []param{
-			{"kb", "128", "read_ahead_kb: the readahead maximum in KiB"},
-			{"io_kb", "0", "bdi io_pages in KiB: reads larger than kb may use windows up to it; 0 means kb"},
-			{"folios", "large", "large: ext4-like large folios (Linux 6.16+); small: order-0 pages only"},
+			{"kb", "auto", "read_ahead_kb: the readahead maximum in KiB; auto: each file's device (Env.FileRA), else 128"},
+			{"io_kb", "auto", "bdi io_pages in KiB (max_sectors_kb): reads larger than kb may use windows up to it; auto: each file's device, else kb; 0 means kb"},
+			{"folios", "auto", "large: large folios (XFS; ext4 since Linux 6.16); small: order-0 pages only; auto: each file's filesystem, else ext4 on the modelled kernel"},
+			{"kernel", "auto", "kernel release whose readahead code to follow (6.1, 6.12.117, ...): 6.1 code before 6.11, 6.12 code up to 6.15, 6.18 code from 6.16; auto: the bundle's kernel (Env.Kernel), else the running one"},
 		},
-		build: func(a *args, env Env) (Policy, error) {
-			ps := env.pageSize()
-			kb := a.uint("kb", 4, 1<<20)
-			iokb := a.uint("io_kb", 0, 1<<20)
-			folios := a.choice("folios", "large", "small")
-			return NewReadahead(ReadaheadConfig{
-				RAPages:     kb * 1024 / ps,
-				IOPages:     iokb * 1024 / ps,
-				SmallFolios: folios == "small",
-				FilePages:   env.FilePages,
-				Resident:    env.Resident,
-				MaxPages:    env.maxPages(),
-			}), nil
-		},
+		build: buildReadahead,
 	})
 	register("markov", &factory{
 		example: "markov:depth=32,mode=random,seed=7",
@@ -100,17 +89,25 @@ func init() {
 	})
 	register("oracle", &factory{
 		example: "oracle:n=256,scope=file",
-		doc:     "upper bound: knows the bundle's future demand accesses and prefetches the next n distinct pages ahead of the current one",
+		doc:     "upper bound: knows the bundle's future demand accesses and prefetches the next n distinct pages ahead of the current one, among the next horizon pages",
 		params: []param{
 			{"n", "64", "distinct pages kept prefetched ahead"},
 			{"scope", "global", "global: next n pages of the whole trace; file: next n pages of the accessed file"},
+			{"horizon", "0", "how many pages of the future to look through for them; 0 means max(65536, 16n)"},
 		},
 		build: func(a *args, env Env) (Policy, error) {
 			if env.Future == nil {
 				return nil, errors.New("build policy \"oracle\": no future given (Env.Future); the oracle needs the bundle being simulated")
 			}
 			n := int(a.uint("n", 1, 1<<24))
-			return newOracle(env, n, a.choice("scope", "global", "file") == "file"), nil
+			h := int(a.uint("horizon", 0, 1<<30))
+			if h == 0 {
+				h = max(DefaultHorizon, 16*n)
+			}
+			if h < n {
+				return nil, fmt.Errorf("build policy \"oracle\": horizon %d is less than n %d", h, n)
+			}
+			return newOracle(env, n, h, a.choice("scope", "global", "file") == "file"), nil
 		},
 	})
 }

@@ -74,6 +74,20 @@ type FileAccess struct {
 	Kind   formats.AccessKind
 	Page   uint64
 	NPages uint32
+	// End is when the operation behind the access completed (format
+	// 1.1 end_ns; Event.TS is then its start); 0 when unknown.
+	End uint64
+	// Prot is the protection of the mapping behind a fault, map or mmap
+	// access (formats.ProtRead, ProtWrite, ProtExec, ProtShared: the
+	// bundle's prot column); 0 is unknown (bundles before format 1.1).
+	Prot uint8
+	// MapFirst and MapPages are that mapping's file range: its first file
+	// page (vm_pgoff) and length in pages; MapPages 0 is unknown.
+	MapFirst, MapPages uint64
+	// Op identifies the operation behind the access: the rows of one
+	// syscall or one fault share it (a cold fault that retries gives two
+	// rows with one Op); 0 is unknown.
+	Op uint64
 }
 
 // TreeChildEnter is a B-tree traversal hint: the cursor entered child

@@ -6,7 +6,7 @@ import (
 	"github.com/predictio/predictio/formats"
 )
 
-// Readahead model constants, as in Linux 6.18.
+// Readahead model constants (the same in Linux 6.1, 6.12 and 6.18).
 const (
 	// DefaultReadaheadKB is the kernel's default read_ahead_kb
 	// (VM_READAHEAD_PAGES).
@@ -15,7 +15,7 @@ const (
 	// mmap_miss exceeds it.
 	MmapLotsaMiss = 100
 	// maxPagecacheOrder is MAX_PAGECACHE_ORDER on x86-64 with THP (PMD
-	// order); ext4 caps folios at the same order.
+	// order); ext4 and XFS cap folios at the same order.
 	maxPagecacheOrder = 9
 )
 
@@ -36,9 +36,13 @@ const (
 	// RAMmap is the mmap read-around of do_sync_mmap_readahead: a fault
 	// missed the page cache.
 	RAMmap
+	// RAExec is the VM_EXEC branch of do_sync_mmap_readahead (Linux 6.16
+	// and later): a fault on an executable mapping missed the page cache.
+	RAExec
+	numRAKinds
 )
 
-// String returns the kind's name: sync, async or mmap.
+// String returns the kind's name: sync, async, mmap or exec.
 func (k RAKind) String() string {
 	switch k {
 	case RASync:
@@ -47,11 +51,14 @@ func (k RAKind) String() string {
 		return "async"
 	case RAMmap:
 		return "mmap"
+	case RAExec:
+		return "exec"
 	}
 	return "unknown"
 }
 
 // RAState is the readahead state of one open file (struct file_ra_state).
+// Order is ra->order, which Linux 6.16 added; it stays 0 on older kernels.
 type RAState struct {
 	Start     uint64
 	Size      uint64
@@ -63,10 +70,10 @@ type RAState struct {
 
 // RADecision is one readahead decision of the model. It mirrors the
 // kernel's tracepoints: Kind, Index, ReqCount and Before are what
-// readahead:page_cache_sync_ra / page_cache_async_ra report (RAMmap has no
-// tracepoint of its own); Window is set when the decision reached
-// page_cache_ra_order, whose tracepoint reports (After.Start, After.Size,
-// After.AsyncSize, After.Order).
+// readahead:page_cache_sync_ra / page_cache_async_ra report (RAMmap and
+// RAExec have no tracepoint of their own); Window is set when the decision
+// reached page_cache_ra_order, whose tracepoint reports (After.Start,
+// After.Size, After.AsyncSize, After.Order) as they are on entry.
 type RADecision struct {
 	File     uint32
 	Kind     RAKind
@@ -85,17 +92,28 @@ type RADecision struct {
 
 // ReadaheadConfig configures the readahead model.
 type ReadaheadConfig struct {
+	// Kernel selects the kernel whose readahead the model follows: Linux
+	// 6.1 code before 6.11, 6.12 code from 6.11 to 6.15, 6.18 code from
+	// 6.16 on. The zero value means the running kernel.
+	Kernel KernelVersion
 	// RAPages is the readahead maximum in pages (read_ahead_kb / 4 with
-	// 4 KiB pages); 0 means DefaultReadaheadKB.
+	// 4 KiB pages) of files FileRA knows nothing about; 0 means
+	// DefaultReadaheadKB.
 	RAPages uint64
 	// IOPages is the device's optimal I/O size in pages (bdi io_pages,
 	// max_sectors_kb / 4); reads larger than RAPages may use windows up to
 	// it. 0 means RAPages.
 	IOPages uint64
-	// SmallFolios disables the large-folio model (page_cache_ra_order
-	// allocating folios up to order 9, as ext4 does since Linux 6.16) and
-	// uses order-0 pages only, as filesystems without large folio support.
-	SmallFolios bool
+	// Folios says whether page_cache_ra_order allocates large folios
+	// (up to order 9) or order-0 pages; FoliosAuto follows Kernel for
+	// ext4 (large from 6.16).
+	Folios Folios
+	// FileRA returns the readahead parameters of one file's device; its
+	// zero fields fall back to RAPages, IOPages and Folios. nil: none.
+	FileRA func(file uint32) RAParams
+	// PageSize converts FileRA's kilobytes to pages; 0 means
+	// DefaultPageSize.
+	PageSize int
 	// FilePages returns end of file in pages; 0 means unknown (no clip).
 	FilePages func(file uint32) uint64
 	// Resident, when set, is the authority on page-cache residency (a
@@ -109,32 +127,68 @@ type ReadaheadConfig struct {
 	MaxPages uint32
 }
 
-// Readahead is a model of Linux 6.18 on-demand readahead (mm/readahead.c
-// page_cache_sync_ra and page_cache_async_ra, mm/filemap.c filemap_read,
-// filemap_fault and its mmap read-around). It is a Policy: FileAccess
-// events of kind read and fault drive it, and it emits the pages each
-// decision inserts into the page cache (for a sync window this includes
-// the demanded page, which the kernel reads as part of the window).
-// Accesses of kind map (fault-around) only lower mmap_miss.
+// FaultInfo describes one page fault on a file mapping.
+type FaultInfo struct {
+	// Page is the faulting file page (vmf->pgoff).
+	Page uint64
+	// Prot is the mapping's protection (formats.ProtRead, ProtExec, ...);
+	// 0 is unknown and treated as a plain read mapping.
+	Prot uint8
+	// MapFirst and MapPages are the mapping's file range (vm_pgoff and the
+	// VMA's length in pages); MapPages 0 is unknown (no clamp).
+	MapFirst, MapPages uint64
+	// Retry is the second attempt of a fault whose first attempt dropped
+	// the mmap lock for I/O (FAULT_FLAG_TRIED): it finds the page cached
+	// and does no readahead and no mmap_miss accounting.
+	Retry bool
+}
+
+// Readahead is a model of Linux on-demand readahead: mm/readahead.c
+// (page_cache_sync_ra, page_cache_async_ra, page_cache_ra_order,
+// do_page_cache_ra; ondemand_readahead in 6.1) and its callers in
+// mm/filemap.c (filemap_read/filemap_get_pages, filemap_fault with
+// do_sync_mmap_readahead and do_async_mmap_readahead, filemap_map_pages),
+// as Linux 6.1, 6.12 and 6.18 run them (ReadaheadConfig.Kernel). It is a
+// Policy: FileAccess events of kind read and fault drive it, and it emits
+// the pages each decision inserts into the page cache (for a sync window
+// this includes the demanded page, which the kernel reads as part of the
+// window). Accesses of kind map (fault-around) only lower mmap_miss.
 //
 // Read (and imported) accesses are treated as one read call covering
-// [Page, Page+NPages); faults as one page fault at Page. Not modelled: VM_EXEC
-// and VM_HUGEPAGE mappings, madvise/fadvise modes, I/O errors, memory
-// pressure, and several processes sharing one file description (the model
-// keeps one file_ra_state per file).
+// [Page, Page+NPages); faults as one page fault at Page, on a mapping with
+// the access's Prot and file range. Not modelled: VM_HUGEPAGE,
+// VM_SEQ_READ and VM_RAND_READ mappings (madvise), fadvise modes, I/O
+// errors, memory pressure (workingset refaults), folios still locked for
+// I/O when a fault or fault-around meets them, and several processes
+// sharing one file description (the model keeps one file_ra_state per
+// file).
 type Readahead struct {
-	cfg   ReadaheadConfig
-	files fileTable[raFile]
-	norm  Normalizer
-	dec   RADecision
+	cfg ReadaheadConfig
+	era raEra
+	// ioAuto: IOPages was 0, so a file's io_pages is its ra_pages unless
+	// FileRA knows the device's.
+	ioAuto bool
+	files  fileTable[raFile]
+	norm   Normalizer
+	dec    RADecision
 	// Decisions counts decisions by kind.
-	Decisions [4]uint64
+	Decisions [numRAKinds]uint64
 }
 
 type raFile struct {
 	id    uint32
 	st    RAState
 	pages pageMap // per page: raPresent | raMark | folio order
+	// raPages and ioPages are the file's ra_pages and bdi io_pages; large
+	// says whether its mapping supports large folios.
+	raPages, ioPages uint64
+	large            bool
+	// The file's previous fault, to recognise a retried attempt when the
+	// access does not say (Op 0).
+	lastOp   uint64
+	lastTID  uint32
+	lastPage uint64
+	lastOK   bool
 }
 
 const (
@@ -148,13 +202,23 @@ func NewReadahead(cfg ReadaheadConfig) *Readahead {
 	if cfg.RAPages == 0 {
 		cfg.RAPages = DefaultReadaheadKB * 1024 / DefaultPageSize
 	}
-	if cfg.IOPages == 0 {
+	ioAuto := cfg.IOPages == 0
+	if ioAuto {
 		cfg.IOPages = cfg.RAPages
 	}
-	r := &Readahead{cfg: cfg}
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = DefaultPageSize
+	}
+	if cfg.Kernel == (KernelVersion{}) {
+		cfg.Kernel = RunningKernel()
+	}
+	r := &Readahead{cfg: cfg, era: eraOf(cfg.Kernel), ioAuto: ioAuto}
 	r.norm.MaxPages = cfg.MaxPages
 	return r
 }
+
+// Kernel returns the kernel version the model follows.
+func (r *Readahead) Kernel() KernelVersion { return r.cfg.Kernel }
 
 // Accepts reports true for FileAccess events.
 func (r *Readahead) Accepts(k EventKind) bool { return k == EventFileAccess }
@@ -165,8 +229,19 @@ func (r *Readahead) Handle(ev *Event, emit Emit) {
 	switch a.Kind {
 	case formats.KindRead, formats.KindImported:
 		r.Read(ev.File, a.Page, uint64(max(a.NPages, 1)), emit)
+		if f := r.files.get(ev.File); f != nil {
+			f.lastOK = false
+		}
 	case formats.KindFault:
-		r.Fault(ev.File, a.Page, emit)
+		f := r.file(ev.File)
+		fi := FaultInfo{Page: a.Page, Prot: a.Prot, MapFirst: a.MapFirst, MapPages: a.MapPages}
+		if a.Op != 0 {
+			fi.Retry = f.lastOK && a.Op == f.lastOp
+		} else {
+			fi.Retry = f.lastOK && ev.TID == f.lastTID && a.Page == f.lastPage
+		}
+		f.lastOp, f.lastTID, f.lastPage, f.lastOK = a.Op, ev.TID, a.Page, true
+		r.FaultWith(ev.File, fi, emit)
 	case formats.KindMap:
 		r.MapPages(ev.File, a.Page, uint64(a.NPages))
 	}
@@ -188,9 +263,33 @@ func (r *Readahead) file(id uint32) *raFile {
 	f := r.files.get(id)
 	if f == nil {
 		f = &raFile{id: id, st: RAState{PrevPos: -1}}
+		r.params(f)
 		r.files.put(id, f)
 	}
 	return f
+}
+
+// params sets f's readahead parameters from FileRA and the configuration.
+func (r *Readahead) params(f *raFile) {
+	f.raPages, f.ioPages = r.cfg.RAPages, r.cfg.IOPages
+	folios := r.cfg.Folios
+	if r.cfg.FileRA != nil {
+		p := r.cfg.FileRA(f.id)
+		kb := uint64(r.cfg.PageSize) / 1024
+		if p.ReadAheadKB > 0 && kb > 0 {
+			f.raPages = max(uint64(p.ReadAheadKB)/kb, 1)
+			if r.ioAuto {
+				f.ioPages = f.raPages
+			}
+		}
+		if p.MaxSectorsKB > 0 && kb > 0 {
+			f.ioPages = max(uint64(p.MaxSectorsKB)/kb, 1)
+		}
+		if p.Folios != FoliosAuto {
+			folios = p.Folios
+		}
+	}
+	f.large = folios.large(r.era)
 }
 
 func (r *Readahead) eof(id uint32) uint64 {
@@ -261,6 +360,11 @@ func (r *Readahead) Read(file uint32, index, n uint64, emit Emit) {
 	}
 	for pos < last && (eof == 0 || pos < eof) {
 		if !r.present(f, pos) {
+			if r.era == era61 && pos > index {
+				// 6.1's filemap_read sets prev_pos after every batch
+				// it copies; later kernels once, when the call ends.
+				f.st.PrevPos = int64(pos) * DefaultPageSize
+			}
 			r.syncRA(f, pos, last-pos, eof, emit)
 			if !r.present(f, pos) {
 				f.pages.set(pos, raPresent) // filemap_create_folio
@@ -292,14 +396,31 @@ func (r *Readahead) Read(file uint32, index, n uint64, emit Emit) {
 	f.st.PrevPos = int64(pos) * DefaultPageSize
 }
 
-// Fault models one page fault at page (filemap_fault).
+// Fault models one read fault at page of a plain (not executable) mapping;
+// see FaultWith.
 func (r *Readahead) Fault(file uint32, page uint64, emit Emit) {
+	r.FaultWith(file, FaultInfo{Page: page}, emit)
+}
+
+// FaultWith models one page fault (filemap_fault): a cached page goes
+// through do_async_mmap_readahead, a missing one through
+// do_sync_mmap_readahead, which on Linux 6.16 and later reads an executable
+// mapping from the fault on, clamped to the mapping, without a PG_readahead
+// mark.
+func (r *Readahead) FaultWith(file uint32, fi FaultInfo, emit Emit) {
 	f := r.file(file)
 	eof := r.eof(file)
+	page := fi.Page
 	if eof > 0 && page >= eof {
 		return // SIGBUS
 	}
+	if fi.MapPages > 0 && (page < fi.MapFirst || page-fi.MapFirst >= fi.MapPages) {
+		fi.MapFirst, fi.MapPages = 0, 0 // inconsistent: the range is unknown
+	}
 	if r.present(f, page) {
+		if fi.Retry {
+			return // FAULT_FLAG_TRIED: no do_async_mmap_readahead
+		}
 		// do_async_mmap_readahead
 		if f.st.MmapMiss > 0 {
 			f.st.MmapMiss--
@@ -307,7 +428,7 @@ func (r *Readahead) Fault(file uint32, page uint64, emit Emit) {
 		head, np, marked := r.folio(f, page)
 		if marked {
 			r.clearMark(f, head)
-			r.asyncRA(f, page, r.cfg.RAPages, np, eof, emit)
+			r.asyncRA(f, page, f.raPages, np, eof, emit)
 		}
 		return
 	}
@@ -316,19 +437,39 @@ func (r *Readahead) Fault(file uint32, page uint64, emit Emit) {
 		f.st.MmapMiss++
 	}
 	if f.st.MmapMiss <= MmapLotsaMiss {
-		r.begin(f, RAMmap, page, r.cfg.RAPages)
-		ra := r.cfg.RAPages
-		start := uint64(0)
-		if page > ra/2 {
-			start = page - ra/2
-		}
-		f.st.Start, f.st.Size, f.st.AsyncSize, f.st.Order = start, ra, ra/4, 0
-		r.raOrder(f, eof)
-		r.end(f, emit)
+		r.readAround(f, fi, eof, emit)
 	}
 	if !r.present(f, page) {
 		f.pages.set(page, raPresent)
 	}
+}
+
+// readAround sets the window of a fault that missed and submits it.
+func (r *Readahead) readAround(f *raFile, fi FaultInfo, eof uint64, emit Emit) {
+	ra := f.raPages
+	st := &f.st
+	page := fi.Page
+	if r.era == era618 && fi.Prot&formats.ProtExec != 0 {
+		// VM_EXEC: exec_folio_order() is 0 on x86-64, so the window
+		// starts at the fault; it ends ra_pages later or at the end of
+		// the mapping, and has no async part.
+		r.begin(f, RAExec, page, ra)
+		start := max(page, fi.MapFirst)
+		end := start + ra
+		if fi.MapPages > 0 {
+			end = min(end, fi.MapFirst+fi.MapPages)
+		}
+		st.Start, st.Size, st.AsyncSize, st.Order = start, end-start, 0, 0
+	} else {
+		r.begin(f, RAMmap, page, ra)
+		start := uint64(0)
+		if page > ra/2 {
+			start = page - ra/2
+		}
+		st.Start, st.Size, st.AsyncSize, st.Order = start, ra, ra/4, 0
+	}
+	r.raOrder(f, eof, 0)
+	r.end(f, emit)
 }
 
 // MapPages models fault-around mapping pages [first, first+n): cached
@@ -356,10 +497,20 @@ func (r *Readahead) begin(f *raFile, k RAKind, index, req uint64) {
 	r.norm.Reset()
 }
 
+// windowed records the state page_cache_ra_order sees on entry.
+func (r *Readahead) windowed(f *raFile) {
+	r.dec.Window = true
+	if r.cfg.OnDecision != nil {
+		r.dec.After = f.st
+	}
+}
+
 func (r *Readahead) end(f *raFile, emit Emit) {
 	r.Decisions[r.dec.Kind]++
 	if r.cfg.OnDecision != nil {
-		r.dec.After = f.st
+		if !r.dec.Window {
+			r.dec.After = f.st
+		}
 		r.cfg.OnDecision(&r.dec)
 	}
 	if r.norm.Pending() > 0 {
@@ -367,10 +518,12 @@ func (r *Readahead) end(f *raFile, emit Emit) {
 	}
 }
 
-func (r *Readahead) maxPages(req uint64) uint64 {
-	m := r.cfg.RAPages
-	if req > m && r.cfg.IOPages > m {
-		m = min(req, r.cfg.IOPages)
+// maxPages is ractl_max_pages: a read larger than ra_pages may use windows
+// up to the device's io_pages.
+func (f *raFile) maxPages(req uint64) uint64 {
+	m := f.raPages
+	if req > m && f.ioPages > m {
+		m = min(req, f.ioPages)
 	}
 	return m
 }
@@ -403,8 +556,12 @@ func nextRASize(cur, max uint64) uint64 {
 func (r *Readahead) syncRA(f *raFile, index, req, eof uint64, emit Emit) {
 	r.begin(f, RASync, index, req)
 	defer r.end(f, emit)
+	if r.era == era61 {
+		r.ondemand61(f, index, req, false, 0, eof)
+		return
+	}
 	st := &f.st
-	max := r.maxPages(req)
+	max := f.maxPages(req)
 	prevIndex := uint64(st.PrevPos) >> 12
 	if index == 0 || req > max || index-prevIndex <= 1 {
 		st.Start = index
@@ -428,8 +585,10 @@ func (r *Readahead) syncRA(f *raFile, index, req, eof uint64, emit Emit) {
 		st.Size = min(contig+req, max)
 		st.AsyncSize = 1
 	}
-	st.Order = 0
-	r.raOrder(f, eof)
+	if r.era == era618 {
+		st.Order = 0
+	}
+	r.raOrder(f, eof, 0)
 }
 
 // asyncRA is page_cache_async_ra, triggered by the marked folio of
@@ -437,8 +596,13 @@ func (r *Readahead) syncRA(f *raFile, index, req, eof uint64, emit Emit) {
 func (r *Readahead) asyncRA(f *raFile, index, req, folioPages, eof uint64, emit Emit) {
 	r.begin(f, RAAsync, index, req)
 	defer r.end(f, emit)
+	order := uint64(bits.TrailingZeros64(folioPages))
+	if r.era == era61 {
+		r.ondemand61(f, index, req, true, order, eof)
+		return
+	}
 	st := &f.st
-	max := r.maxPages(req)
+	max := f.maxPages(req)
 	expected := (st.Start + st.Size - st.AsyncSize) &^ (folioPages - 1)
 	if index == expected {
 		st.Start += st.Size
@@ -451,6 +615,11 @@ func (r *Readahead) asyncRA(f *raFile, index, req, folioPages, eof uint64, emit 
 		st.Start = start
 		st.Size = nextRASize(start-index+req, max)
 	}
+	if r.era == era612 {
+		st.AsyncSize = st.Size
+		r.raOrder(f, eof, order)
+		return
+	}
 	st.Order += 2
 	align := uint64(1) << min(uint64(st.Order), uint64(bits.TrailingZeros64(max)))
 	end := st.Start + st.Size
@@ -458,107 +627,7 @@ func (r *Readahead) asyncRA(f *raFile, index, req, folioPages, eof uint64, emit 
 		st.Size -= end - aligned
 	}
 	st.AsyncSize = st.Size
-	r.raOrder(f, eof)
-}
-
-// xarray leaf nodes hold 64 slots; folios of order 1 to 5 occupy several
-// slots of one leaf (a canonical slot plus sibling slots).
-const xaChunkMask = 63
-
-// lag returns how far page p is from the canonical slot of its folio
-// when that folio lives in an xarray leaf node (order 1 to 5). A walk
-// started there with xas_next/xas_prev reads slots that far behind the
-// index it reports, until it crosses the leaf's boundary; the kernel's
-// page_cache_next_miss and page_cache_prev_miss inherit that, and so does
-// this model.
-func (r *Readahead) lag(f *raFile, p uint64) uint64 {
-	b := f.pages.get(p)
-	if b&raPresent == 0 || r.cfg.Resident != nil && !r.cfg.Resident(f.id, p) {
-		return 0
-	}
-	o := b & raOrder
-	if o == 0 || o > 5 {
-		return 0
-	}
-	return p & (1<<o - 1)
-}
-
-// nextMiss is page_cache_next_miss(index, max): the first index of a gap
-// in [index, index+max), or index+max when there is none.
-func (r *Readahead) nextMiss(f *raFile, index, max uint64) uint64 {
-	rep, off := index, index-r.lag(f, index)
-	act := index // the first load reads the folio itself
-	for n := max; n > 0; n-- {
-		if !r.present(f, act) {
-			return rep
-		}
-		if off&xaChunkMask == xaChunkMask {
-			rep++
-			off = rep // climbs to the parent and descends at rep
-		} else {
-			rep++
-			off++
-		}
-		act = off
-		if rep == 0 {
-			return 0 // wrapped
-		}
-	}
-	return rep
-}
-
-// prevMiss is page_cache_prev_miss(index, max): the last index of a gap
-// in [index-max+1, index], index-max when there is none, or ULONG_MAX when
-// the walk wrapped below page 0. A walk that starts lagging (see lag)
-// keeps reading a block below the index it reports once it crosses a leaf
-// boundary, as the kernel's xas_prev does; the gap it reports is then the
-// index it had reached when it read an empty slot.
-func (r *Readahead) prevMiss(f *raFile, index, max uint64) uint64 {
-	rep, act := index, index
-	off := index - r.lag(f, index)
-	for n := max; n > 0; n-- {
-		if !r.present(f, act) {
-			return rep
-		}
-		if off&xaChunkMask != 0 {
-			rep--
-			off--
-			act = off
-			continue
-		}
-		rep--
-		if rep&xaChunkMask == 0 && rep == off {
-			act = off // offset already matches: re-read the same slot
-			continue
-		}
-		// The offset wraps: climb until a slot to the left exists, then
-		// descend at rep's offsets.
-		k := uint(6)
-		for (off>>k)&xaChunkMask == 0 {
-			if off>>k == 0 {
-				return rep // fell off the root: set_bounds, NULL
-			}
-			k += 6
-		}
-		off = ((off>>k)-1)<<k | rep&(1<<k-1)
-		act = off
-		if !r.blockUsed(f, act) {
-			return rep
-		}
-	}
-	return rep
-}
-
-// blockUsed reports whether any page of the 64-page xarray leaf holding p
-// is present, i.e. whether the leaf node exists.
-func (r *Readahead) blockUsed(f *raFile, p uint64) bool {
-	base := p &^ xaChunkMask
-	for i := range uint64(64) {
-		if r.present(f, base+i) {
-			return true
-		}
-	}
-	return false
+	r.raOrder(f, eof, 0)
 }
 
 func maxU(a, b uint64) uint64 {
@@ -566,80 +635,4 @@ func maxU(a, b uint64) uint64 {
 		return a
 	}
 	return b
-}
-
-// raOrder is page_cache_ra_order: allocate the window [Start, Start+Size)
-// in folios and mark the folio holding Start+Size-AsyncSize.
-func (r *Readahead) raOrder(f *raFile, eof uint64) {
-	r.dec.Window = true
-	st := &f.st
-	start := st.Start
-	if r.cfg.SmallFolios {
-		st.Order = 0
-		r.doPageCacheRA(f, start, st.Size, st.AsyncSize, eof)
-		return
-	}
-	if eof > 0 && start >= eof {
-		return // limit < index: nothing allocated, no fallback reads
-	}
-	// Linux 6.18 marks the folio at start+size-async even when the
-	// window reaches end of file (later kernels skip the mark there).
-	limit := start + st.Size - 1
-	mark := start + st.Size - st.AsyncSize
-	if eof > 0 && eof-1 < limit {
-		limit = eof - 1
-	}
-	newOrder := min(uint64(maxPagecacheOrder), uint64(st.Order), uint64(bits.Len64(st.Size)-1))
-	st.Order = uint32(newOrder)
-	idx := start
-	failed := false
-	for idx <= limit {
-		order := newOrder
-		if idx&(1<<order-1) != 0 {
-			order = uint64(bits.TrailingZeros64(idx))
-		}
-		for order > 0 && idx+(1<<order)-1 > limit {
-			order--
-		}
-		n := uint64(1) << order
-		busy := false
-		for i := range n {
-			if r.present(f, idx+i) {
-				busy = true
-				break
-			}
-		}
-		if busy {
-			failed = true
-			break
-		}
-		r.insert(f, idx, uint8(order), mark&^(n-1) == idx)
-		idx += n
-	}
-	if !failed {
-		return
-	}
-	if st.Size > idx-start {
-		r.doPageCacheRA(f, idx, st.Size-(idx-start), st.AsyncSize, eof)
-	}
-}
-
-// doPageCacheRA is do_page_cache_ra + page_cache_ra_unbounded: order-0
-// pages, skipping present ones, marking page nr-lookahead.
-func (r *Readahead) doPageCacheRA(f *raFile, index, nr, lookahead, eof uint64) {
-	if eof > 0 {
-		if index > eof-1 {
-			return
-		}
-		if nr > eof-1-index {
-			nr = eof - index
-		}
-	}
-	mark := nr - lookahead
-	for i := range nr {
-		if r.present(f, index+i) {
-			continue
-		}
-		r.insert(f, index+i, 0, i == mark && lookahead > 0)
-	}
 }

@@ -39,6 +39,17 @@ type Env struct {
 	Future *Future
 	// Markov is the trained history model of the markov policy.
 	Markov *MarkovModel
+	// FileRA returns the readahead parameters of a file's device and
+	// filesystem (read_ahead_kb, max_sectors_kb, large folios), e.g. from
+	// sysfs for the file's path on this machine. The readahead model uses
+	// them for every parameter its spec leaves at auto; nil or zero fields
+	// mean unknown.
+	FileRA func(file uint32) RAParams
+	// Kernel is the release of the kernel whose behaviour a policy models,
+	// e.g. a bundle's host.kernel_release ("6.1.0-57-cloud-amd64"); the
+	// readahead model follows its 6.1, 6.12 or 6.18 code. "" means the
+	// running kernel.
+	Kernel string
 	// Resident reports whether a page is in the page cache. The readahead
 	// model uses it to decide between a cache hit and a miss; when nil it
 	// assumes every page it (or a demand access) brought in stays cached.

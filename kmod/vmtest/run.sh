@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # run.sh boots Debian's 6.1 cloud kernel under qemu and runs the kernel
-# module tests (package kmod) and, when present, the record tests inside it.
+# module tests (package kmod), the kmod replay test, the record and source
+# tests and the readahead model's validation (policies TestReadahead*) inside
+# it.
 #
 #   kmod/vmtest/run.sh          # tests; exit status says whether they passed
 #   kmod/vmtest/run.sh -bench   # BenchmarkVMResident inside the VM
@@ -140,6 +142,12 @@ if [ "$mode" = test ] && [ "${PREDICTIO_VM_RECORD:-1}" = 1 ] && ls record/*_test
 	fi
 fi
 
+# The event source's own tests (package source) run with the record tests.
+srctest=no
+if [ "$record" = yes ] && CGO_ENABLED=0 go test -c -o "$build/initramfs/source.test" ./source; then
+	srctest=yes
+fi
+
 # replay's kmod backend test (TestKmodOracle) runs against the module too.
 replay=no
 if true; then
@@ -147,6 +155,19 @@ if true; then
 		replay=yes
 	else
 		echo "vmtest: replay tests do not build; the kmod replay test is not run" >&2
+	fi
+fi
+
+# The readahead model's validation against this kernel (policies
+# TestReadahead*): kprobes stand in for the readahead tracepoints 6.1 and
+# 6.12 lack, and a spare ext4 disk (vdb) for the loop devices the
+# initramfs cannot make.
+policies=no
+if [ "$mode" = test ]; then
+	if CGO_ENABLED=0 go test -c -o "$build/initramfs/policies.test" ./policies; then
+		policies=yes
+	else
+		echo "vmtest: policies tests do not build; the readahead validation is not run" >&2
 	fi
 fi
 
@@ -213,8 +234,17 @@ else
 		echo "@@TRACEPOINTS \$g: \$(ls /sys/kernel/tracing/events/\$g 2>/dev/null | grep -v -e enable -e filter | tr '\n' ' ')"
 	done
 	if [ -x /record.test ]; then
-		/record.test -test.v -test.count=1 -test.timeout 5m
+		/record.test -test.v -test.count=1 -test.timeout 10m
 		echo "@@RESULT record rc=\$?"
+	fi
+	if [ -x /policies.test ]; then
+		i=0; while [ ! -b /dev/vdb ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i+1)); done
+		PREDICTIO_RA_BLOCKDEV=/dev/vdb /policies.test -test.v -test.count=1 -test.run Readahead -test.timeout 10m
+		echo "@@RESULT policies rc=\$?"
+	fi
+	if [ -x /source.test ]; then
+		/source.test -test.v -test.count=1 -test.timeout 5m
+		echo "@@RESULT source rc=\$?"
 	fi
 	if [ -x /predictio ]; then
 		head -c 8388608 /dev/urandom >/mnt/rec.bin
@@ -235,9 +265,12 @@ EOF
 chmod +x "$ir/init"
 (cd "$ir" && find . | cpio -o -H newc --quiet | gzip -1 >"$build/initramfs.gz")
 
-# 5. Data disk: ext4 on virtio-blk.
+# 5. Data disk: ext4 on virtio-blk; a second one for the readahead
+# validation, which sets its read_ahead_kb.
 truncate -s 1G "$build/disk.img"
 mkfs.ext4 -q -F "$build/disk.img"
+truncate -s 512M "$build/ra.img"
+mkfs.ext4 -q -F "$build/ra.img"
 
 # 6. Boot.
 log "booting $kver ($accelopt)"
@@ -250,6 +283,7 @@ timeout --foreground "$vmtimeout" qemu-system-x86_64 \
 	-kernel "$vmlinuz" -initrd "$build/initramfs.gz" \
 	-append "console=ttyS0 loglevel=4 panic=-1 oops=panic" \
 	-drive file="$build/disk.img",if=virtio,format=raw,cache=unsafe \
+	-drive file="$build/ra.img",if=virtio,format=raw,cache=unsafe \
 	</dev/null 2>&1 | tr -d '\r' | tee "$console" | sed -n '/@@VM/,/@@DMESG-BEGIN/p' | sed 's/^.*@@VM/@@VM/'
 qrc=${PIPESTATUS[0]}
 set -e
@@ -276,6 +310,20 @@ if [ "$record" = yes ]; then
 	rres=$(grep -a '^@@RESULT record' "$console" | tail -1 || true)
 	if [ "$rres" != "@@RESULT record rc=0" ]; then
 		echo "vmtest: record tests failed on $kver (${rres:-no result})" >&2
+		fail=1
+	fi
+fi
+if [ "$policies" = yes ]; then
+	pres=$(grep -a '^@@RESULT policies' "$console" | tail -1 || true)
+	if [ "$pres" != "@@RESULT policies rc=0" ]; then
+		echo "vmtest: readahead validation (policies tests) failed on $kver (${pres:-no result})" >&2
+		fail=1
+	fi
+fi
+if [ "$srctest" = yes ]; then
+	sres=$(grep -a '^@@RESULT source' "$console" | tail -1 || true)
+	if [ "$sres" != "@@RESULT source rc=0" ]; then
+		echo "vmtest: source tests failed on $kver (${sres:-no result})" >&2
 		fail=1
 	fi
 fi
