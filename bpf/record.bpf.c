@@ -890,30 +890,35 @@ int BPF_PROG(handle_sys_enter, struct pt_regs *regs, long id)
 	t->a3 = rg[0];
 	t->a4 = rg[2];
 	t->a5 = rg[1];
-	bool ok = true;
+	// One call site per helper keeps the program small to verify: the
+	// switch only picks the arguments.
+	bool ok = true, reads = true;
+	long fd = (long)a0;
+	const __s64 *off = NULL;
+	__s64 pos = -1;
 	switch (id) {
-	case NR_read: case NR_readv:
-		ok = read_start(t, a0, NULL, -1);
-		break;
 	case NR_pread64: case NR_preadv: case NR_preadv2:
-		ok = read_start(t, a0, NULL, (__s64)t->a3);
+		pos = (__s64)t->a3;
 		break;
 	case NR_sendfile64:
-		ok = read_start(t, t->a1, (const __s64 *)t->a2, -1);
+		fd = (long)t->a1;
+		off = (const __s64 *)t->a2;
 		break;
 	case NR_splice: case NR_copy_file_range:
-		ok = read_start(t, a0, (const __s64 *)t->a1, -1);
+		off = (const __s64 *)t->a1;
 		break;
-	case NR_getdents64:
-		ok = file_id(fd_file(a0), &t->dev, &t->ino) != 0;
+	case NR_read: case NR_readv:
 		break;
-	case NR_mmap: {
-		__u32 mode = 0;
-		if (!(t->a3 & MAP_ANONYMOUS))
-			mode = file_id(fd_file((long)t->a4), &t->dev, &t->ino);
-		ok = (mode & S_IFMT) == S_IFREG;
-		break;
+	default:
+		reads = false;
 	}
+	if (reads) {
+		ok = read_start(t, fd, off, pos);
+	} else if (id == NR_getdents64 || id == NR_mmap) {
+		if (id == NR_mmap)
+			fd = (t->a3 & MAP_ANONYMOUS) ? -1 : (long)t->a4;
+		__u32 mode = file_id(fd_file(fd), &t->dev, &t->ino);
+		ok = id == NR_getdents64 ? mode != 0 : (mode & S_IFMT) == S_IFREG;
 	}
 	if (!ok) {
 		t->sys_ts = 0;
@@ -986,10 +991,6 @@ int BPF_PROG(handle_sys_exit, struct pt_regs *regs, long ret)
 		if (ret >= 0)
 			file_id(fd_file(ret), &r.dev, &r.ino);
 		r.flags |= EV_PATH;
-		if (nr == NR_open)
-			emit_open(pid_tgid, AT_FDCWD, (const char *)t->a0, OPEN_ROW, r.op);
-		else
-			emit_open(pid_tgid, (__s32)t->a0, (const char *)t->a1, OPEN_ROW, r.op);
 		break;
 	case NR_newstat: case NR_newlstat: case NR_access:
 	case NR_newfstatat: case NR_statx: case NR_faccessat: case NR_faccessat2:
@@ -997,10 +998,6 @@ int BPF_PROG(handle_sys_exit, struct pt_regs *regs, long ret)
 		if (ret == 0)
 			stat_id(t, &r);
 		r.flags |= EV_PATH;
-		if (nr == NR_newstat || nr == NR_newlstat || nr == NR_access)
-			emit_open(pid_tgid, AT_FDCWD, (const char *)t->a0, OPEN_ROW, r.op);
-		else
-			emit_open(pid_tgid, (__s32)t->a0, (const char *)t->a1, OPEN_ROW, r.op);
 		break;
 	case NR_getdents64:
 		r.kind = KIND_READDIR;
@@ -1030,6 +1027,12 @@ int BPF_PROG(handle_sys_exit, struct pt_regs *regs, long ret)
 		r.ino = t->ino;
 		r.index = t->pos >> PAGE_SHIFT_4K;
 		r.npages = range_pages(r.index, (t->pos + ret - 1) >> PAGE_SHIFT_4K);
+	}
+	if (r.flags & EV_PATH) {
+		// open(path), stat(path), lstat(path), access(path): a0; the *at
+		// calls: dirfd a0, path a1.
+		bool at = nr != NR_open && nr != NR_newstat && nr != NR_newlstat && nr != NR_access;
+		emit_open(pid_tgid, at ? (__s32)t->a0 : AT_FDCWD, (const char *)(at ? t->a1 : t->a0), OPEN_ROW, r.op);
 	}
 	return record_row(pid_tgid, &r);
 }
