@@ -199,7 +199,7 @@ func BenchmarkWholeRun(b *testing.B) {
 				cpu0 := cpuTime()
 				var n uint64
 				for range b.N {
-					in, err := OpenInput(dir)
+					in, err := OpenInput(dir, DeferReferenceCheck())
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -67,9 +67,9 @@ const (
 // recency queues refer to them by their position in pageCache.entries.
 type entry struct {
 	key   uint64 // pageKey(file, page)
-	ready int64  // simulated time the page's read completes
 	ver   uint32 // bumped whenever the entry is queued again or reused
 	flags uint8
+	ready int64 // simulated time the page's read completes
 }
 
 // qrec is a recency queue record: entry idx as of version ver. A record

@@ -442,6 +442,7 @@ type lane struct {
 	demand     uint64 // demand accesses served, the future's cursor
 	futureHeld uint64 // most pages fut held
 	ev         policies.Event
+	flatRows   uint64 // rows plainRun served, for tests
 
 	st Stats
 }
