@@ -387,6 +387,9 @@ type oracle struct {
 	files   map[uint32]*window
 	out     []uint64
 	norm    Normalizer
+	// one is the request of a single page.
+	one      Request
+	oneRange [1]Range
 }
 
 func newOracle(env Env, n, horizon int, perFile bool) *oracle {
@@ -431,7 +434,20 @@ func (o *oracle) Handle(ev *Event, emit Emit) {
 	if fut.stream {
 		fut.trim()
 	}
-	if len(o.out) == 0 {
+	switch len(o.out) {
+	case 0:
+		return
+	case 1:
+		// One new page, the common case: the request Flush would make.
+		k := o.out[0]
+		file, p := uint32(k>>futPageBits), k&futMaxPage
+		if eof := o.env.eof(file); eof > 0 && p >= eof {
+			o.norm.Clipped++
+			return
+		}
+		o.oneRange[0] = Range{First: p, N: 1}
+		o.one = Request{File: file, Ranges: o.oneRange[:]}
+		emit(&o.one)
 		return
 	}
 	slices.Sort(o.out) // by file, then page
