@@ -167,7 +167,11 @@ func (l *lane) consume(s *Simulator, ch <-chan *batch) {
 					l.stepHint(s, b, h)
 				}
 				l.prefetchFor(b, i)
-				l.stepRow(s, b, i)
+				if k := b.kind[i]; l.disp == nil && l.ra != nil && b.npg[i] <= 1 && (k == formats.KindRead || k == formats.KindImported) {
+					l.readRow(s, b, i)
+				} else {
+					l.stepRow(s, b, i)
+				}
 			}
 			for ; h < len(b.hints); h++ {
 				l.stepHint(s, b, h)
@@ -336,19 +340,28 @@ func (l *lane) plain(s *Simulator, b *batch, from, to int) {
 }
 
 // prefetchFor prefetches what serving row i of b and the rows after it
-// will touch: the direct-table slot of the row prefetchAhead ahead, the
-// entry of the LRU victim 2 prefetchAhead ahead and the table slot of the
-// victim prefetchAhead ahead (whose entry the prefetch before brought in),
-// and, for a lane with an oracle, the slot of the page prefetchAhead past
-// its window's front (Future.Upcoming), which it will soon request. The
-// misses of several events then overlap. Lines not worth prefetching point
-// at the lane itself.
+// will touch: the direct-table slot of the row prefetchAhead ahead and,
+// in a lane with readahead, the model's byte of that page (PageState); the
+// entry of the row half as far ahead when its slot holds one (a hit reads
+// it); the entry of the LRU victim 2 prefetchAhead ahead and the table
+// slot of the victim prefetchAhead ahead (whose entry the prefetch before
+// brought in); and, for a lane with an oracle, the slot of the page
+// prefetchAhead past its window's front (Future.Upcoming), which it will
+// soon request. The misses of several events then overlap. Lines not
+// worth prefetching point at the lane itself; one call prefetches all.
 func (l *lane) prefetchFor(b *batch, i int) {
 	c := l.cache
 	self := unsafe.Pointer(l)
-	pa, pb, pc := self, self, self
+	pa, pb, pc, pd, pe, pf := self, self, self, self, self, self
 	if j := i + prefetchAhead; j < b.n {
 		pa = c.slot(b.file[j], b.page[j], self)
+		if l.ra != nil {
+			// The readahead model's byte of that page, which it reads
+			// first.
+			if p := l.ra.PageState(b.file[j], b.page[j]); p != nil {
+				pd = unsafe.Pointer(p)
+			}
+		}
 	}
 	if q := &c.inactive; len(c.entries) == c.capacity && q.head+2*prefetchAhead < q.tail {
 		m := uint64(len(q.buf) - 1)
@@ -358,10 +371,17 @@ func (l *lane) prefetchFor(b *batch, i int) {
 	}
 	if l.fut != nil {
 		if f, p, ok := l.fut.Upcoming(prefetchAhead); ok {
-			prefetch(c.slot(f, p, self))
+			pe = c.slot(f, p, self)
 		}
 	}
-	prefetch3(pa, pb, pc)
+	// The entry of the row half as far ahead, when its slot (prefetched
+	// before) holds one: a hit reads it.
+	if j := i + prefetchAhead/2; j < b.n {
+		if s := (*uint32)(c.slot(b.file[j], b.page[j], nil)); s != nil && *s != 0 {
+			pf = unsafe.Pointer(&c.entries[*s-1])
+		}
+	}
+	prefetch6(pa, pb, pc, pd, pe, pf)
 }
 
 // consumeAhead is consume for a lane whose policies read a streamed

@@ -14,3 +14,8 @@ func prefetch(p unsafe.Pointer)
 //
 //go:noescape
 func prefetch3(a, b, c unsafe.Pointer)
+
+// prefetch6 is prefetch of six lines in one call.
+//
+//go:noescape
+func prefetch6(a, b, c, d, e, f unsafe.Pointer)

@@ -15,3 +15,19 @@ TEXT ·prefetch3(SB), NOSPLIT|NOFRAME, $0-24
 	MOVQ c+16(FP), AX
 	PREFETCHT0 (AX)
 	RET
+
+// func prefetch6(a, b, c, d, e, f unsafe.Pointer)
+TEXT ·prefetch6(SB), NOSPLIT|NOFRAME, $0-48
+	MOVQ a+0(FP), AX
+	PREFETCHT0 (AX)
+	MOVQ b+8(FP), AX
+	PREFETCHT0 (AX)
+	MOVQ c+16(FP), AX
+	PREFETCHT0 (AX)
+	MOVQ d+24(FP), AX
+	PREFETCHT0 (AX)
+	MOVQ e+32(FP), AX
+	PREFETCHT0 (AX)
+	MOVQ f+40(FP), AX
+	PREFETCHT0 (AX)
+	RET
