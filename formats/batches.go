@@ -1,6 +1,7 @@
 package formats
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"unsafe"
@@ -43,6 +44,11 @@ const (
 type AccessBatch struct {
 	// Index is the batch's position in the file; Rows its row count.
 	Index, Rows int
+	// Same holds the columns whose contents are those of the previous
+	// Read into this AccessBatch: a constant column compresses to the same
+	// few bytes in every batch, is not decompressed again, and a consumer
+	// may keep what it learned of it.
+	Same AccessColumns
 
 	TS, FirstPage, EndNS, Op, MapFirstPage, MapPages []uint64
 	Ret                                              []int64
@@ -147,16 +153,53 @@ func (r *AccessBatches) Read(i int, dst *AccessBatch) error {
 	if dst.dec == nil {
 		dst.dec = tf.newDecoder()
 	}
+	prev := dst.Rows
 	*dst = AccessBatch{Index: i, dec: dst.dec, zero: dst.zero, commBuf: dst.commBuf}
 	d := dst.dec
 	if err := tf.loadBatch(d, i); err != nil {
 		return err
 	}
+	if d.rows == prev {
+		dst.Same = r.sameColumns(d)
+	}
 	if err := r.decode(dst); err != nil {
+		dst.Same = 0
 		return fmt.Errorf("read %s: batch %d: %w", tf.name, i, err)
 	}
 	dst.Rows = d.rows
 	return nil
+}
+
+// sameColumns returns the wanted columns of the loaded batch whose data
+// buffer is the frame the decoder decoded last time for it (so buffer
+// returns the same bytes), or that the file lacks (zeros).
+func (r *AccessBatches) sameColumns(d *batchDecoder) AccessColumns {
+	var same AccessColumns
+	for k, ref := range r.refs {
+		c := AccessColumns(1) << k
+		if r.cols&c == 0 {
+			continue
+		}
+		if !ref.present() || d.sameFrame(ref.buf+1) {
+			same |= c
+		}
+	}
+	return same
+}
+
+// sameFrame reports whether buffer i is the compressed frame buffer last
+// decoded for that index, whose bytes it then returns again.
+func (d *batchDecoder) sameFrame(i int) bool {
+	if !d.zstd || i >= len(d.bufs) || i >= len(d.scratch) {
+		return false
+	}
+	bm := d.bufs[i]
+	raw := d.body[bm.off : bm.off+bm.len]
+	if len(raw) < 8 || len(raw) > 256 {
+		return false
+	}
+	ulen := int64(binary.LittleEndian.Uint64(raw))
+	return ulen >= 0 && int64(len(d.scratch[i])) == ulen && string(d.last[i]) == string(raw)
 }
 
 // decode sets dst's columns from its loaded decoder.

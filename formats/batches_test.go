@@ -277,3 +277,63 @@ func TestAccessBatchesNoAllocations(t *testing.T) {
 		t.Errorf("Read: %v allocations", n)
 	}
 }
+
+// TestAccessBatchesSame: Same names the columns whose contents repeat
+// those of the previous Read into the AccessBatch (constant columns, and
+// 1.1 columns a 1.0 file lacks), and no column that changed.
+func TestAccessBatchesSame(t *testing.T) {
+	seq := filepath.Join(t.TempDir(), "seq")
+	w, err := Create(seq, WithBatchRows(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.AddFile(File{ID: 1, Path: "/f", Mode: ModeRegular})
+	for _, a := range seqRows(5000) {
+		w.Append(&a)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{seq, integrityBundle(t), fuzzBundle(t)} {
+		b, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ab, err := b.AccessBatches(AllAccessColumns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dst AccessBatch
+		var prev []Access
+		seen := AccessColumns(0)
+		for i := range ab.Len() {
+			if err := ab.Read(i, &dst); err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 && dst.Same != 0 {
+				t.Fatalf("%s: first batch: Same %#x", dir, dst.Same)
+			}
+			cur := make([]Access, dst.Rows)
+			for r := range cur {
+				dst.Access(r, ab.CommDict(), &cur[r])
+			}
+			if dst.Same != 0 {
+				seen |= dst.Same
+				if len(prev) != len(cur) {
+					t.Fatalf("%s batch %d: Same %#x with %d rows after %d", dir, i, dst.Same, len(cur), len(prev))
+				}
+				for r := range cur {
+					p, c := project(prev[r], dst.Same&^ColComm), project(cur[r], dst.Same&^ColComm)
+					if p != c {
+						t.Fatalf("%s batch %d row %d: Same %#x but %+v became %+v", dir, i, r, dst.Same, p, c)
+					}
+				}
+			}
+			prev = cur
+		}
+		ab.Close()
+		if dir == seq && (seen&(ColFirstPage|ColTS) != 0 || seen&(ColKind|ColFileID|ColEndNS) != ColKind|ColFileID|ColEndNS) {
+			t.Errorf("%s: Same over the batches %#x: want kind, file_id and end_ns, not first_page or ts_ns", dir, seen)
+		}
+	}
+}

@@ -35,6 +35,7 @@ type batch struct {
 	simple  bool
 	file0   uint32
 	thread0 uint32
+	facts   colFacts // of the columns of ab, as of the last scan
 
 	ab   *formats.AccessBatch // the decoded record batch the columns alias
 	err  error                // the error that ended decoding, instead of rows
@@ -221,17 +222,36 @@ func (s *idSet) has(id uint32) bool {
 // check must look at closely, the first row whose file known lacks (when
 // known is set), the rows with and without service times, and whether the
 // batch is simple. Columns that hold one value throughout (compared as
-// memory, which is fast) are looked at once.
+// memory, which is fast) are looked at once; what scan learned of a column
+// is kept while the decoder says it did not change (AccessBatch.Same).
 func (b *batch) scan(known *idSet) {
 	n := b.n
 	b.scanned = true
 	b.bad, b.unknown = n, n
 	b.timed, b.untimed, b.simple = 0, 0, false
+	f := &b.facts
+	// Facts of columns that changed since they were learned are void.
+	if b.ab != nil {
+		f.known &= b.ab.Same
+	} else {
+		f.known = 0
+	}
 	if n == 0 {
 		return
 	}
+	learn := func(c formats.AccessColumns, fact *bool, now func() bool) {
+		if f.known&c == 0 {
+			*fact = now()
+			if b.ab != nil {
+				f.known |= c
+			}
+		}
+	}
 	file, npg, kind, end, op := b.file[:n], b.npg[:n], b.kind[:n], b.end[:n], b.op[:n]
-	if !same(file) || !same(kind) || !zero(end) {
+	learn(formats.ColFileID, &f.oneFile, func() bool { return same(file) })
+	learn(formats.ColKind, &f.oneKind, func() bool { return same(kind) })
+	learn(formats.ColEndNS, &f.noEnd, func() bool { return zero(end) })
+	if !f.oneFile || !f.oneKind || !f.noEnd {
 		b.scanRows(known)
 		return
 	}
@@ -241,7 +261,8 @@ func (b *batch) scan(known *idSet) {
 	for _, p := range page {
 		maxPg = max(maxPg, p)
 	}
-	if !same(npg) {
+	learn(formats.ColNPages, &f.oneNPages, func() bool { return same(npg) })
+	if !f.oneNPages {
 		for _, c := range npg {
 			maxN = max(maxN, c)
 		}
@@ -257,9 +278,19 @@ func (b *batch) scan(known *idSet) {
 	if policies.IsDemand(k) || isMetadata(k) {
 		b.untimed = uint64(n)
 	}
-	oneThread := same(b.tid[:n]) && (b.tid[0] != 0 || same(b.pid[:n]))
-	b.simple = policies.IsDemand(k) && maxN <= 1 && zero(op) && oneThread
+	learn(formats.ColOp, &f.noOp, func() bool { return zero(op) })
+	learn(formats.ColTID, &f.oneTID, func() bool { return same(b.tid[:n]) })
+	learn(formats.ColPID, &f.onePID, func() bool { return same(b.pid[:n]) })
+	oneThread := f.oneTID && (b.tid[0] != 0 || f.onePID)
+	b.simple = policies.IsDemand(k) && maxN <= 1 && f.noOp && oneThread
 	b.file0, b.thread0 = file[0], b.threadOf(0)
+}
+
+// colFacts is what scan learned of a batch's columns, kept while they do
+// not change.
+type colFacts struct {
+	known                                                    formats.AccessColumns // the columns whose facts hold
+	oneFile, oneKind, noEnd, oneNPages, noOp, oneTID, onePID bool
 }
 
 // scanRows is scan row by row.

@@ -231,3 +231,66 @@ func TestDeferredReferenceCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestScanFactsFollowChanges: batches of one bundle that alternate between
+// simple (one thread's one-page reads of one file) and batches that differ
+// in one row (another thread, file, page count, an end time or an
+// operation id) give the reports of the same events fed one by one:
+// what scan keeps of unchanged columns never outlives a change.
+func TestScanFactsFollowChanges(t *testing.T) {
+	for seed := int64(1); seed <= 4; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		b := &simtest.Bundle{BatchRows: 100, Files: []formats.File{
+			{ID: 1, Ino: 1, Path: "/a", Size: 4096 * 5000, Mode: formats.ModeRegular},
+			{ID: 2, Ino: 2, Path: "/b", Size: 4096 * 5000, Mode: formats.ModeRegular}}}
+		var evs []policies.Event
+		ts := uint64(1e9)
+		for bi := 0; bi < 60; bi++ {
+			odd := rng.Intn(6) // 0: simple
+			at := rng.Intn(100)
+			for r := 0; r < 100; r++ {
+				ts += uint64(1000 + rng.Intn(3000))
+				a := formats.Access{TS: ts, PID: 3, TID: 3, FileID: 1, FirstPage: uint64(rng.Intn(5000)), NPages: 1, Kind: formats.KindRead}
+				if r == at {
+					switch odd {
+					case 1:
+						a.TID = 4
+					case 2:
+						a.FileID = 2
+					case 3:
+						a.NPages = 2
+					case 4:
+						a.EndNS = ts + 500
+					case 5:
+						a.Op = uint64(bi + 1)
+					}
+				}
+				b.Accesses = append(b.Accesses, a)
+				evs = append(evs, policies.Event{Kind: policies.EventFileAccess, TS: a.TS, PID: a.PID, TID: a.TID, File: a.FileID, Access: policies.AccessOf(&a)})
+			}
+		}
+		dir := simtest.Write(t, "alt", b)
+		in, err := OpenInput(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{CacheBytes: 4096 * 600, Device: Presets["nvme"], NoReadahead: true, PageSize: in.PageSize, Env: in.Env()}
+		src, err := in.Source()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Run(cfg, src)
+		src.Close()
+		in.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := Run(cfg, &SliceSource{Events: evs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sameResults(got, want) {
+			t.Errorf("seed %d: bundle gives\n%+v\nevents give\n%+v", seed, got.Policies, want.Policies)
+		}
+	}
+}
