@@ -352,7 +352,7 @@ func (l *lane) plain(s *Simulator, b *batch, from, to int) {
 func (l *lane) prefetchFor(b *batch, i int) {
 	c := l.cache
 	self := unsafe.Pointer(l)
-	pa, pb, pc, pd, pe, pf := self, self, self, self, self, self
+	pa, pb, pc, pd, pe, pf, pg, ph := self, self, self, self, self, self, self, self
 	if j := i + prefetchAhead; j < b.n {
 		pa = c.slot(b.file[j], b.page[j], self)
 		if l.ra != nil {
@@ -366,6 +366,11 @@ func (l *lane) prefetchFor(b *batch, i int) {
 	if q := &c.inactive; len(c.entries) == c.capacity && q.head+2*prefetchAhead < q.tail {
 		m := uint64(len(q.buf) - 1)
 		pb = unsafe.Pointer(&c.entries[q.buf[(q.head+2*prefetchAhead)&m].idx])
+		if q.head+2*prefetchAhead+1 < q.tail {
+			// A lane whose hits leave stale records (an oracle's) pops
+			// two records a miss.
+			pg = unsafe.Pointer(&c.entries[q.buf[(q.head+2*prefetchAhead+1)&m].idx])
+		}
 		k := c.entries[q.buf[(q.head+prefetchAhead)&m].idx].key
 		pc = c.slot(uint32(k>>40), k&maxPage, self)
 	}
@@ -381,7 +386,7 @@ func (l *lane) prefetchFor(b *batch, i int) {
 			pf = unsafe.Pointer(&c.entries[*s-1])
 		}
 	}
-	prefetch6(pa, pb, pc, pd, pe, pf)
+	prefetch8(pa, pb, pc, pd, pe, pf, pg, ph)
 }
 
 // consumeAhead is consume for a lane whose policies read a streamed

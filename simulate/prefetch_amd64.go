@@ -15,7 +15,7 @@ func prefetch(p unsafe.Pointer)
 //go:noescape
 func prefetch3(a, b, c unsafe.Pointer)
 
-// prefetch6 is prefetch of six lines in one call.
+// prefetch8 is prefetch of eight lines in one call.
 //
 //go:noescape
-func prefetch6(a, b, c, d, e, f unsafe.Pointer)
+func prefetch8(p0, p1, p2, p3, p4, p5, p6, p7 unsafe.Pointer)
