@@ -54,17 +54,17 @@ func (p *bundleProducer) decode(w, n int) {
 		if b.ab == nil {
 			b.ab = &formats.AccessBatch{}
 		}
-		b.err = p.ab.Read(i, b.ab)
-		if b.err == nil {
+		err := p.ab.Read(i, b.ab)
+		if b.err = err; err == nil {
 			b.useColumns(b.ab)
 			b.scan(p.src.known)
 		}
 		select {
-		case p.out[w] <- b:
+		case p.out[w] <- b: // b belongs to the lanes now
 		case <-p.quit:
 			return
 		}
-		if b.err != nil {
+		if err != nil {
 			return
 		}
 	}
