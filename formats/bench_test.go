@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/klauspost/compress/gzip"
@@ -316,4 +317,62 @@ func iologSizes(b *testing.B, dir string) (plain, gz, zs int64) {
 	gw.Close()
 	zw.Close()
 	return cp.n, cg.n, cz.n
+}
+
+// BenchmarkReadAccessBatches reads the same bundles through
+// AccessBatches: every column ("all") or the nine a cache simulation
+// reads ("sim": no comm, ret, prot or mapping columns), by one goroutine
+// or by two decoding batches in parallel (run with -cpu 2 for them to
+// overlap). One op is one row; rows/cpu-s is the CPU cost.
+func BenchmarkReadAccessBatches(b *testing.B) {
+	readBundles(b)
+	const sim = ColTS | ColPID | ColTID | ColFileID | ColFirstPage | ColNPages | ColKind | ColEndNS | ColOp
+	for _, name := range []string{"seq", "mixed"} {
+		for _, cols := range []struct {
+			name string
+			c    AccessColumns
+		}{{"all", AllAccessColumns}, {"sim", sim}} {
+			for _, workers := range []int{1, 2} {
+				b.Run(fmt.Sprintf("%s/%s/workers=%d", name, cols.name, workers), func(b *testing.B) {
+					benchReadBatches(b, readBundleDirs[name], cols.c, workers)
+				})
+			}
+		}
+	}
+}
+
+func benchReadBatches(b *testing.B, dir string, cols AccessColumns, workers int) {
+	bun, err := Open(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ab, err := bun.AccessBatches(cols)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ab.Close()
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuSeconds()
+	var next, rows atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var dst AccessBatch
+			for rows.Load() < int64(b.N) {
+				i := int(next.Add(1)-1) % ab.Len()
+				if err := ab.Read(i, &dst); err != nil {
+					b.Error(err)
+					return
+				}
+				rows.Add(int64(dst.Rows))
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(rows.Load())/(cpuSeconds()-cpu0), "rows/cpu-s")
+	b.ReportMetric(float64(rows.Load())/b.Elapsed().Seconds(), "rows/s")
 }

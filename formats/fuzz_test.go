@@ -84,6 +84,12 @@ func readTable(data []byte, name string, o tableOpts) {
 			for c.Next() {
 			}
 		}
+		if ab, err := newAccessBatches(tf, AllAccessColumns); err == nil {
+			var dst AccessBatch
+			for i := range ab.Len() {
+				ab.Read(i, &dst)
+			}
+		}
 	case HintsFile:
 		if c, err := newHintCursor(tf); err == nil {
 			for c.Next() {

@@ -74,6 +74,7 @@ type Future struct {
 
 	stream, closed bool
 	oracles        []*oracle // attached, for trimming and the horizon
+	horizon        uint64    // the largest horizon of oracles
 	skipped        uint64
 
 	// File-scope sequences: for a materialized Future built once on first
@@ -146,11 +147,7 @@ func (f *Future) Needs(k int) bool {
 	if uint64(k) >= f.na {
 		return true
 	}
-	h := uint64(0)
-	for _, o := range f.oracles {
-		h = max(h, uint64(o.horizon))
-	}
-	return f.np < f.firstPage(uint64(k)+1)+h
+	return f.np < f.firstPage(uint64(k)+1)+f.horizon
 }
 
 // firstPage returns the position of access i's first page; for i == na,
@@ -387,6 +384,9 @@ type oracle struct {
 	files   map[uint32]*window
 	out     []uint64
 	norm    Normalizer
+	// one is the request of a single page.
+	one      Request
+	oneRange [1]Range
 }
 
 func newOracle(env Env, n, horizon int, perFile bool) *oracle {
@@ -394,6 +394,7 @@ func newOracle(env Env, n, horizon int, perFile bool) *oracle {
 	o.norm.MaxPages = env.maxPages()
 	if o.fut.stream { // a materialized Future stays read-only: lanes share it
 		o.fut.oracles = append(o.fut.oracles, o)
+		o.fut.horizon = max(o.fut.horizon, uint64(horizon))
 		if perFile {
 			o.fut.fileSeqs()
 		}
@@ -431,7 +432,20 @@ func (o *oracle) Handle(ev *Event, emit Emit) {
 	if fut.stream {
 		fut.trim()
 	}
-	if len(o.out) == 0 {
+	switch len(o.out) {
+	case 0:
+		return
+	case 1:
+		// One new page, the common case: the request Flush would make.
+		k := o.out[0]
+		file, p := uint32(k>>futPageBits), k&futMaxPage
+		if eof := o.env.eof(file); eof > 0 && p >= eof {
+			o.norm.Clipped++
+			return
+		}
+		o.oneRange[0] = Range{First: p, N: 1}
+		o.one = Request{File: file, Ranges: o.oneRange[:]}
+		emit(&o.one)
 		return
 	}
 	slices.Sort(o.out) // by file, then page
@@ -516,8 +530,10 @@ func (w *window) advanceSeq(s *fileSeq, pos, limit uint64, n int, out []uint64) 
 	return out
 }
 
-// countTable counts packed keys: linear probing, load at most 1/2,
-// backward-shift deletion. n is the number of distinct keys.
+// countTable counts packed keys: linear probing, load at most 1/8 (so
+// that a probe rarely goes past its home slot and a deletion rarely
+// shifts: the window adds and removes a key per access; 96 bytes per
+// key), backward-shift deletion. n is the number of distinct keys.
 type countTable struct {
 	keys   []uint64 // key+1; 0 empty
 	counts []int32
@@ -550,7 +566,7 @@ func (t *countTable) grow() {
 
 // inc counts k in and reports whether it is new.
 func (t *countTable) inc(k uint64) bool {
-	if 2*(t.n+1) > len(t.keys) {
+	if 8*(t.n+1) > len(t.keys) {
 		t.grow()
 	}
 	j := t.slot(k)

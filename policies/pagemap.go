@@ -58,6 +58,18 @@ func (m *pageMap) chunkSlow(k uint64, create bool) *[pageChunk]uint8 {
 	return c
 }
 
+// peek returns the chunk holding page, or nil, without remembering it.
+func (m *pageMap) peek(page uint64) *[pageChunk]uint8 {
+	switch k := page >> pageChunkShift; {
+	case k < uint64(len(m.dense)):
+		return m.dense[k]
+	case k < denseChunks:
+		return nil
+	default:
+		return m.sparse[k]
+	}
+}
+
 func (m *pageMap) get(page uint64) uint8 {
 	if m.lastC != nil && m.last == page>>pageChunkShift {
 		return m.lastC[page&(pageChunk-1)]

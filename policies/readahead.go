@@ -171,6 +171,9 @@ type Readahead struct {
 	files  fileTable[raFile]
 	norm   Normalizer
 	dec    RADecision
+	// one is readMiss's request: one range of one page.
+	one      Request
+	oneRange [1]Range
 	// Decisions counts decisions by kind.
 	Decisions [numRAKinds]uint64
 }
@@ -357,6 +360,9 @@ func (r *Readahead) Read(file uint32, index, n uint64, emit Emit) {
 			f.st.PrevPos = int64(last) * DefaultPageSize
 			return
 		}
+		if raMissPath && r.readMiss(f, index, emit) {
+			return
+		}
 	}
 	for pos < last && (eof == 0 || pos < eof) {
 		if !r.present(f, pos) {
@@ -394,6 +400,96 @@ func (r *Readahead) Read(file uint32, index, n uint64, emit Emit) {
 		pos = eof
 	}
 	f.st.PrevPos = int64(pos) * DefaultPageSize
+}
+
+// ReadPage is Handle of a one-page read (or imported) access at index of
+// file, for a caller whose Resident callback it would ask: here and before
+// are what Resident says now of page index and page index-1. It saves
+// those calls and the Event; the model does what Handle does.
+func (r *Readahead) ReadPage(file uint32, index uint64, here, before bool, emit Emit) {
+	f := r.file(file)
+	defer func() { f.lastOK = false }()
+	eof := r.eof(file)
+	if r.cfg.Resident == nil || eof > 0 && index >= eof || !raMissPath {
+		r.Read(file, index, 1, emit)
+		return
+	}
+	b := f.pages.get(index)
+	if here {
+		if b&raMark == 0 { // Read's fast path
+			f.st.PrevPos = int64(index+1) * DefaultPageSize
+			return
+		}
+	} else if b != 0 {
+		f.pages.set(index, 0) // present(index) forgets an evicted page
+	}
+	if here || before || !r.readMissOK(f, index) {
+		r.Read(file, index, 1, emit)
+		return
+	}
+	if f.pages.get(index-1) != 0 {
+		f.pages.set(index-1, 0) // present(index-1), likewise
+	}
+	r.readMissDo(f, index, emit)
+}
+
+// raMissPath turns readMiss on; tests turn it off to compare.
+var raMissPath = true
+
+// readMiss is Read's path for the small random read, kept flat: a one-page
+// read at index (before end of file) that misses, whose page before is
+// missing too, and that does not follow the previous read. The general
+// path makes it a sync decision that reads the page alone
+// (page_cache_sync_ra finds no cached history before index and calls
+// do_page_cache_ra for one page), leaving the state but prev_pos; so does
+// this, with the same decision, pages and request. It reports false,
+// having changed nothing the general path would not (present forgets
+// evicted pages), when the read is not such a read. Linux 6.1's
+// ondemand_readahead takes the general path.
+func (r *Readahead) readMiss(f *raFile, index uint64, emit Emit) bool {
+	if !r.readMissOK(f, index) || r.present(f, index) || r.present(f, index-1) {
+		return false
+	}
+	r.readMissDo(f, index, emit)
+	return true
+}
+
+// readMissOK reports whether a read at index that misses, as does the
+// page before it, is readMiss's small random read.
+func (r *Readahead) readMissOK(f *raFile, index uint64) bool {
+	return r.era != era61 && index != 0 && index-uint64(f.st.PrevPos)>>12 > 1
+}
+
+// readMissDo makes readMiss's decision.
+func (r *Readahead) readMissDo(f *raFile, index uint64, emit Emit) {
+	r.begin(f, RASync, index, 1)
+	f.pages.set(index, raPresent) // insert of one order-0 page, unmarked
+	r.dec.Pages = 1
+	r.Decisions[RASync]++
+	if r.cfg.OnDecision != nil {
+		r.dec.After = f.st
+		r.cfg.OnDecision(&r.dec)
+	}
+	r.one.File = f.id
+	r.oneRange[0] = Range{First: index, N: 1}
+	r.one.Ranges = r.oneRange[:]
+	emit(&r.one)
+	f.st.PrevPos = int64(index+1) * DefaultPageSize
+}
+
+// PageState returns the address of the model's byte for page of file,
+// or nil when it holds none there yet, for a simulator to prefetch the
+// memory the model is about to read for an access a few events ahead.
+func (r *Readahead) PageState(file uint32, page uint64) *uint8 {
+	f := r.files.get(file)
+	if f == nil {
+		return nil
+	}
+	c := f.pages.peek(page)
+	if c == nil {
+		return nil
+	}
+	return &c[page&(pageChunk-1)]
 }
 
 // Fault models one read fault at page of a plain (not executable) mapping;

@@ -199,7 +199,7 @@ func BenchmarkWholeRun(b *testing.B) {
 				cpu0 := cpuTime()
 				var n uint64
 				for range b.N {
-					in, err := OpenInput(dir)
+					in, err := OpenInput(dir, DeferReferenceCheck())
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -223,6 +223,100 @@ func BenchmarkWholeRun(b *testing.B) {
 				b.StopTimer()
 				b.ReportMetric(float64(n)/b.Elapsed().Seconds()/1e6, "Mreq/s")
 				b.ReportMetric(float64(n)/(cpuTime()-cpu0).Seconds()/1e6, "Mreq/cpu-s")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	}
+}
+
+// batchList is a batchSource handing out prepared batches, for benchmarks
+// of the lanes without decoding.
+type batchList struct {
+	SliceSource
+	list []*batch
+}
+
+type batchListProducer struct {
+	l *batchList
+	i int
+}
+
+func (s *batchList) batches(*batchPool, formats.AccessColumns) (batchProducer, error) {
+	return &batchListProducer{l: s}, nil
+}
+
+func (p *batchListProducer) next() (*batch, error) {
+	if p.i == len(p.l.list) {
+		return nil, nil
+	}
+	p.i++
+	return p.l.list[p.i-1], nil
+}
+
+func (p *batchListProducer) stop() {}
+
+// laneBatches returns n one-page reads of one 1 Mi-page file in batches
+// of 65536 rows, as a bundle's record batches hold them: uniform, or Zipf
+// 0.9 with its ranks scattered over the file.
+func laneBatches(trace string, n int) *batchList {
+	const pages = 1 << 20
+	rng := rand.New(rand.NewSource(9))
+	var seq []uint64
+	if trace == "zipf" {
+		seq = zipfPages(rng, n, pages, 0.9)
+	}
+	out := &batchList{}
+	ts := uint64(1e12)
+	pool := newBatchPool() // a sink: the batches are reused, never recycled
+	pool.free = nil
+	var b *batch
+	for i := range n {
+		if b == nil || b.n == 65536 {
+			b = &batch{pool: pool}
+			b.reset()
+			out.list = append(out.list, b)
+		}
+		ts += 2000 + uint64(rng.Intn(500))
+		p := uint64(rng.Intn(pages))
+		if seq != nil {
+			p = seq[i]
+		}
+		b.add(&policies.Event{Kind: policies.EventFileAccess, TS: ts, PID: 1, TID: 1, File: 1,
+			Access: policies.FileAccess{Kind: formats.KindRead, Page: p, NPages: 1}})
+	}
+	for _, b := range out.list {
+		b.scan(nil)
+	}
+	return out
+}
+
+// BenchmarkLanes measures the lanes alone on 4 Mi in-memory requests (no
+// decoding): lru (--no-readahead --no-oracle), readahead (the baseline
+// alone) and default (the baseline and the oracle), over 1 Mi pages of one
+// file with 64 Ki pages of cache. One op is one whole run; ns/req-cpu is
+// the CPU time per request of all the lanes. Run with -cpu 1 to add the
+// lanes' costs up, -cpu 2 to see them in parallel.
+func BenchmarkLanes(b *testing.B) {
+	for _, trace := range []string{"uniform", "zipf"} {
+		src := laneBatches(trace, 4<<20)
+		for _, lanes := range []string{"lru", "readahead", "default"} {
+			b.Run(trace+"/"+lanes, func(b *testing.B) {
+				cfg := Config{CacheBytes: 256 << 20, Device: Presets["nvme"], NoReadahead: lanes == "lru", Oracle: lanes == "default"}
+				cfg.Env.FilePages = func(uint32) uint64 { return 1 << 20 }
+				b.ReportAllocs()
+				b.ResetTimer()
+				cpu0 := cpuTime()
+				var n uint64
+				for range b.N {
+					r, err := Run(cfg, src)
+					if err != nil {
+						b.Fatal(err)
+					}
+					n += r.Events
+				}
+				b.StopTimer()
+				b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(n), "ns/req-cpu")
+				b.ReportMetric(float64(n)/b.Elapsed().Seconds()/1e6, "Mreq/s")
 				b.ReportMetric(0, "ns/op")
 			})
 		}

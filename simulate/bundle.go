@@ -17,13 +17,35 @@ type Input struct {
 	eofDense []uint64 // by file id, when ids are small
 	eofMap   map[uint32]uint64
 	keys     map[uint32]policies.FileKey
+	// known holds the file ids when the reference check is left to the
+	// sources (DeferReferenceCheck); nil when OpenInput made it.
+	known *idSet
 }
+
+// InputOption configures OpenInput.
+type InputOption func(*inputConfig)
+
+type inputConfig struct{ deferRefs bool }
+
+// DeferReferenceCheck makes OpenInput leave the check that every row
+// references a file of files.arrow (Bundle.CheckReferences) to the pass
+// that simulates the bundle: Input.Source's batches check each row's
+// file_id as they are decoded, and the first miss stops Run with the
+// error CheckReferences returns, before any result is reported. Future
+// checks the whole bundle first. Without it OpenInput checks the bundle
+// in a pass of its own, which users of Input.Bundle rely on.
+func DeferReferenceCheck() InputOption { return func(c *inputConfig) { c.deferRefs = true } }
 
 // maxDenseFileID bounds the file-id-indexed table of file sizes.
 const maxDenseFileID = 1 << 20
 
-// OpenInput opens the bundle in dir and reads its file table.
-func OpenInput(dir string) (*Input, error) {
+// OpenInput opens the bundle in dir, reads its file table and checks that
+// every row references a file of it (unless DeferReferenceCheck).
+func OpenInput(dir string, opts ...InputOption) (*Input, error) {
+	var cfg inputConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	b, err := formats.Open(dir) // its errors name the bundle
 	if err != nil {
 		return nil, err
@@ -34,9 +56,11 @@ func OpenInput(dir string) (*Input, error) {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	// Rows whose file is missing have no size or identity (issue 17).
-	if err := b.CheckReferences(); err != nil {
-		b.Close()
-		return nil, err
+	if !cfg.deferRefs {
+		if err := b.CheckReferences(); err != nil {
+			b.Close()
+			return nil, err
+		}
 	}
 	ps := b.Manifest().Host.PageSize
 	switch {
@@ -47,6 +71,12 @@ func OpenInput(dir string) (*Input, error) {
 		return nil, fmt.Errorf("open bundle %s: manifest field host.page_size is %d, want a power of two in [512, 1MiB]", dir, ps)
 	}
 	in := &Input{Dir: dir, Bundle: b, Files: files, PageSize: ps, keys: map[uint32]policies.FileKey{}}
+	if cfg.deferRefs {
+		in.known = &idSet{}
+		for _, f := range files {
+			in.known.add(f.ID)
+		}
+	}
 	var maxID uint32
 	for _, f := range files {
 		maxID = max(maxID, f.ID)
@@ -112,13 +142,28 @@ func (in *Input) Paths() map[uint32]string {
 	return m
 }
 
-// Source streams the bundle's events.
-func (in *Input) Source() (Source, error) { return BundleSource(in.Bundle) }
+// Source streams the bundle's events. With DeferReferenceCheck, Run
+// checks the rows' file references as it reads them.
+func (in *Input) Source() (Source, error) {
+	src, err := BundleSource(in.Bundle)
+	if err != nil {
+		return nil, err
+	}
+	if in.known != nil {
+		src.(*bundleSource).known = in.known
+	}
+	return src, nil
+}
 
 // Future reads the bundle's demand accesses for the oracle into a
 // materialized Future, which holds every demand page in memory: 8 bytes
 // each. Run streams the future instead when Env.Future is left nil.
 func (in *Input) Future() (*policies.Future, error) {
+	if in.known != nil {
+		if err := in.Bundle.CheckReferences(); err != nil {
+			return nil, err
+		}
+	}
 	cur, err := in.Bundle.Accesses()
 	if err != nil {
 		return nil, fmt.Errorf("read accesses of %s: %w", in.Dir, err)

@@ -67,9 +67,9 @@ const (
 // recency queues refer to them by their position in pageCache.entries.
 type entry struct {
 	key   uint64 // pageKey(file, page)
-	ready int64  // simulated time the page's read completes
 	ver   uint32 // bumped whenever the entry is queued again or reused
 	flags uint8
+	ready int64 // simulated time the page's read completes
 }
 
 // qrec is a recency queue record: entry idx as of version ver. A record
@@ -510,13 +510,19 @@ func (c *pageCache) replaceDirect(file uint32, page uint64, ready int64, flags u
 		return -1
 	}
 	m := uint64(len(q.buf) - 1)
-	r := q.buf[q.head&m]
+	h := q.head
+	r := q.buf[h&m]
 	e := &c.entries[r.idx]
-	vf, vp := uint32(e.key>>40), e.key&maxPage
-	if e.ver != r.ver || int(vf) >= len(c.direct) || vp >= uint64(len(c.direct[vf])) {
-		return -1 // stale record or hashed victim: the general path
+	for e.ver != r.ver { // stale: pop skips it (a full cache has live records)
+		h++
+		r = q.buf[h&m]
+		e = &c.entries[r.idx]
 	}
-	q.head++
+	vf, vp := uint32(e.key>>40), e.key&maxPage
+	if int(vf) >= len(c.direct) || vp >= uint64(len(c.direct[vf])) {
+		return -1 // a hashed victim: the general path
+	}
+	q.head = h + 1
 	if e.flags&flagPrefetched != 0 {
 		c.wasted++
 	}

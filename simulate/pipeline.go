@@ -2,136 +2,93 @@ package simulate
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
+	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/policies"
 )
 
-// Run's pipeline: one goroutine reads the source into batches of events
-// and hands each batch to every lane; each lane runs in a goroutine of its
-// own and returns the batch when done with it. Lanes never wait for each
-// other, and the reader waits only when a lane's queue is full, so lanes
-// run on as many cores as there are and reading overlaps simulating.
+// Run's pipeline: batches of events are produced in order (a bundle's
+// record batches, decoded by up to GOMAXPROCS goroutines in parallel, one
+// column per field and only the columns the lanes read; or events of any
+// Source, in batches of batchSize) and handed to every lane; each lane runs
+// in a goroutine of its own and returns the batch when done with it. Lanes
+// never wait for each other, and the producer waits only when a lane's
+// queue is full, so lanes run on as many cores as there are and decoding
+// overlaps simulating.
 
-// batchSize is the number of events per batch.
+// batchSize is the number of events per batch from a Source that is not a
+// bundle; a bundle's batches are its record batches.
 const batchSize = 4096
 
 // laneQueue is the number of batches queued per lane.
-const laneQueue = 4
+const laneQueue = 2
 
-// simEvent is one event of a batch. Accesses are held here, hints in the
-// batch's hints (hint >= 0).
-type simEvent struct {
-	ts             uint64
-	pid, tid, file uint32
-	hint           int32 // index into batch.hints; -1 for an access
-	access         policies.FileAccess
+// batchProducer yields batches in order.
+type batchProducer interface {
+	// next returns the next batch, nil at the end or on error.
+	next() (*batch, error)
+	// stop ends the producer's goroutines.
+	stop()
 }
 
-// batch is a run of events shared read-only by every lane.
-type batch struct {
-	evs []simEvent
-	// checked events were validated and counted into timed and untimed
-	// by the source (fillAccesses) already.
-	checked        int
-	timed, untimed uint64
-	hints          []policies.Event
-	kids           []uint64 // storage of the hints' Children
-	refs           atomic.Int32
-	pool           *batchPool
-}
-
-func (b *batch) reset() {
-	b.evs = b.evs[:0]
-	b.checked, b.timed, b.untimed = 0, 0, 0
-	b.hints = b.hints[:0]
-	b.kids = b.kids[:0]
-}
-
-// add appends ev, copying what it refers to.
-func (b *batch) add(ev *policies.Event) {
-	se := simEvent{ts: ev.TS, pid: ev.PID, tid: ev.TID, file: ev.File, hint: -1}
-	if ev.Kind == policies.EventFileAccess {
-		se.access = ev.Access
-	} else {
-		h := *ev
-		if n := len(ev.Tree.Children); n > 0 {
-			at := len(b.kids)
-			b.kids = append(b.kids, ev.Tree.Children...)
-			h.Tree.Children = b.kids[at : at+n : at+n]
-		}
-		se.hint = int32(len(b.hints))
-		b.hints = append(b.hints, h)
-	}
-	b.evs = append(b.evs, se)
-}
-
-// event sets ev to event i of b.
-func (b *batch) event(i int, ev *policies.Event) {
-	se := &b.evs[i]
-	if se.hint >= 0 {
-		*ev = b.hints[se.hint]
-		return
-	}
-	if ev.Kind != policies.EventFileAccess {
-		*ev = policies.Event{}
-	}
-	ev.Kind, ev.TS, ev.PID, ev.TID, ev.File = policies.EventFileAccess, se.ts, se.pid, se.tid, se.file
-	ev.Access = se.access
-}
-
-// release drops one lane's hold on b; the last one recycles it.
-func (b *batch) release() {
-	if b.refs.Add(-1) == 0 {
-		b.pool.put(b)
-	}
-}
-
-// batchPool recycles batches.
-type batchPool struct{ free chan *batch }
-
-func newBatchPool() *batchPool { return &batchPool{free: make(chan *batch, 64)} }
-
-func newBatch(p *batchPool) *batch { return &batch{evs: make([]simEvent, 0, batchSize), pool: p} }
-
-func (p *batchPool) get() *batch {
-	select {
-	case b := <-p.free:
-		b.reset()
-		return b
-	default:
-		return newBatch(p)
-	}
-}
-
-func (p *batchPool) put(b *batch) {
-	select {
-	case p.free <- b:
-	default:
-	}
-}
-
-// batchSource is a Source that fills batches itself, faster than event by
-// event (bundleSource).
+// batchSource is a Source that produces batches itself (a bundle's).
 type batchSource interface {
-	// fill appends up to batchSize events to b and reports whether any
-	// were added; false at the end or on error (Err).
-	fill(b *batch) bool
+	// batches starts producing batches of the columns cols, checking file
+	// references on the way unless they were checked before.
+	batches(pool *batchPool, cols formats.AccessColumns) (batchProducer, error)
 }
 
-// fillFrom fills b from src event by event.
-func fillFrom(src Source, b *batch) bool {
-	for len(b.evs) < batchSize && src.Next() {
-		b.add(src.Event())
-	}
-	return len(b.evs) > 0
+// eventProducer fills batches from a Source event by event.
+type eventProducer struct {
+	src  Source
+	pool *batchPool
 }
+
+func (p *eventProducer) next() (*batch, error) {
+	b := p.pool.get()
+	for b.events() < batchSize && p.src.Next() {
+		b.add(p.src.Event())
+	}
+	if err := p.src.Err(); err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	if b.events() == 0 {
+		return nil, nil
+	}
+	b.scan(nil)
+	return b, nil
+}
+
+func (p *eventProducer) stop() {}
+
+// Columns the lanes read: without policies no mapping columns; comm, ret
+// and kind_name never.
+const (
+	plainColumns  = formats.ColTS | formats.ColPID | formats.ColTID | formats.ColFileID | formats.ColFirstPage | formats.ColNPages | formats.ColKind | formats.ColEndNS | formats.ColOp
+	policyColumns = plainColumns | formats.ColProt | formats.ColMapFirstPage | formats.ColMapPages
+)
 
 // run simulates src through every lane in parallel.
 func (s *Simulator) run(src Source) error {
 	pool := newBatchPool()
+	var prod batchProducer = &eventProducer{src: src, pool: pool}
+	if bs, ok := src.(batchSource); ok {
+		cols := plainColumns
+		for _, l := range s.lanes {
+			if l.ra != nil || l.disp != nil {
+				cols = policyColumns
+			}
+		}
+		p, err := bs.batches(pool, cols)
+		if err != nil {
+			return err
+		}
+		prod = p
+	}
+	defer prod.stop()
 	chans := make([]chan *batch, len(s.lanes))
 	var wg sync.WaitGroup
 	for i, l := range s.lanes {
@@ -142,7 +99,7 @@ func (s *Simulator) run(src Source) error {
 			l.consume(s, chans[i])
 		}()
 	}
-	err := s.produce(src, pool, chans)
+	err := s.produce(prod, chans)
 	for _, ch := range chans {
 		close(ch)
 	}
@@ -150,21 +107,14 @@ func (s *Simulator) run(src Source) error {
 	return err
 }
 
-// produce reads src into batches and sends each to every lane.
-func (s *Simulator) produce(src Source, pool *batchPool, chans []chan *batch) error {
-	bs, fast := src.(batchSource)
+// produce hands every batch of prod to every lane.
+func (s *Simulator) produce(prod batchProducer, chans []chan *batch) error {
 	for {
-		b := pool.get()
-		var ok bool
-		if fast {
-			ok = bs.fill(b)
-		} else {
-			ok = fillFrom(src, b)
+		b, err := prod.next()
+		if err != nil {
+			return err
 		}
-		if !ok {
-			if err := src.Err(); err != nil {
-				return fmt.Errorf("read events: %w", err)
-			}
+		if b == nil {
 			return nil
 		}
 		if err := s.check(b); err != nil {
@@ -180,34 +130,24 @@ func (s *Simulator) produce(src Source, pool *batchPool, chans []chan *batch) er
 // check validates b's accesses, counts its events and notes the trace
 // start, before any lane sees the batch.
 func (s *Simulator) check(b *batch) error {
-	s.begin(b.evs[0].ts)
-	s.rows += uint64(b.checked)
-	s.timed += b.timed
-	s.untimed += b.untimed
-	for i := b.checked; i < len(b.evs); i++ {
-		se := &b.evs[i]
-		if se.hint >= 0 {
-			continue
-		}
-		a := &se.access
-		if se.file > maxFile || a.Page > maxPage-maxReadPages || a.NPages > maxReadPages {
-			ev := policies.Event{Kind: policies.EventFileAccess, TS: se.ts, File: se.file, Access: *a}
+	s.begin(b.firstTS())
+	for i := b.bad; i < b.n; i++ {
+		if b.file[i] > maxFile || b.page[i] > maxPage-maxReadPages || b.npg[i] > maxReadPages {
+			ev := policies.Event{Kind: policies.EventFileAccess, TS: b.ts[i], File: b.file[i], Access: b.access(i)}
 			if err := checkAccess(&ev); err != nil {
-				return s.accessError(s.rows, &ev, err)
-			}
-		}
-		s.rows++
-		if policies.IsDemand(a.Kind) || isMetadata(a.Kind) {
-			if a.End != 0 {
-				s.timed++
-			} else {
-				s.untimed++
+				return s.accessError(s.rows+uint64(i), &ev, err)
 			}
 		}
 	}
-	s.events += uint64(len(b.evs))
+	s.rows += uint64(b.n)
+	s.timed += b.timed
+	s.untimed += b.untimed
+	s.events += uint64(b.events())
 	return nil
 }
+
+// workers returns how many goroutines decode a bundle's batches.
+func workers() int { return max(1, min(runtime.GOMAXPROCS(0), 4)) }
 
 // consume runs the lane over the batches of ch.
 func (l *lane) consume(s *Simulator, ch <-chan *batch) {
@@ -216,20 +156,43 @@ func (l *lane) consume(s *Simulator, ch <-chan *batch) {
 		l.consumeAhead(s, ch)
 	case l.ra == nil && l.disp == nil && plainFastPath:
 		for b := range ch {
-			l.plain(s, b)
+			l.plainBatch(s, b)
 			b.release()
 		}
 	default:
 		for b := range ch {
-			for i := range b.evs {
-				l.prefetchFor(b.evs, i)
-				b.event(i, &l.ev)
-				t, e := s.rel(&l.ev)
-				l.step(&l.ev, t, e)
+			h := 0
+			for i := range b.n {
+				for ; h < len(b.hints) && int(b.hintAt[h]) == i; h++ {
+					l.stepHint(s, b, h)
+				}
+				l.prefetchFor(b, i)
+				if k := b.kind[i]; l.disp == nil && l.ra != nil && b.npg[i] <= 1 && (k == formats.KindRead || k == formats.KindImported) {
+					l.readRow(s, b, i)
+				} else {
+					l.stepRow(s, b, i)
+				}
+			}
+			for ; h < len(b.hints); h++ {
+				l.stepHint(s, b, h)
 			}
 			b.release()
 		}
 	}
+}
+
+// stepRow serves access row i of b through step.
+func (l *lane) stepRow(s *Simulator, b *batch, i int) {
+	b.row(i, &l.ev)
+	t, e := s.rel(&l.ev)
+	l.step(&l.ev, t, e)
+}
+
+// stepHint serves hint h of b through step.
+func (l *lane) stepHint(s *Simulator, b *batch, h int) {
+	l.ev = b.hints[h]
+	t, e := s.rel(&l.ev)
+	l.step(&l.ev, t, e)
 }
 
 // plainFastPath turns lane.plain on; tests turn it off to compare.
@@ -239,54 +202,82 @@ var plainFastPath = true
 // slots and victims.
 const prefetchAhead = 6
 
-// plain runs a lane without policies (the cache and the device alone)
-// over b: one-page demand accesses are served inline, with the memory
-// they will touch prefetched a few events ahead, and the common cases of
-// the cache (a full LRU cache of direct-table pages) and of the device (a
-// request in time order) inlined too; every other event takes step. The
-// results are those of step (TestPlainFastPathMatches).
-func (l *lane) plain(s *Simulator, b *batch) {
+// plainBatch runs a lane without policies (the cache and the device
+// alone) over b: hints and rows that are not one-page demand accesses
+// take step, the others plain, or plainRun's flat loop over runs of a
+// simple batch.
+func (l *lane) plainBatch(s *Simulator, b *batch) {
+	h := 0
+	for i := 0; i < b.n; {
+		for ; h < len(b.hints) && int(b.hintAt[h]) == i; h++ {
+			l.stepHint(s, b, h)
+		}
+		end := b.n
+		if h < len(b.hints) {
+			end = int(b.hintAt[h])
+		}
+		// The flat loop where it applies; the general one for a row where
+		// it stops, or for 64 rows where it cannot start.
+		n := 64
+		if b.simple {
+			j := l.plainSimple(s, b, i, end)
+			if j > i {
+				n = 1
+			}
+			i = j
+		}
+		if i < end {
+			l.plain(s, b, i, min(end, i+n))
+			i = min(end, i+n)
+		}
+	}
+	for ; h < len(b.hints); h++ {
+		l.stepHint(s, b, h)
+	}
+}
+
+// plainSimple serves rows [i, end) of a simple batch with plainRun as far
+// as it goes, and returns where it stopped.
+func (l *lane) plainSimple(s *Simulator, b *batch, i, end int) int {
+	c := l.cache
+	if int(b.file0) >= len(c.direct) {
+		return i
+	}
+	tab := c.direct[b.file0]
+	th := l.threads.find(b.thread0)
+	if len(tab) == 0 || th == nil {
+		return i
+	}
+	return l.plainRun(b.ts[:end], b.page[:end], i, s.ts0, th, b.file0, tab)
+}
+
+// plain serves rows [from, to) of b, one-page demand accesses inline, with
+// the memory they will touch prefetched a few events ahead, and the common
+// cases of the cache (a full LRU cache of direct-table pages) and of the
+// device (a request in time order) inlined too; every other row takes
+// step. The results are those of step (TestPlainFastPathMatches).
+func (l *lane) plain(s *Simulator, b *batch, from, to int) {
 	c, dev := l.cache, l.dev
-	evs := b.evs
 	ts0 := s.ts0
 	fastLRU := c.model == LRU && c.onEvict == nil
 	var st Stats // counts of the inlined accesses, added to l.st at the end
-	self := unsafe.Pointer(l)
-	for i := range evs {
-		// prefetchFor, inlined.
-		pa, pb, pc := self, self, self
-		if j := i + prefetchAhead; j < len(evs) {
-			pa = c.slot(evs[j].file, evs[j].access.Page, self)
-		}
-		if q := &c.inactive; len(c.entries) == c.capacity && q.head+2*prefetchAhead < q.tail {
-			m := uint64(len(q.buf) - 1)
-			pb = unsafe.Pointer(&c.entries[q.buf[(q.head+2*prefetchAhead)&m].idx])
-			k := c.entries[q.buf[(q.head+prefetchAhead)&m].idx].key
-			pc = c.slot(uint32(k>>40), k&maxPage, self)
-		}
-		prefetch3(pa, pb, pc)
-		se := &evs[i]
-		if se.hint >= 0 || se.access.NPages > 1 || !policies.IsDemand(se.access.Kind) {
-			b.event(i, &l.ev)
-			t, e := s.rel(&l.ev)
-			l.step(&l.ev, t, e)
+	for i := from; i < to; i++ {
+		l.prefetchFor(b, i)
+		if b.npg[i] > 1 || !policies.IsDemand(b.kind[i]) {
+			l.stepRow(s, b, i)
 			continue
 		}
 		var t int64
-		if se.ts > ts0 {
-			t = int64(se.ts - ts0)
+		if ts := b.ts[i]; ts > ts0 {
+			t = int64(ts - ts0)
 		}
 		e := int64(-1)
-		if end := se.access.End; end >= se.ts && end != 0 {
+		if end := b.end[i]; end >= b.ts[i] && end != 0 {
 			e = int64(end - ts0)
 		}
-		id := se.tid
-		if id == 0 {
-			id = se.pid
-		}
-		th := l.threads.get(id)
+		th := l.threads.get(b.threadOf(i))
 		var now int64
-		if op := se.access.Op; th.started && (op == 0 || op != th.op) && l.speed == 1 {
+		if op := b.op[i]; th.started && (op == 0 || op != th.op) && l.speed == 1 {
 			// begin's common case, inlined.
 			think := max(t-th.ref, 0)
 			st.ThinkNS += think
@@ -300,7 +291,7 @@ func (l *lane) plain(s *Simulator, b *batch) {
 		}
 		st.Accesses++
 		wait := now
-		file, page := se.file, se.access.Page
+		file, page := b.file[i], b.page[i]
 		idx := int32(-1)
 		var tab []uint32
 		if int(file) < len(c.direct) {
@@ -348,33 +339,54 @@ func (l *lane) plain(s *Simulator, b *batch) {
 	l.demand += st.Accesses
 }
 
-// prefetchFor prefetches what serving evs[i] and the events after it
-// will touch: the direct-table slot of the event prefetchAhead ahead, the
-// entry of the LRU victim 2 prefetchAhead ahead and the table slot of the
-// victim prefetchAhead ahead (whose entry the prefetch before brought in),
-// and, for a lane with an oracle, the slot of the page prefetchAhead past
-// its window's front (Future.Upcoming), which it will soon request. The
-// misses of several events then overlap. Lines not worth prefetching point
-// at the lane itself.
-func (l *lane) prefetchFor(evs []simEvent, i int) {
+// prefetchFor prefetches what serving row i of b and the rows after it
+// will touch: the direct-table slot of the row prefetchAhead ahead and,
+// in a lane with readahead, the model's byte of that page (PageState); the
+// entry of the row half as far ahead when its slot holds one (a hit reads
+// it); the entry of the LRU victim 2 prefetchAhead ahead and the table
+// slot of the victim prefetchAhead ahead (whose entry the prefetch before
+// brought in); and, for a lane with an oracle, the slot of the page
+// prefetchAhead past its window's front (Future.Upcoming), which it will
+// soon request. The misses of several events then overlap. Lines not
+// worth prefetching point at the lane itself; one call prefetches all.
+func (l *lane) prefetchFor(b *batch, i int) {
 	c := l.cache
 	self := unsafe.Pointer(l)
-	pa, pb, pc := self, self, self
-	if j := i + prefetchAhead; j < len(evs) {
-		pa = c.slot(evs[j].file, evs[j].access.Page, self)
+	pa, pb, pc, pd, pe, pf, pg, ph := self, self, self, self, self, self, self, self
+	if j := i + prefetchAhead; j < b.n {
+		pa = c.slot(b.file[j], b.page[j], self)
+		if l.ra != nil {
+			// The readahead model's byte of that page, which it reads
+			// first.
+			if p := l.ra.PageState(b.file[j], b.page[j]); p != nil {
+				pd = unsafe.Pointer(p)
+			}
+		}
 	}
 	if q := &c.inactive; len(c.entries) == c.capacity && q.head+2*prefetchAhead < q.tail {
 		m := uint64(len(q.buf) - 1)
 		pb = unsafe.Pointer(&c.entries[q.buf[(q.head+2*prefetchAhead)&m].idx])
+		if q.head+2*prefetchAhead+1 < q.tail {
+			// A lane whose hits leave stale records (an oracle's) pops
+			// two records a miss.
+			pg = unsafe.Pointer(&c.entries[q.buf[(q.head+2*prefetchAhead+1)&m].idx])
+		}
 		k := c.entries[q.buf[(q.head+prefetchAhead)&m].idx].key
 		pc = c.slot(uint32(k>>40), k&maxPage, self)
 	}
 	if l.fut != nil {
 		if f, p, ok := l.fut.Upcoming(prefetchAhead); ok {
-			prefetch(c.slot(f, p, self))
+			pe = c.slot(f, p, self)
 		}
 	}
-	prefetch3(pa, pb, pc)
+	// The entry of the row half as far ahead, when its slot (prefetched
+	// before) holds one: a hit reads it.
+	if j := i + prefetchAhead/2; j < b.n {
+		if s := (*uint32)(c.slot(b.file[j], b.page[j], nil)); s != nil && *s != 0 {
+			pf = unsafe.Pointer(&c.entries[*s-1])
+		}
+	}
+	prefetch8(pa, pb, pc, pd, pe, pf, pg, ph)
 }
 
 // consumeAhead is consume for a lane whose policies read a streamed
@@ -383,7 +395,7 @@ func (l *lane) prefetchFor(evs []simEvent, i int) {
 // holding those batches meanwhile.
 func (l *lane) consumeAhead(s *Simulator, ch <-chan *batch) {
 	var held []*batch // held[0] is being served
-	var fb, fi int    // next event to feed: held[fb].evs[fi]
+	var fb, fi int    // next row to feed: held[fb] row fi
 	eof := false
 	feed := func() bool {
 		for fb == len(held) {
@@ -397,31 +409,42 @@ func (l *lane) consumeAhead(s *Simulator, ch <-chan *batch) {
 				return false
 			}
 			held = append(held, b)
+			if b.n == 0 {
+				fb++ // hints only: nothing to feed
+			}
 		}
-		se := &held[fb].evs[fi]
-		if se.hint < 0 && policies.IsDemand(se.access.Kind) {
-			l.fut.Add(policies.FutureAccess{File: se.file, Page: se.access.Page, NPages: se.access.NPages})
+		hb := held[fb]
+		if policies.IsDemand(hb.kind[fi]) {
+			l.fut.Add(policies.FutureAccess{File: hb.file[fi], Page: hb.page[fi], NPages: hb.npg[fi]})
 			l.futureHeld = max(l.futureHeld, l.fut.Held())
 		}
-		if fi++; fi == len(held[fb].evs) {
+		if fi++; fi == hb.n {
 			fb, fi = fb+1, 0
 		}
 		return true
 	}
 	for {
-		if len(held) == 0 && !feed() {
-			return
+		if len(held) == 0 {
+			feed()
+			if len(held) == 0 {
+				return
+			}
 		}
 		b := held[0]
-		for i := range b.evs {
-			if se := &b.evs[i]; se.hint < 0 && policies.IsDemand(se.access.Kind) {
+		h := 0
+		for i := range b.n {
+			for ; h < len(b.hints) && int(b.hintAt[h]) == i; h++ {
+				l.stepHint(s, b, h)
+			}
+			if policies.IsDemand(b.kind[i]) {
 				for l.fut.Needs(int(l.demand)) && feed() {
 				}
 			}
-			l.prefetchFor(b.evs, i)
-			b.event(i, &l.ev)
-			t, e := s.rel(&l.ev)
-			l.step(&l.ev, t, e)
+			l.prefetchFor(b, i)
+			l.stepRow(s, b, i)
+		}
+		for ; h < len(b.hints); h++ {
+			l.stepHint(s, b, h)
 		}
 		for fb == 0 && feed() { // feed past b before dropping it
 		}

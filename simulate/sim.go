@@ -442,6 +442,7 @@ type lane struct {
 	demand     uint64 // demand accesses served, the future's cursor
 	futureHeld uint64 // most pages fut held
 	ev         policies.Event
+	flatRows   uint64 // rows plainRun served, for tests
 
 	st Stats
 }
@@ -629,7 +630,15 @@ func (l *lane) serve(ev *policies.Event) {
 	l.curFile, l.curFirst, l.curN, l.inDemand = file, first, n, true
 	l.demandWait = 0
 	hasPolicies := l.ra != nil || l.disp != nil
-	if hasPolicies {
+	switch k := ev.Access.Kind; {
+	case l.ra != nil && n == 1 && (k == formats.KindRead || k == formats.KindImported):
+		// The readahead model told what its Resident callback would say.
+		before := missing == 1 && first > 0 && l.cache.lookup(file, first-1) >= 0
+		l.ra.ReadPage(file, first, missing == 0, before, l.emitAbsent)
+		if l.disp != nil {
+			l.disp.Dispatch(ev, l.emit)
+		}
+	case hasPolicies:
 		l.dispatch(ev)
 	}
 	switch {
@@ -645,6 +654,60 @@ func (l *lane) serve(ev *policies.Event) {
 		l.st.StallNS += wait - l.now
 		l.now = wait
 	}
+}
+
+// readRow serves access row i of b, a one-page read, in a lane whose only
+// policy is the readahead model: step and serve without an Event.
+func (l *lane) readRow(s *Simulator, b *batch, i int) {
+	var t int64
+	ts := b.ts[i]
+	if ts > s.ts0 {
+		t = int64(ts - s.ts0)
+	}
+	e := int64(-1)
+	if end := b.end[i]; end >= ts && end != 0 {
+		e = int64(end - s.ts0)
+	}
+	th := l.threads.get(b.threadOf(i))
+	l.now = l.begin(th, t, e, b.op[i])
+	file, page := b.file[i], b.page[i]
+	l.st.Accesses++
+	l.st.Demand++
+	c := l.cache
+	idx := c.lookup(file, page)
+	var wait int64
+	here := idx >= 0
+	if here {
+		e := &c.entries[idx]
+		l.st.Hits++
+		if e.flags&flagPrefetched != 0 {
+			e.flags &^= flagPrefetched
+			if e.ready > l.now {
+				l.st.Late++
+			} else {
+				l.st.Used++
+			}
+		}
+		wait = e.ready
+		c.touch(idx)
+	} else {
+		l.st.Misses++
+	}
+	l.curFile, l.curFirst, l.curN, l.inDemand = file, page, 1, true
+	l.demandWait = 0
+	before := !here && page > 0 && c.lookup(file, page-1) >= 0
+	l.ra.ReadPage(file, page, here, before, l.emitAbsent)
+	if !here {
+		l.readMissing(file, page, 1)
+	}
+	l.inDemand = false
+	wait = max(wait, l.demandWait)
+	if wait > l.now {
+		l.st.StallNS += wait - l.now
+		l.now = wait
+	}
+	th.clock = l.now
+	l.demand++
 }
 
 // readMissing demand-reads the pages of [first, first+n) that no policy

@@ -49,7 +49,12 @@ func (s *SliceSource) Reset() { s.i = 0 }
 // bundleSource merges a bundle's accesses and hints by timestamp; on equal
 // timestamps the hint comes first, since a hint announces what follows.
 type bundleSource struct {
-	acc     *formats.AccessCursor
+	b *formats.Bundle
+	// known, when set, holds the file table's ids: batches check the
+	// rows' references against it (Input.deferRefs), and a miss stops
+	// the run with CheckReferences' error.
+	known   *idSet
+	acc     *formats.AccessCursor // opened on the first Next
 	hints   *formats.HintCursor
 	accOK   bool
 	hintOK  bool
@@ -65,16 +70,11 @@ type bundleSource struct {
 // BundleSource streams the accesses and hints of b merged by timestamp. It
 // keeps one row of each table in memory.
 func BundleSource(b *formats.Bundle) (Source, error) {
-	acc, err := b.Accesses()
-	if err != nil {
-		return nil, fmt.Errorf("read accesses of %s: %w", b.Dir(), err)
-	}
 	hints, err := b.Hints()
 	if err != nil {
-		acc.Close()
 		return nil, fmt.Errorf("read hints of %s: %w", b.Dir(), err)
 	}
-	return &bundleSource{acc: acc, hints: hints}, nil
+	return &bundleSource{b: b, hints: hints}, nil
 }
 
 func (s *bundleSource) Next() bool {
@@ -83,6 +83,12 @@ func (s *bundleSource) Next() bool {
 	}
 	if !s.started {
 		s.started = true
+		acc, err := s.b.Accesses()
+		if err != nil {
+			s.err = fmt.Errorf("read accesses of %s: %w", s.b.Dir(), err)
+			return false
+		}
+		s.acc = acc
 		s.accOK = s.acc.Next()
 		s.hintOK = s.hints.Next()
 	}
@@ -103,6 +109,10 @@ func (s *bundleSource) Next() bool {
 	}
 	switch {
 	case s.hintOK && (!s.accOK || s.hints.At().TS <= s.acc.At().TS):
+		if h := s.hints.At(); s.known != nil && h.FileID != 0 && !s.known.has(h.FileID) {
+			s.err = s.missing()
+			return false
+		}
 		// Custom hints carry no event for the built-in policies;
 		// FromHint leaves kind 0 then, which the simulator skips.
 		s.ev.FromHint(s.hints.At())
@@ -111,6 +121,10 @@ func (s *bundleSource) Next() bool {
 		return true
 	case s.accOK:
 		a := s.acc.At()
+		if s.known != nil && !s.known.has(a.FileID) {
+			s.err = s.missing()
+			return false
+		}
 		ev := &s.ev
 		if s.hinted {
 			// Clear the hint payloads once; access events set only
@@ -126,69 +140,15 @@ func (s *bundleSource) Next() bool {
 	return false
 }
 
-// fill appends up to batchSize events to b: the accesses straight from
-// their cursor while no hint is due, the hints through Next.
-func (s *bundleSource) fill(b *batch) bool {
-	for len(b.evs) < batchSize {
-		if s.started && s.accOK && !s.hintOK && s.err == nil {
-			s.fillAccesses(b)
-			break
-		}
-		if !s.Next() {
-			break
-		}
-		b.add(&s.ev)
-	}
-	if err := s.acc.Err(); err != nil && s.err == nil {
-		s.err = err
-	}
-	return len(b.evs) > 0
-}
-
-// fillAccesses copies accesses into b without merging: no hint is left.
-// It also does Simulator.check's work for the rows it copies, up to the
-// first that check must look at closely (b.checked).
-func (s *bundleSource) fillAccesses(b *batch) {
-	n := len(b.evs)
-	evs := b.evs[:batchSize]
-	clean := b.checked == n
-	for n < batchSize {
-		if s.advanceAcc {
-			s.advanceAcc = false
-			if s.accOK = s.acc.Next(); !s.accOK {
-				break
-			}
-		}
-		a := s.acc.At()
-		se := &evs[n]
-		se.ts, se.pid, se.tid, se.file, se.hint = a.TS, a.PID, a.TID, a.FileID, -1
-		se.access = policies.AccessOf(a)
-		n++
-		s.advanceAcc = true
-		if clean {
-			if a.FileID > maxFile || a.FirstPage > maxPage-maxReadPages || a.NPages > maxReadPages {
-				clean = false
-				continue
-			}
-			if policies.IsDemand(a.Kind) || isMetadata(a.Kind) {
-				if se.access.End != 0 {
-					b.timed++
-				} else {
-					b.untimed++
-				}
-			}
-			b.checked = n
-		}
-	}
-	b.evs = evs[:n]
-}
-
 func (s *bundleSource) Event() *policies.Event { return &s.ev }
 
 func (s *bundleSource) Err() error { return s.err }
 
 func (s *bundleSource) Close() error {
-	err1 := s.acc.Close()
+	var err1 error
+	if s.acc != nil {
+		err1 = s.acc.Close()
+	}
 	err2 := s.hints.Close()
 	if err1 != nil {
 		return err1

@@ -119,7 +119,7 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	in, err := simulate.OpenInput(pos[0])
+	in, err := simulate.OpenInput(pos[0], simulate.DeferReferenceCheck())
 	if err != nil {
 		return failErr(err)
 	}

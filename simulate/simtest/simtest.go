@@ -14,6 +14,9 @@ type Bundle struct {
 	Files    []formats.File
 	Accesses []formats.Access
 	Hints    []formats.Hint
+	// BatchRows, when set, is the rows per record batch
+	// (formats.WithBatchRows).
+	BatchRows int
 }
 
 // Reads appends one-page read accesses of file to pages, think ns apart,
@@ -30,7 +33,11 @@ func (b *Bundle) Reads(file uint32, ts, think uint64, pages ...uint64) uint64 {
 func Write(t testing.TB, name string, b *Bundle) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), name)
-	w, err := formats.Create(dir)
+	var opts []formats.WriterOption
+	if b.BatchRows > 0 {
+		opts = append(opts, formats.WithBatchRows(b.BatchRows))
+	}
+	w, err := formats.Create(dir, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
