@@ -1,35 +1,51 @@
 //go:build ignore
 
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
-// record.bpf.c: page-cache access tracing for predictio record.
+// record.bpf.c: page-cache access tracing for predictio's event source.
 //
-// Every filemap/readahead tracepoint handler checks that the current task is
-// a target (all, a pid set maintained across fork/exit, or a cgroup v2
-// subtree), applies the comm filter and the per-file deny set that user
-// space fills as it resolves files, and emits one fixed-size struct event
-// into the events ring buffer. openat/openat2/open of targets go to the
-// opens ring buffer so user space can resolve (dev, ino) to paths.
+// The programs attach to raw tracepoints (BPF_RAW_TRACEPOINT_OPEN): unlike
+// perf-event tracepoint links, whose release waits for RCU grace periods
+// under a global mutex (~35 ms each here), a raw tracepoint link detaches
+// in microseconds, and the program gets the tracepoint's arguments without
+// the trace event record being built first.
+//
+// Every filemap/readahead handler checks that the current task is a target
+// (every task, a pid set maintained across fork/exit, or up to four cgroup
+// v2 subtrees; user space may change them while tracing), applies the comm
+// filter and the per-file deny set that user space fills as it resolves
+// files, and emits one fixed-size struct event into the events ring
+// buffer. open/openat/openat2/execve/execveat of targets go to the opens
+// ring buffer so user space can resolve (dev, ino) to paths.
 #include "record.h"
 #include <bpf/bpf_tracing.h>
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
-#define MODE_ALL 0
-#define MODE_PIDS 1
-#define MODE_CGROUP 2
+// target_flags bits: which targets is_target accepts.
+#define TARGET_ALL 1
+#define TARGET_PIDS 2
+#define TARGET_CGROUPS 4
+
+#define MAX_CGROUPS 4
 
 #define FILE_ALLOW 1
 #define FILE_DENY 2
 
-const volatile __u8 target_mode = MODE_PIDS;
 const volatile __u8 comm_filter = 0;
 const volatile __u32 self_tgid = 0;
-// stopped is set by user space to end the recording before the (slow)
-// detach of the tracepoints.
+// target_flags and cgroup_mask (the cgroups slots in use) are set by user
+// space, also while tracing.
+volatile __u32 target_flags = 0;
+volatile __u32 cgroup_mask = 0;
+// stopped is set by user space to end tracing before the links are closed.
 volatile __u32 stopped = 0;
 // deny_active is set by user space once the files map holds a denied file,
 // so the lookup is skipped while there is nothing to deny.
 volatile __u32 deny_active = 0;
+// exec_all reports the exec of every task, not only of targets.
+volatile __u32 exec_all = 0;
+// exec_targets_active is set once exec_targets holds a file.
+volatile __u32 exec_targets_active = 0;
 
 struct filekey {
 	__u64 ino;
@@ -59,16 +75,20 @@ struct {
 	__uint(max_entries, 1 << 20);
 } opens SEC(".maps");
 
+// pids: the followed processes and threads. Not preallocated (elements
+// come from the BPF memory allocator, Linux 6.1), so creating it costs
+// little however large the cap.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u32);
 	__type(value, __u8);
 } pids SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, MAX_CGROUPS);
 	__type(key, __u32);
 	__type(value, __u32);
 } cgroups SEC(".maps");
@@ -80,12 +100,40 @@ struct {
 	__type(value, __u8);
 } comms SEC(".maps");
 
+// files is the deny set. Only user space inserts, so it is not
+// preallocated (a preallocated 256 K-entry hash costs ~8 ms to create);
+// user space sizes it by the target (its bucket array still costs ~3 ms
+// at 256 K entries).
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct filekey);
 	__type(value, __u8);
 } files SEC(".maps");
+
+// exec_targets: an exec of one of these files adds the task to pids.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct filekey);
+	__type(value, __u8);
+} exec_targets SEC(".maps");
+
+static __always_inline bool under_cgroups(void)
+{
+	__u32 mask = cgroup_mask;
+
+	// Unrolled: the verifier of Linux 6.1 still walks bounded loops
+	// iteration by iteration anyway.
+#pragma unroll
+	for (__u32 i = 0; i < MAX_CGROUPS; i++) {
+		if ((mask & (1u << i)) && bpf_current_task_under_cgroup(&cgroups, i) == 1)
+			return true;
+	}
+	return false;
+}
 
 static __always_inline bool is_target(__u64 pid_tgid)
 {
@@ -95,20 +143,20 @@ static __always_inline bool is_target(__u64 pid_tgid)
 		return false;
 	if (tgid == self_tgid)
 		return false;
-	if (target_mode == MODE_ALL)
+	__u32 flags = target_flags;
+	if (flags & TARGET_ALL)
 		return true;
-	if (target_mode == MODE_CGROUP)
-		return bpf_current_task_under_cgroup(&cgroups, 0) == 1;
-	return bpf_map_lookup_elem(&pids, &tgid) != NULL;
+	if ((flags & TARGET_PIDS) && bpf_map_lookup_elem(&pids, &tgid))
+		return true;
+	if ((flags & TARGET_CGROUPS) && under_cgroups())
+		return true;
+	return false;
 }
 
-static __always_inline int emit(__u8 kind, __u64 dev, __u64 ino, __u64 index, __u64 npages)
+// record_event applies the deny set and the comm filter and writes one
+// event; the caller has checked the target.
+static __always_inline int record_event(__u64 pid_tgid, __u8 kind, __u64 dev, __u64 ino, __u64 index, __u64 npages)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-
-	if (!is_target(pid_tgid))
-		return 0;
-
 	if (deny_active) {
 		struct filekey k = {.ino = ino, .dev = (__u32)dev};
 		__u8 *v = bpf_map_lookup_elem(&files, &k);
@@ -151,64 +199,14 @@ static __always_inline int emit(__u8 kind, __u64 dev, __u64 ino, __u64 index, __
 	return 0;
 }
 
-SEC("tracepoint/filemap/mm_filemap_get_pages")
-int handle_get_pages(struct trace_event_raw_mm_filemap_op_page_cache_range *ctx)
+static __always_inline int emit(__u8 kind, __u64 dev, __u64 ino, __u64 index, __u64 npages)
 {
-	__u64 first = ctx->index, last = ctx->last_index;
-	return emit(KIND_READ, ctx->s_dev, ctx->i_ino, first, last >= first ? last - first + 1 : 1);
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+	if (!is_target(pid_tgid))
+		return 0;
+	return record_event(pid_tgid, kind, dev, ino, index, npages);
 }
-
-SEC("tracepoint/filemap/mm_filemap_map_pages")
-int handle_map_pages(struct trace_event_raw_mm_filemap_op_page_cache_range *ctx)
-{
-	__u64 first = ctx->index, last = ctx->last_index;
-	return emit(KIND_MAP, ctx->s_dev, ctx->i_ino, first, last >= first ? last - first + 1 : 1);
-}
-
-SEC("tracepoint/filemap/mm_filemap_fault")
-int handle_fault(struct trace_event_raw_mm_filemap_fault *ctx)
-{
-	return emit(KIND_FAULT, ctx->s_dev, ctx->i_ino, ctx->index, 1);
-}
-
-SEC("tracepoint/filemap/mm_filemap_add_to_page_cache")
-int handle_cache_add(struct trace_event_raw_mm_filemap_op_page_cache *ctx)
-{
-	__u64 n = 1;
-	if (bpf_core_field_exists(ctx->order))
-		n = 1ULL << (BPF_CORE_READ(ctx, order) & 31);
-	return emit(KIND_CACHE_ADD, ctx->s_dev, ctx->i_ino, ctx->index, n);
-}
-
-// ra_pages is the size of the request that triggered readahead (req_count);
-// the window the kernel then reads shows up as cache_add events.
-static __always_inline __u64 ra_pages(struct trace_event_raw_page_cache_ra_op *ctx)
-{
-	__u64 n = 0;
-	if (bpf_core_field_exists(ctx->req_count))
-		n = BPF_CORE_READ(ctx, req_count);
-	return n ? n : 1;
-}
-
-SEC("tracepoint/readahead/page_cache_sync_ra")
-int handle_sync_ra(struct trace_event_raw_page_cache_ra_op *ctx)
-{
-	return emit(KIND_RA_SYNC, ctx->s_dev, ctx->i_ino, ctx->index, ra_pages(ctx));
-}
-
-SEC("tracepoint/readahead/page_cache_async_ra")
-int handle_async_ra(struct trace_event_raw_page_cache_ra_op *ctx)
-{
-	return emit(KIND_RA_ASYNC, ctx->s_dev, ctx->i_ino, ctx->index, ra_pages(ctx));
-}
-
-// Kprobe fallbacks, attached only where the tracepoint of a kind is missing
-// and the kernel has kprobes (e.g. Linux 6.1, which has neither the read,
-// fault and map tracepoints of 6.11 nor the readahead ones of 6.14). They
-// read the same (dev, ino, page range) from the probed function's
-// arguments with CO-RE and emit the same events through emit().
-
-#define PAGE_SHIFT_4K 12
 
 static __always_inline int emit_host(__u8 kind, struct inode *host, __u64 index, __u64 npages)
 {
@@ -218,6 +216,109 @@ static __always_inline int emit_host(__u8 kind, struct inode *host, __u64 index,
 	__u64 ino = BPF_CORE_READ(host, i_ino);
 	return emit(kind, dev, ino, index, npages);
 }
+
+static __always_inline __u64 range_pages(__u64 first, __u64 last)
+{
+	return last >= first ? last - first + 1 : 1;
+}
+
+// mm_filemap_get_pages(struct address_space *mapping, pgoff_t index,
+// pgoff_t last_index) (Linux 6.11).
+SEC("raw_tp/mm_filemap_get_pages")
+int BPF_PROG(handle_get_pages, struct address_space *mapping, unsigned long first, unsigned long last)
+{
+	return emit_host(KIND_READ, BPF_CORE_READ(mapping, host), first, range_pages(first, last));
+}
+
+// mm_filemap_map_pages(struct address_space *mapping, pgoff_t index,
+// pgoff_t last_index) (Linux 6.11).
+SEC("raw_tp/mm_filemap_map_pages")
+int BPF_PROG(handle_map_pages, struct address_space *mapping, unsigned long first, unsigned long last)
+{
+	return emit_host(KIND_MAP, BPF_CORE_READ(mapping, host), first, range_pages(first, last));
+}
+
+// mm_filemap_fault(struct address_space *mapping, pgoff_t index) (Linux 6.11).
+SEC("raw_tp/mm_filemap_fault")
+int BPF_PROG(handle_fault, struct address_space *mapping, unsigned long index)
+{
+	return emit_host(KIND_FAULT, BPF_CORE_READ(mapping, host), index, 1);
+}
+
+// Folio layouts. The flags word is an unsigned long, a memdesc_flags_t
+// (a struct holding one) since 6.17; a large folio's order is
+// _folio_order before 6.6, the low byte of _flags_1 since.
+struct folio___flagsword {
+	unsigned long flags;
+} __attribute__((preserve_access_index));
+
+struct folio___61 {
+	unsigned char _folio_order;
+} __attribute__((preserve_access_index));
+
+// folio_pages is folio_nr_pages(folio): 1 unless PG_head is set in the
+// folio's flags.
+static __always_inline __u64 folio_pages(struct folio *folio)
+{
+	unsigned long flags = 0;
+	__u32 off;
+
+	if (bpf_core_type_exists(memdesc_flags_t))
+		off = bpf_core_field_offset(struct folio, flags);
+	else
+		off = bpf_core_field_offset(struct folio___flagsword, flags);
+	if (bpf_probe_read_kernel(&flags, sizeof(flags), (void *)folio + off) < 0)
+		return 1;
+	if (!(flags & (1UL << bpf_core_enum_value(enum pageflags, PG_head))))
+		return 1;
+	__u64 order;
+	if (bpf_core_field_exists(((struct folio___61 *)folio)->_folio_order))
+		order = BPF_CORE_READ((struct folio___61 *)folio, _folio_order);
+	else
+		order = BPF_CORE_READ(folio, _flags_1) & 0xff;
+	return 1ULL << (order & 31);
+}
+
+// mm_filemap_add_to_page_cache(struct folio *folio) (Linux 5.17).
+SEC("raw_tp/mm_filemap_add_to_page_cache")
+int BPF_PROG(handle_cache_add, struct folio *folio)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+	if (!is_target(pid_tgid))
+		return 0;
+	struct inode *host = BPF_CORE_READ(folio, mapping, host);
+	if (!host)
+		return 0;
+	__u64 dev = BPF_CORE_READ(host, i_sb, s_dev);
+	__u64 ino = BPF_CORE_READ(host, i_ino);
+	return record_event(pid_tgid, KIND_CACHE_ADD, dev, ino, BPF_CORE_READ(folio, index), folio_pages(folio));
+}
+
+// page_cache_sync_ra(struct inode *inode, pgoff_t index, struct
+// file_ra_state *ra, unsigned long req_count) (Linux 6.14): the page that
+// triggered readahead and the size of the request; the window the kernel
+// then reads shows up as cache_add events.
+SEC("raw_tp/page_cache_sync_ra")
+int BPF_PROG(handle_sync_ra, struct inode *inode, unsigned long index, struct file_ra_state *ra, unsigned long req)
+{
+	return emit_host(KIND_RA_SYNC, inode, index, req ? req : 1);
+}
+
+// page_cache_async_ra: same arguments as page_cache_sync_ra.
+SEC("raw_tp/page_cache_async_ra")
+int BPF_PROG(handle_async_ra, struct inode *inode, unsigned long index, struct file_ra_state *ra, unsigned long req)
+{
+	return emit_host(KIND_RA_ASYNC, inode, index, req ? req : 1);
+}
+
+// Kprobe fallbacks, attached only where the tracepoint of a kind is missing
+// and the kernel has kprobes (e.g. Linux 6.1, which has neither the read,
+// fault and map tracepoints of 6.11 nor the readahead ones of 6.14). They
+// read the same (dev, ino, page range) from the probed function's
+// arguments with CO-RE and emit the same events through emit().
+
+#define PAGE_SHIFT_4K 12
 
 // filemap_read(struct kiocb *iocb, struct iov_iter *iter, ...) (5.12+):
 // the pages [pos, pos + count) of one read request.
@@ -246,7 +347,7 @@ SEC("kprobe/filemap_map_pages")
 int BPF_KPROBE(kprobe_map_pages, struct vm_fault *vmf, unsigned long start, unsigned long end)
 {
 	struct inode *host = BPF_CORE_READ(vmf, vma, vm_file, f_mapping, host);
-	return emit_host(KIND_MAP, host, start, end >= start ? end - start + 1 : 1);
+	return emit_host(KIND_MAP, host, start, range_pages(start, end));
 }
 
 // page_cache_sync_ra(struct readahead_control *ractl, unsigned long
@@ -267,24 +368,28 @@ int BPF_KPROBE(kprobe_async_ra, struct readahead_control *ractl, struct folio *f
 	return emit_host(KIND_RA_ASYNC, host, BPF_CORE_READ(ractl, _index), req_count ? req_count : 1);
 }
 
-SEC("tracepoint/sched/sched_process_fork")
-int handle_fork(struct trace_event_raw_sched_process_fork *ctx)
+// sched_process_fork(struct task_struct *parent, struct task_struct *child):
+// the child of a pid-set member joins the set.
+SEC("raw_tp/sched_process_fork")
+int BPF_PROG(handle_fork, struct task_struct *parent, struct task_struct *child)
 {
-	if (target_mode != MODE_PIDS)
+	if (!(target_flags & TARGET_PIDS))
 		return 0;
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	if (!bpf_map_lookup_elem(&pids, &tgid))
 		return 0;
-	__u32 child = ctx->child_pid;
+	__u32 pid = BPF_CORE_READ(child, pid);
 	__u8 one = 1;
-	bpf_map_update_elem(&pids, &child, &one, BPF_ANY);
+	bpf_map_update_elem(&pids, &pid, &one, BPF_ANY);
 	return 0;
 }
 
-SEC("tracepoint/sched/sched_process_exit")
-int handle_exit(struct trace_event_raw_sched_process_exit *ctx)
+// sched_process_exit(struct task_struct *p[, bool group_dead]): a thread
+// leaves the pid set, and its process once the whole group is dead.
+SEC("raw_tp/sched_process_exit")
+int BPF_PROG(handle_exit, struct task_struct *p)
 {
-	if (target_mode != MODE_PIDS)
+	if (!(target_flags & TARGET_PIDS))
 		return 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)pid_tgid, tgid = pid_tgid >> 32;
@@ -293,34 +398,24 @@ int handle_exit(struct trace_event_raw_sched_process_exit *ctx)
 		bpf_map_delete_elem(&pids, &tid);
 	// The group dies with whichever thread exits last, often not the
 	// leader (exit_group from another thread, or a leader that exited
-	// first). On kernels whose tracepoint lacks group_dead, do_exit
-	// has already decremented signal->live when the tracepoint fires.
-	bool dead;
-	if (bpf_core_field_exists(ctx->group_dead)) {
-		dead = BPF_CORE_READ(ctx, group_dead);
-	} else {
-		struct task_struct *task = bpf_get_current_task_btf();
-		dead = BPF_CORE_READ(task, signal, live.counter) == 0;
-	}
-	if (dead)
+	// first). do_exit decrements signal->live before the tracepoint
+	// fires (group_dead = atomic_dec_and_test(&signal->live)), on every
+	// kernel, so the thread that sees 0 is the last one. (The tracepoint's
+	// group_dead argument, Linux 6.16, says the same but is not read: a
+	// raw tracepoint program that reads past a kernel's arguments fails to
+	// attach.)
+	struct task_struct *task = bpf_get_current_task_btf();
+	if (BPF_CORE_READ(task, signal, live.counter) == 0)
 		bpf_map_delete_elem(&pids, &tgid);
 	return 0;
 }
 
-// sys_enter is the layout of syscalls:sys_enter_* tracepoints.
-struct sys_enter {
-	__u64 common;
-	__s32 nr;
-	__s32 pad;
-	__u64 args[6];
-};
+// emit_open writes an open_event with path, a user-space string, or a
+// kernel one with OPEN_KERNEL_PATH (not part of the record's flags).
+#define OPEN_KERNEL_PATH 0x100
 
-static __always_inline int emit_open(__s32 dfd, const char *path, __u32 flags)
+static __always_inline int emit_open(__u64 pid_tgid, __s32 dfd, const char *path, __u32 flags)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-
-	if (!is_target(pid_tgid))
-		return 0;
 	struct open_event *o = bpf_ringbuf_reserve(&opens, sizeof(*o), 0);
 	if (!o) {
 		count(CNT_OPEN_DROPS);
@@ -330,39 +425,90 @@ static __always_inline int emit_open(__s32 dfd, const char *path, __u32 flags)
 	o->pid = pid_tgid >> 32;
 	o->tid = (__u32)pid_tgid;
 	o->dfd = dfd;
-	o->flags = flags;
-	if (bpf_probe_read_user_str(o->path, sizeof(o->path), path) < 0)
+	o->flags = flags & ~OPEN_KERNEL_PATH;
+	long n;
+	if (flags & OPEN_KERNEL_PATH)
+		n = bpf_probe_read_kernel_str(o->path, sizeof(o->path), path);
+	else
+		n = bpf_probe_read_user_str(o->path, sizeof(o->path), path);
+	if (n < 0)
 		o->path[0] = 0;
 	bpf_ringbuf_submit(o, 0);
 	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_enter_openat")
-int handle_openat(struct sys_enter *ctx)
+// sched_process_exec(struct task_struct *p, pid_t old_pid, struct
+// linux_binprm *bprm): an exec event for the file the task now runs (the
+// interpreter, for a script), for targets or, with exec_all, for every
+// task, after an open_event with the exec's path. An exec of a file in
+// exec_targets makes the task a target first.
+SEC("raw_tp/sched_process_exec")
+int BPF_PROG(handle_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
-	return emit_open((__s32)ctx->args[0], (const char *)ctx->args[1], 0);
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+
+	if (stopped || tgid == self_tgid)
+		return 0;
+	struct inode *inode = BPF_CORE_READ(bprm, file, f_inode);
+	if (!inode)
+		return 0;
+	__u64 dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	__u64 ino = BPF_CORE_READ(inode, i_ino);
+	bool target = is_target(pid_tgid);
+	if (!target && exec_targets_active) {
+		struct filekey k = {.ino = ino, .dev = (__u32)dev};
+		if (bpf_map_lookup_elem(&exec_targets, &k)) {
+			__u8 one = 1;
+			bpf_map_update_elem(&pids, &tgid, &one, BPF_ANY);
+			target = (target_flags & TARGET_PIDS) != 0;
+		}
+	}
+	if (!target && !exec_all)
+		return 0;
+	// The path the exec was given (relative to the task's working
+	// directory unless absolute), for user space to resolve the file by,
+	// ahead of the event: a process that is no target had its execve
+	// path go unreported.
+	emit_open(pid_tgid, -100 /* AT_FDCWD */, BPF_CORE_READ(bprm, filename), OPEN_EXEC | OPEN_KERNEL_PATH);
+	return record_event(pid_tgid, KIND_EXEC, dev, ino, 0, 0);
 }
 
-SEC("tracepoint/syscalls/sys_enter_openat2")
-int handle_openat2(struct sys_enter *ctx)
-{
-	return emit_open((__s32)ctx->args[0], (const char *)ctx->args[1], 0);
-}
+// x86-64 system call numbers (arch/x86/entry/syscalls/syscall_64.tbl).
+#define NR_open 2
+#define NR_execve 59
+#define NR_openat 257
+#define NR_execveat 322
+#define NR_openat2 437
 
-SEC("tracepoint/syscalls/sys_enter_open")
-int handle_open(struct sys_enter *ctx)
-{
-	return emit_open(-100 /* AT_FDCWD */, (const char *)ctx->args[0], 0);
-}
+#define AT_FDCWD -100
+#define TS_COMPAT 0x0002 // thread_info.status: a 32-bit system call
 
-SEC("tracepoint/syscalls/sys_enter_execve")
-int handle_execve(struct sys_enter *ctx)
+// sys_enter(struct pt_regs *regs, long id) fires at the entry of every
+// system call of every task; the id is checked first, so other calls cost
+// only this program's first instructions. The paths of opens and execs of
+// targets go to the opens ring. 32-bit (ia32) system calls, whose numbers
+// differ, are ignored.
+SEC("raw_tp/sys_enter")
+int BPF_PROG(handle_sys_enter, struct pt_regs *regs, long id)
 {
-	return emit_open(-100 /* AT_FDCWD */, (const char *)ctx->args[0], OPEN_EXEC);
-}
-
-SEC("tracepoint/syscalls/sys_enter_execveat")
-int handle_execveat(struct sys_enter *ctx)
-{
-	return emit_open((__s32)ctx->args[0], (const char *)ctx->args[1], OPEN_EXEC);
+	if (id != NR_openat && id != NR_open && id != NR_openat2 && id != NR_execve && id != NR_execveat)
+		return 0;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_target(pid_tgid))
+		return 0;
+	struct task_struct *task = bpf_get_current_task_btf();
+	if (task->thread_info.status & TS_COMPAT)
+		return 0;
+	__u64 a0 = BPF_CORE_READ(regs, di);
+	switch (id) {
+	case NR_open:
+		return emit_open(pid_tgid, AT_FDCWD, (const char *)a0, 0);
+	case NR_execve:
+		return emit_open(pid_tgid, AT_FDCWD, (const char *)a0, OPEN_EXEC);
+	case NR_execveat:
+		return emit_open(pid_tgid, (__s32)a0, (const char *)BPF_CORE_READ(regs, si), OPEN_EXEC);
+	default: // openat, openat2
+		return emit_open(pid_tgid, (__s32)a0, (const char *)BPF_CORE_READ(regs, si), 0);
+	}
 }

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
-// record.h: shared record layout and ring buffer of predictio's recorder.
+// record.h: shared record layout and ring buffer of predictio's event source.
 #pragma once
 
 #include "vmlinux.h"
@@ -13,6 +13,7 @@
 #define KIND_CACHE_ADD 4
 #define KIND_RA_SYNC 5
 #define KIND_RA_ASYNC 6
+#define KIND_EXEC 12
 
 // Counter slots of the per-CPU counters map.
 #define CNT_DROPS 0
@@ -21,7 +22,8 @@
 #define CNT_FILTERED 3
 #define CNT_MAX 4
 
-// event is one page-range access, 64 bytes, in the events ring buffer.
+// event is one page-range access (or an exec), 64 bytes, in the events
+// ring buffer.
 struct event {
 	__u64 ts;     // bpf_ktime_get_ns (CLOCK_MONOTONIC)
 	__u64 ino;    // inode number
@@ -48,7 +50,9 @@ struct {
 } counters SEC(".maps");
 
 // wakeup_bytes: the reader is woken only once this much data is waiting
-// (BPF_RB_NO_WAKEUP otherwise); the reader also polls on a short deadline.
+// (BPF_RB_NO_WAKEUP otherwise) and polls on a short deadline meanwhile.
+// 0 selects low-latency delivery: the kernel wakes the reader with the
+// first record it has not yet consumed (the ring buffer's adaptive default).
 const volatile __u64 wakeup_bytes = 256 << 10;
 
 static __always_inline void count(__u32 slot)
@@ -58,11 +62,16 @@ static __always_inline void count(__u32 slot)
 		*c += 1;
 }
 
-// submit commits an events record without waking the reader, except when
-// this record makes the pending data cross wakeup_bytes: one wakeup per
-// threshold crossing, not one per record while the reader is behind.
+// submit commits an events record. In batched mode (wakeup_bytes > 0) it
+// does not wake the reader, except when this record makes the pending data
+// cross wakeup_bytes: one wakeup per threshold crossing, not one per record
+// while the reader is behind.
 static __always_inline void submit(void *rec)
 {
+	if (wakeup_bytes == 0) {
+		bpf_ringbuf_submit(rec, 0);
+		return;
+	}
 	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
 	__u64 flag = BPF_RB_NO_WAKEUP;
 	// 8-byte ring header + 64-byte record per event.

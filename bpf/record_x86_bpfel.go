@@ -48,39 +48,40 @@ type RecordOpenEvent struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	RecordMapCgroups         = "cgroups"
-	RecordMapComms           = "comms"
-	RecordMapCounters        = "counters"
-	RecordMapEvents          = "events"
-	RecordMapFiles           = "files"
-	RecordMapOpens           = "opens"
-	RecordMapPids            = "pids"
-	RecordProgHandleAsyncRa  = "handle_async_ra"
-	RecordProgHandleCacheAdd = "handle_cache_add"
-	RecordProgHandleExecve   = "handle_execve"
-	RecordProgHandleExecveat = "handle_execveat"
-	RecordProgHandleExit     = "handle_exit"
-	RecordProgHandleFault    = "handle_fault"
-	RecordProgHandleFork     = "handle_fork"
-	RecordProgHandleGetPages = "handle_get_pages"
-	RecordProgHandleMapPages = "handle_map_pages"
-	RecordProgHandleOpen     = "handle_open"
-	RecordProgHandleOpenat   = "handle_openat"
-	RecordProgHandleOpenat2  = "handle_openat2"
-	RecordProgHandleSyncRa   = "handle_sync_ra"
-	RecordProgKprobeAsyncRa  = "kprobe_async_ra"
-	RecordProgKprobeFault    = "kprobe_fault"
-	RecordProgKprobeMapPages = "kprobe_map_pages"
-	RecordProgKprobeRead     = "kprobe_read"
-	RecordProgKprobeSyncRa   = "kprobe_sync_ra"
-	RecordVarCommFilter      = "comm_filter"
-	RecordVarDenyActive      = "deny_active"
-	RecordVarSelfTgid        = "self_tgid"
-	RecordVarStopped         = "stopped"
-	RecordVarTargetMode      = "target_mode"
-	RecordVarUnusedEvent     = "unused_event"
-	RecordVarUnusedOpenEvent = "unused_open_event"
-	RecordVarWakeupBytes     = "wakeup_bytes"
+	RecordMapCgroups           = "cgroups"
+	RecordMapComms             = "comms"
+	RecordMapCounters          = "counters"
+	RecordMapEvents            = "events"
+	RecordMapExecTargets       = "exec_targets"
+	RecordMapFiles             = "files"
+	RecordMapOpens             = "opens"
+	RecordMapPids              = "pids"
+	RecordProgHandleAsyncRa    = "handle_async_ra"
+	RecordProgHandleCacheAdd   = "handle_cache_add"
+	RecordProgHandleExec       = "handle_exec"
+	RecordProgHandleExit       = "handle_exit"
+	RecordProgHandleFault      = "handle_fault"
+	RecordProgHandleFork       = "handle_fork"
+	RecordProgHandleGetPages   = "handle_get_pages"
+	RecordProgHandleMapPages   = "handle_map_pages"
+	RecordProgHandleSyncRa     = "handle_sync_ra"
+	RecordProgHandleSysEnter   = "handle_sys_enter"
+	RecordProgKprobeAsyncRa    = "kprobe_async_ra"
+	RecordProgKprobeFault      = "kprobe_fault"
+	RecordProgKprobeMapPages   = "kprobe_map_pages"
+	RecordProgKprobeRead       = "kprobe_read"
+	RecordProgKprobeSyncRa     = "kprobe_sync_ra"
+	RecordVarCgroupMask        = "cgroup_mask"
+	RecordVarCommFilter        = "comm_filter"
+	RecordVarDenyActive        = "deny_active"
+	RecordVarExecAll           = "exec_all"
+	RecordVarExecTargetsActive = "exec_targets_active"
+	RecordVarSelfTgid          = "self_tgid"
+	RecordVarStopped           = "stopped"
+	RecordVarTargetFlags       = "target_flags"
+	RecordVarUnusedEvent       = "unused_event"
+	RecordVarUnusedOpenEvent   = "unused_open_event"
+	RecordVarWakeupBytes       = "wakeup_bytes"
 )
 
 // LoadRecord returns the embedded CollectionSpec for Record.
@@ -127,17 +128,14 @@ type RecordSpecs struct {
 type RecordProgramSpecs struct {
 	HandleAsyncRa  *ebpf.ProgramSpec `ebpf:"handle_async_ra"`
 	HandleCacheAdd *ebpf.ProgramSpec `ebpf:"handle_cache_add"`
-	HandleExecve   *ebpf.ProgramSpec `ebpf:"handle_execve"`
-	HandleExecveat *ebpf.ProgramSpec `ebpf:"handle_execveat"`
+	HandleExec     *ebpf.ProgramSpec `ebpf:"handle_exec"`
 	HandleExit     *ebpf.ProgramSpec `ebpf:"handle_exit"`
 	HandleFault    *ebpf.ProgramSpec `ebpf:"handle_fault"`
 	HandleFork     *ebpf.ProgramSpec `ebpf:"handle_fork"`
 	HandleGetPages *ebpf.ProgramSpec `ebpf:"handle_get_pages"`
 	HandleMapPages *ebpf.ProgramSpec `ebpf:"handle_map_pages"`
-	HandleOpen     *ebpf.ProgramSpec `ebpf:"handle_open"`
-	HandleOpenat   *ebpf.ProgramSpec `ebpf:"handle_openat"`
-	HandleOpenat2  *ebpf.ProgramSpec `ebpf:"handle_openat2"`
 	HandleSyncRa   *ebpf.ProgramSpec `ebpf:"handle_sync_ra"`
+	HandleSysEnter *ebpf.ProgramSpec `ebpf:"handle_sys_enter"`
 	KprobeAsyncRa  *ebpf.ProgramSpec `ebpf:"kprobe_async_ra"`
 	KprobeFault    *ebpf.ProgramSpec `ebpf:"kprobe_fault"`
 	KprobeMapPages *ebpf.ProgramSpec `ebpf:"kprobe_map_pages"`
@@ -149,27 +147,31 @@ type RecordProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type RecordMapSpecs struct {
-	Cgroups  *ebpf.MapSpec `ebpf:"cgroups"`
-	Comms    *ebpf.MapSpec `ebpf:"comms"`
-	Counters *ebpf.MapSpec `ebpf:"counters"`
-	Events   *ebpf.MapSpec `ebpf:"events"`
-	Files    *ebpf.MapSpec `ebpf:"files"`
-	Opens    *ebpf.MapSpec `ebpf:"opens"`
-	Pids     *ebpf.MapSpec `ebpf:"pids"`
+	Cgroups     *ebpf.MapSpec `ebpf:"cgroups"`
+	Comms       *ebpf.MapSpec `ebpf:"comms"`
+	Counters    *ebpf.MapSpec `ebpf:"counters"`
+	Events      *ebpf.MapSpec `ebpf:"events"`
+	ExecTargets *ebpf.MapSpec `ebpf:"exec_targets"`
+	Files       *ebpf.MapSpec `ebpf:"files"`
+	Opens       *ebpf.MapSpec `ebpf:"opens"`
+	Pids        *ebpf.MapSpec `ebpf:"pids"`
 }
 
 // RecordVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type RecordVariableSpecs struct {
-	CommFilter      *ebpf.VariableSpec `ebpf:"comm_filter"`
-	DenyActive      *ebpf.VariableSpec `ebpf:"deny_active"`
-	SelfTgid        *ebpf.VariableSpec `ebpf:"self_tgid"`
-	Stopped         *ebpf.VariableSpec `ebpf:"stopped"`
-	TargetMode      *ebpf.VariableSpec `ebpf:"target_mode"`
-	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
-	UnusedOpenEvent *ebpf.VariableSpec `ebpf:"unused_open_event"`
-	WakeupBytes     *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	CgroupMask        *ebpf.VariableSpec `ebpf:"cgroup_mask"`
+	CommFilter        *ebpf.VariableSpec `ebpf:"comm_filter"`
+	DenyActive        *ebpf.VariableSpec `ebpf:"deny_active"`
+	ExecAll           *ebpf.VariableSpec `ebpf:"exec_all"`
+	ExecTargetsActive *ebpf.VariableSpec `ebpf:"exec_targets_active"`
+	SelfTgid          *ebpf.VariableSpec `ebpf:"self_tgid"`
+	Stopped           *ebpf.VariableSpec `ebpf:"stopped"`
+	TargetFlags       *ebpf.VariableSpec `ebpf:"target_flags"`
+	UnusedEvent       *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedOpenEvent   *ebpf.VariableSpec `ebpf:"unused_open_event"`
+	WakeupBytes       *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // RecordObjects contains all objects after they have been loaded into the kernel.
@@ -192,13 +194,14 @@ func (o *RecordObjects) Close() error {
 //
 // It can be passed to LoadRecordObjects or ebpf.CollectionSpec.LoadAndAssign.
 type RecordMaps struct {
-	Cgroups  *ebpf.Map `ebpf:"cgroups"`
-	Comms    *ebpf.Map `ebpf:"comms"`
-	Counters *ebpf.Map `ebpf:"counters"`
-	Events   *ebpf.Map `ebpf:"events"`
-	Files    *ebpf.Map `ebpf:"files"`
-	Opens    *ebpf.Map `ebpf:"opens"`
-	Pids     *ebpf.Map `ebpf:"pids"`
+	Cgroups     *ebpf.Map `ebpf:"cgroups"`
+	Comms       *ebpf.Map `ebpf:"comms"`
+	Counters    *ebpf.Map `ebpf:"counters"`
+	Events      *ebpf.Map `ebpf:"events"`
+	ExecTargets *ebpf.Map `ebpf:"exec_targets"`
+	Files       *ebpf.Map `ebpf:"files"`
+	Opens       *ebpf.Map `ebpf:"opens"`
+	Pids        *ebpf.Map `ebpf:"pids"`
 }
 
 func (m *RecordMaps) Close() error {
@@ -207,6 +210,7 @@ func (m *RecordMaps) Close() error {
 		m.Comms,
 		m.Counters,
 		m.Events,
+		m.ExecTargets,
 		m.Files,
 		m.Opens,
 		m.Pids,
@@ -217,14 +221,17 @@ func (m *RecordMaps) Close() error {
 //
 // It can be passed to LoadRecordObjects or ebpf.CollectionSpec.LoadAndAssign.
 type RecordVariables struct {
-	CommFilter      *ebpf.Variable `ebpf:"comm_filter"`
-	DenyActive      *ebpf.Variable `ebpf:"deny_active"`
-	SelfTgid        *ebpf.Variable `ebpf:"self_tgid"`
-	Stopped         *ebpf.Variable `ebpf:"stopped"`
-	TargetMode      *ebpf.Variable `ebpf:"target_mode"`
-	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
-	UnusedOpenEvent *ebpf.Variable `ebpf:"unused_open_event"`
-	WakeupBytes     *ebpf.Variable `ebpf:"wakeup_bytes"`
+	CgroupMask        *ebpf.Variable `ebpf:"cgroup_mask"`
+	CommFilter        *ebpf.Variable `ebpf:"comm_filter"`
+	DenyActive        *ebpf.Variable `ebpf:"deny_active"`
+	ExecAll           *ebpf.Variable `ebpf:"exec_all"`
+	ExecTargetsActive *ebpf.Variable `ebpf:"exec_targets_active"`
+	SelfTgid          *ebpf.Variable `ebpf:"self_tgid"`
+	Stopped           *ebpf.Variable `ebpf:"stopped"`
+	TargetFlags       *ebpf.Variable `ebpf:"target_flags"`
+	UnusedEvent       *ebpf.Variable `ebpf:"unused_event"`
+	UnusedOpenEvent   *ebpf.Variable `ebpf:"unused_open_event"`
+	WakeupBytes       *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // RecordPrograms contains all programs after they have been loaded into the kernel.
@@ -233,17 +240,14 @@ type RecordVariables struct {
 type RecordPrograms struct {
 	HandleAsyncRa  *ebpf.Program `ebpf:"handle_async_ra"`
 	HandleCacheAdd *ebpf.Program `ebpf:"handle_cache_add"`
-	HandleExecve   *ebpf.Program `ebpf:"handle_execve"`
-	HandleExecveat *ebpf.Program `ebpf:"handle_execveat"`
+	HandleExec     *ebpf.Program `ebpf:"handle_exec"`
 	HandleExit     *ebpf.Program `ebpf:"handle_exit"`
 	HandleFault    *ebpf.Program `ebpf:"handle_fault"`
 	HandleFork     *ebpf.Program `ebpf:"handle_fork"`
 	HandleGetPages *ebpf.Program `ebpf:"handle_get_pages"`
 	HandleMapPages *ebpf.Program `ebpf:"handle_map_pages"`
-	HandleOpen     *ebpf.Program `ebpf:"handle_open"`
-	HandleOpenat   *ebpf.Program `ebpf:"handle_openat"`
-	HandleOpenat2  *ebpf.Program `ebpf:"handle_openat2"`
 	HandleSyncRa   *ebpf.Program `ebpf:"handle_sync_ra"`
+	HandleSysEnter *ebpf.Program `ebpf:"handle_sys_enter"`
 	KprobeAsyncRa  *ebpf.Program `ebpf:"kprobe_async_ra"`
 	KprobeFault    *ebpf.Program `ebpf:"kprobe_fault"`
 	KprobeMapPages *ebpf.Program `ebpf:"kprobe_map_pages"`
@@ -255,17 +259,14 @@ func (p *RecordPrograms) Close() error {
 	return _RecordClose(
 		p.HandleAsyncRa,
 		p.HandleCacheAdd,
-		p.HandleExecve,
-		p.HandleExecveat,
+		p.HandleExec,
 		p.HandleExit,
 		p.HandleFault,
 		p.HandleFork,
 		p.HandleGetPages,
 		p.HandleMapPages,
-		p.HandleOpen,
-		p.HandleOpenat,
-		p.HandleOpenat2,
 		p.HandleSyncRa,
+		p.HandleSysEnter,
 		p.KprobeAsyncRa,
 		p.KprobeFault,
 		p.KprobeMapPages,

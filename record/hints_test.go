@@ -13,6 +13,8 @@ import (
 
 	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/hints"
+
+	"github.com/predictio/predictio/internal/tracetest"
 )
 
 // waitSocket waits for the recorder to create its hint socket.
@@ -47,7 +49,7 @@ func sendRaw(t *testing.T, sock string, b []byte, uid uint32) {
 
 func TestHints(t *testing.T) {
 	requireRecorder(t)
-	dir := diskDir(t)
+	dir := tracetest.DiskDir(t)
 	// Searchable by the uid nobody senders below (the kernel's access
 	// check walks the path as the sender).
 	if err := os.Chmod(dir, 0o755); err != nil {

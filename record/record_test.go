@@ -9,209 +9,27 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/source"
+
+	"github.com/predictio/predictio/internal/tracetest"
 )
 
 // TestMain doubles as the helper programs the tests record.
-func TestMain(m *testing.M) {
-	switch os.Getenv("PREDICTIO_RECORD_HELPER") {
-	case "":
-		os.Exit(m.Run())
-	case "mmap":
-		os.Exit(helperMmap())
-	case "pread":
-		os.Exit(helperPread())
-	case "scan":
-		os.Exit(helperScan())
-	case "getppid":
-		os.Exit(helperGetppid())
-	case "hints":
-		os.Exit(helperHints())
-	}
-	os.Exit(3)
-}
-
-// mmapPages is the sparse page list the mmap helper touches, in order.
-var mmapPages = []uint64{5, 900, 17, 3000, 42, 2500, 1200, 4000}
-
-// touched keeps the mmap helper's loads from being optimized away.
-var touched byte
-
-func helperMmap() int {
-	f, err := os.Open(os.Getenv("PREDICTIO_RECORD_FILE"))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	st, _ := f.Stat()
-	b, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	// MADV_RANDOM turns off mmap read-around, so each touch faults one page.
-	if err := unix.Madvise(b, unix.MADV_RANDOM); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	for _, p := range mmapPages {
-		touched += b[p*4096]
-	}
-	return 0
-}
+func TestMain(m *testing.M) { tracetest.Main(m) }
 
 // requireRecorder skips when the recorder cannot run here, naming why.
-func requireRecorder(t testing.TB, sources ...string) {
+func requireRecorder(t testing.TB, tracepoints ...string) {
 	t.Helper()
-	eff, err := effectiveCaps()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if miss := missingCaps(eff, true); len(miss) > 0 {
-		t.Skipf("recording needs %s (run the tests as root)", strings.Join(miss, ", "))
-	}
-	if err := mountTracefs(); err != nil {
-		t.Fatal(err)
-	}
-	ev := tracefsEvents()
-	var kp func(string) bool
-	for _, s := range sources {
-		g, n, _ := strings.Cut(s, ":")
-		if tracepointExists(ev, g, n) {
-			continue
+	if err := source.Check(tracepoints...); err != nil {
+		if errors.Is(err, source.ErrPermission) || errors.Is(err, source.ErrNotSupported) {
+			t.Skip(err)
 		}
-		fallback := ""
-		for _, a := range accessSources {
-			if a.group == g && a.name == n {
-				fallback = a.kprobe
-			}
-		}
-		if fallback == "" {
-			t.Skipf("kernel lacks tracepoint %s", s)
-		}
-		if kp == nil {
-			if kp = kprobeFuncs(ev); kp == nil {
-				kp = func(string) bool { return false }
-			}
-		}
-		if !kp(fallback) {
-			t.Skipf("kernel lacks tracepoint %s and its kprobe fallback kprobe:%s", s, fallback)
-		}
-	}
-}
-
-// diskDir returns a fresh directory on a disk filesystem (not tmpfs), so
-// page-cache behaviour is that of a real file.
-func diskDir(t testing.TB) string {
-	t.Helper()
-	d, err := os.MkdirTemp("/var/tmp", "predictio-record-test-")
-	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
-
-// coldFile writes size bytes to a new file, evicts it and verifies with
-// cachestat (mincore before Linux 6.5) that no page is cached.
-// warmFile is coldFile read back into the page cache. Tests about whom a
-// recording follows use it: reads of cached pages always fire
-// mm_filemap_get_pages, so their read coverage does not depend on I/O timing.
-func warmFile(t testing.TB, dir string, size int) string {
-	t.Helper()
-	p := coldFile(t, dir, size)
-	if _, err := os.ReadFile(p); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func coldFile(t testing.TB, dir string, size int) string {
-	t.Helper()
-	p := filepath.Join(dir, "data.bin")
-	buf := make([]byte, 1<<20)
-	for i := range buf {
-		buf[i] = byte(i * 7)
-	}
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for n := 0; n < size; n += len(buf) {
-		if _, err := f.Write(buf[:min(len(buf), size-n)]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	evict(t, p)
-	return p
-}
-
-func evict(t testing.TB, p string) {
-	t.Helper()
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for i := 0; i < 10; i++ {
-		if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
-			t.Fatal(err)
-		}
-		if cachedPages(t, f) == 0 {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s still has cached pages after POSIX_FADV_DONTNEED", p)
-}
-
-// cachedPages counts f's pages in the page cache: with cachestat(2)
-// (Linux 6.5), or on older kernels with mincore(2) of a shared read-only
-// mapping of the whole file (the caller must own the file or be root).
-func cachedPages(t testing.TB, f *os.File) uint64 {
-	t.Helper()
-	var cs unix.Cachestat_t
-	err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &cs, 0)
-	if err == nil {
-		return cs.Cache
-	}
-	if !errors.Is(err, unix.ENOSYS) {
-		t.Fatal(err)
-	}
-	st, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Size() == 0 {
-		return 0
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatalf("kernel lacks cachestat(2) (Linux 6.5); mmap for mincore: %v", err)
-	}
-	defer unix.Munmap(m)
-	vec := make([]byte, (len(m)+4095)/4096)
-	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
-		err := error(e)
-		t.Fatalf("kernel lacks cachestat(2) (Linux 6.5); mincore: %v", err)
-	}
-	var n uint64
-	for _, v := range vec {
-		n += uint64(v & 1)
-	}
-	return n
 }
 
 type recorded struct {
@@ -235,7 +53,7 @@ func record(t testing.TB, ctx context.Context, cfg Config) *recorded {
 // recordE is record for use off the test goroutine.
 func recordE(t testing.TB, ctx context.Context, cfg Config) (*recorded, error) {
 	if cfg.Output == "" {
-		cfg.Output = filepath.Join(diskDir(t), "bundle")
+		cfg.Output = filepath.Join(tracetest.DiskDir(t), "bundle")
 	}
 	if cfg.Stdout == nil {
 		cfg.Stdout = io.Discard
@@ -361,7 +179,7 @@ func (r *recorded) readStartsAt(id uint32, p uint64) bool {
 func TestScan(t *testing.T) {
 	requireRecorder(t, "filemap:mm_filemap_get_pages", "filemap:mm_filemap_add_to_page_cache")
 	const size = 64 << 20
-	dir := diskDir(t)
+	dir := tracetest.DiskDir(t)
 	npages := size / 4096
 	// The kernel fires mm_filemap_get_pages only on filemap_get_pages's
 	// success path: a lookup that had to wait for a folio still under
@@ -387,7 +205,7 @@ func TestScan(t *testing.T) {
 		}
 	)
 	for attempt := 1; ; attempt++ {
-		p = coldFile(t, dir, size)
+		p = tracetest.ColdFile(t, dir, size)
 		r = record(t, context.Background(), Config{Command: []string{"cat", p}})
 		id = r.fileID(t, p)
 		c, n := r.coverage(id, formats.KindRead, npages)
@@ -480,7 +298,7 @@ func TestScan(t *testing.T) {
 func TestScanByPid(t *testing.T) {
 	requireRecorder(t, "filemap:mm_filemap_get_pages")
 	const size = 16 << 20
-	p := warmFile(t, diskDir(t), size)
+	p := tracetest.WarmFile(t, tracetest.DiskDir(t), size)
 	r := record(t, context.Background(), Config{Command: []string{"cat", p}, noCgroup: true})
 	if r.man.Recording.Target != "command" {
 		t.Errorf("target %q", r.man.Recording.Target)
@@ -492,8 +310,8 @@ func TestScanByPid(t *testing.T) {
 
 func TestMmapFaults(t *testing.T) {
 	requireRecorder(t, "filemap:mm_filemap_fault")
-	dir := diskDir(t)
-	p := coldFile(t, dir, 16<<20)
+	dir := tracetest.DiskDir(t)
+	p := tracetest.ColdFile(t, dir, 16<<20)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -516,15 +334,15 @@ func TestMmapFaults(t *testing.T) {
 	// fires mm_filemap_fault again for the same page: one touch, reported
 	// twice in a row. Compare the touches.
 	got = slices.Compact(got)
-	if !slices.Equal(got, mmapPages) {
-		t.Errorf("fault pages %v, want %v", got, mmapPages)
+	if !slices.Equal(got, tracetest.MmapPages) {
+		t.Errorf("fault pages %v, want %v", got, tracetest.MmapPages)
 	}
 }
 
 func TestDescendants(t *testing.T) {
 	requireRecorder(t, "filemap:mm_filemap_get_pages")
-	dir := diskDir(t)
-	p := warmFile(t, dir, 4<<20)
+	dir := tracetest.DiskDir(t)
+	p := tracetest.WarmFile(t, dir, 4<<20)
 	script := fmt.Sprintf("sh -c 'cat %s > /dev/null'; true", p)
 	r := record(t, context.Background(), Config{Command: []string{"sh", "-c", script}})
 	id := r.fileID(t, p)
@@ -537,8 +355,8 @@ func TestDescendants(t *testing.T) {
 // pid, and the cat it starts afterwards must be recorded too.
 func TestPIDDescendants(t *testing.T) {
 	requireRecorder(t, "filemap:mm_filemap_get_pages", "sched:sched_process_fork")
-	dir := diskDir(t)
-	p := warmFile(t, dir, 4<<20)
+	dir := tracetest.DiskDir(t)
+	p := tracetest.WarmFile(t, dir, 4<<20)
 	// The child is this test binary (busybox sh may run cat inside the
 	// shell process), and it is not the last command (busybox sh execs
 	// the last command of -c in place of the shell instead of forking).
@@ -554,8 +372,11 @@ func TestPIDDescendants(t *testing.T) {
 	if err := sh.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// A failure before the shell is let go must not leave it (and the
+	// test) waiting for its stdin.
+	t.Cleanup(func() { sh.Process.Kill(); sh.Wait() })
 	// Once the recorder is attached, let the shell go on.
-	started := func(*recorder) {
+	started := func() {
 		go func() {
 			in.Write([]byte("go\n"))
 			in.Close()
@@ -584,7 +405,7 @@ func TestPIDDescendants(t *testing.T) {
 // reads a file once the recorder is attached.
 func TestCgroupTarget(t *testing.T) {
 	requireRecorder(t, "filemap:mm_filemap_get_pages")
-	mnt := cgroup2Mount()
+	mnt := source.CgroupV2Mount()
 	if mnt == "" {
 		t.Skip("no cgroup v2 hierarchy mounted")
 	}
@@ -593,15 +414,17 @@ func TestCgroupTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.Remove(cg)
-	dir := diskDir(t)
-	p := warmFile(t, dir, 2<<20)
+	dir := tracetest.DiskDir(t)
+	p := tracetest.WarmFile(t, dir, 2<<20)
 	sh := exec.Command("sh", "-c", "echo $$ > "+cg+"/cgroup.procs; read x; cat "+p+" > /dev/null")
 	in, _ := sh.StdinPipe()
 	if err := sh.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer sh.Wait()
-	started := func(*recorder) { in.Write([]byte("go\n")); in.Close() }
+	// A failure before the shell is let go must not leave it (and the
+	// test) waiting for its stdin.
+	t.Cleanup(func() { sh.Process.Kill(); sh.Wait() })
+	started := func() { in.Write([]byte("go\n")); in.Close() }
 	r := record(t, context.Background(), Config{Cgroup: cg, Duration: 2 * time.Second, onStart: started})
 	id := r.fileID(t, p)
 	if c, n := r.coverage(id, formats.KindRead, 512); c != 512 {
@@ -614,8 +437,8 @@ func TestCgroupTarget(t *testing.T) {
 
 func TestExcludeFilter(t *testing.T) {
 	requireRecorder(t, "filemap:mm_filemap_get_pages")
-	dir := diskDir(t)
-	p := coldFile(t, dir, 1<<20)
+	dir := tracetest.DiskDir(t)
+	p := tracetest.ColdFile(t, dir, 1<<20)
 	// Each read is a run of this test binary (a few ms), so the loop lasts
 	// long enough for the deny entry to reach the kernel.
 	exe, err := os.Executable()
@@ -641,8 +464,8 @@ func TestExcludeFilter(t *testing.T) {
 // test binary (comm "record.test"); the shell's own cat is left out.
 func TestCommAndMinSize(t *testing.T) {
 	requireRecorder(t, "filemap:mm_filemap_get_pages")
-	dir := diskDir(t)
-	big := coldFile(t, dir, 2<<20)
+	dir := tracetest.DiskDir(t)
+	big := tracetest.ColdFile(t, dir, 2<<20)
 	small := filepath.Join(dir, "small.bin")
 	if err := os.WriteFile(small, make([]byte, 8192), 0o644); err != nil {
 		t.Fatal(err)
@@ -678,58 +501,6 @@ func TestCommAndMinSize(t *testing.T) {
 	}
 }
 
-func TestProbeAccessSources(t *testing.T) {
-	dir := t.TempDir()
-	_, missing, err := probeAccessSources(dir, nil)
-	if !errors.Is(err, ErrNotSupported) || len(missing) != len(accessSources) {
-		t.Fatalf("no tracepoints: err %v, missing %v", err, missing)
-	}
-	for _, s := range accessSources {
-		if !strings.Contains(err.Error(), s.group+":"+s.name) {
-			t.Errorf("error %q does not name %s:%s", err, s.group, s.name)
-		}
-	}
-	if err := os.MkdirAll(filepath.Join(dir, "filemap", "mm_filemap_get_pages"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(filepath.Join(dir, "filemap", "mm_filemap_get_pages", "id"), []byte("1\n"), 0o644)
-	present, missing, err := probeAccessSources(dir, nil)
-	if err != nil || len(present) != 1 || present[0].name != "mm_filemap_get_pages" || len(missing) != len(accessSources)-1 {
-		t.Errorf("one tracepoint: present %v, missing %v, err %v", present, missing, err)
-	}
-	// Kprobe fallback: the tracepoint wins where it exists; a missing
-	// tracepoint whose function can be probed is attached as a kprobe.
-	present, missing, err = probeAccessSources(dir, func(fn string) bool { return fn == "filemap_read" || fn == "filemap_fault" })
-	var names []string
-	for _, p := range present {
-		names = append(names, p.String())
-	}
-	if err != nil || !slices.Equal(names, []string{"filemap:mm_filemap_get_pages", "kprobe:filemap_fault"}) || len(missing) != len(accessSources)-2 {
-		t.Errorf("kprobe fallback: present %v, missing %v, err %v", names, missing, err)
-	}
-	for _, m := range missing {
-		if strings.Contains(m, "map_pages") && !strings.Contains(m, "kprobe filemap_map_pages") {
-			t.Errorf("missing %q does not name the kprobe fallback", m)
-		}
-	}
-}
-
-func TestMissingCaps(t *testing.T) {
-	all := uint64(1)<<capBPF | 1<<capPerfmon | 1<<capSysAdmin
-	if m := missingCaps(all, true); len(m) != 0 {
-		t.Errorf("all caps: missing %v", m)
-	}
-	if m := missingCaps(0, true); !slices.Equal(m, []string{"CAP_BPF", "CAP_PERFMON", "CAP_SYS_ADMIN"}) {
-		t.Errorf("no caps: missing %v", m)
-	}
-	if m := missingCaps(1<<capSysAdmin, true); len(m) != 0 {
-		t.Errorf("CAP_SYS_ADMIN alone: missing %v", m)
-	}
-	if m := missingCaps(1<<capBPF, false); !slices.Equal(m, []string{"CAP_PERFMON"}) {
-		t.Errorf("CAP_BPF alone: missing %v", m)
-	}
-}
-
 func TestValidate(t *testing.T) {
 	for _, c := range []Config{
 		{Output: "x"},
@@ -745,15 +516,28 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestScanMaps(t *testing.T) {
-	exe, _ := os.Executable()
-	var st unix.Stat_t
-	if err := unix.Stat(exe, &st); err != nil {
+// TestFailedStartLeavesNoBundle: the bundle is created while the programs
+// load; when they fail to (here: a cgroup that does not exist), what its
+// creation wrote is removed again, and an empty directory given as -o is
+// left empty.
+func TestFailedStartLeavesNoBundle(t *testing.T) {
+	requireRecorder(t)
+	dir := tracetest.DiskDir(t)
+	out := filepath.Join(dir, "new")
+	if _, err := Run(context.Background(), Config{Output: out, Cgroup: filepath.Join(dir, "no-such-cgroup")}); err == nil {
+		t.Fatal("recording a missing cgroup succeeded")
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("bundle directory %s left behind (%v)", out, err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	got := scanMaps("/proc/self/maps", statKey(&st))
-	if got != exe {
-		t.Errorf("scanMaps found %q, want %q", got, exe)
+	if _, err := Run(context.Background(), Config{Output: empty, Cgroup: filepath.Join(dir, "no-such-cgroup")}); err == nil {
+		t.Fatal("recording a missing cgroup succeeded")
 	}
-	_ = strconv.Itoa
+	if ents, err := os.ReadDir(empty); err != nil || len(ents) != 0 {
+		t.Errorf("-o directory holds %d entries after a failed start (%v)", len(ents), err)
+	}
 }

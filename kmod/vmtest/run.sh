@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run.sh boots Debian's 6.1 cloud kernel under qemu and runs the kernel
-# module tests (package kmod), the kmod replay test, the record tests and
-# the readahead model's validation (policies TestReadahead*) inside it.
+# module tests (package kmod), the kmod replay test, the record and source
+# tests and the readahead model's validation (policies TestReadahead*) inside
+# it.
 #
 #   kmod/vmtest/run.sh          # tests; exit status says whether they passed
 #   kmod/vmtest/run.sh -bench   # BenchmarkVMResident inside the VM
@@ -141,6 +142,12 @@ if [ "$mode" = test ] && [ "${PREDICTIO_VM_RECORD:-1}" = 1 ] && ls record/*_test
 	fi
 fi
 
+# The event source's own tests (package source) run with the record tests.
+srctest=no
+if [ "$record" = yes ] && CGO_ENABLED=0 go test -c -o "$build/initramfs/source.test" ./source; then
+	srctest=yes
+fi
+
 # replay's kmod backend test (TestKmodOracle) runs against the module too.
 replay=no
 if true; then
@@ -235,6 +242,10 @@ else
 		PREDICTIO_RA_BLOCKDEV=/dev/vdb /policies.test -test.v -test.count=1 -test.run Readahead -test.timeout 10m
 		echo "@@RESULT policies rc=\$?"
 	fi
+	if [ -x /source.test ]; then
+		/source.test -test.v -test.count=1 -test.timeout 5m
+		echo "@@RESULT source rc=\$?"
+	fi
 	if [ -x /predictio ]; then
 		head -c 8388608 /dev/urandom >/mnt/rec.bin
 		sync
@@ -306,6 +317,13 @@ if [ "$policies" = yes ]; then
 	pres=$(grep -a '^@@RESULT policies' "$console" | tail -1 || true)
 	if [ "$pres" != "@@RESULT policies rc=0" ]; then
 		echo "vmtest: readahead validation (policies tests) failed on $kver (${pres:-no result})" >&2
+		fail=1
+	fi
+fi
+if [ "$srctest" = yes ]; then
+	sres=$(grep -a '^@@RESULT source' "$console" | tail -1 || true)
+	if [ "$sres" != "@@RESULT source rc=0" ]; then
+		echo "vmtest: source tests failed on $kver (${sres:-no result})" >&2
 		fail=1
 	fi
 fi

@@ -1,4 +1,4 @@
-package record
+package source
 
 import (
 	"encoding/binary"
@@ -18,8 +18,7 @@ import (
 // for stop between batches too, or the recording never finishes.
 func TestHintServeStopsUnderLoad(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "hints.sock")
-	r := &recorder{out: &memSink{}}
-	s, err := newHintServer(sock, r, nil)
+	s, err := newHintServer(sock, testSource(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,8 +74,7 @@ func TestHintPathCheckPerSender(t *testing.T) {
 	if err := os.Chown(f, 0, gid); err != nil {
 		t.Fatal(err)
 	}
-	r := &recorder{out: &memSink{}, files: newFileTable(filter{}, nil, "")}
-	s, err := newHintServer(filepath.Join(dir, "hints.sock"), r, nil)
+	s, err := newHintServer(filepath.Join(dir, "hints.sock"), testSource(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,8 +133,7 @@ func TestHintPathCheckKernel(t *testing.T) {
 	const uid, gid, other = 4242, 4343, 4244
 	aclOK := setReadACL(acl, uid) == nil
 
-	r := &recorder{out: &memSink{}, files: newFileTable(filter{}, nil, "")}
-	s, err := newHintServer(filepath.Join(dir, "hints.sock"), r, nil)
+	s, err := newHintServer(filepath.Join(dir, "hints.sock"), testSource(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,4 +192,12 @@ func setReadACL(path string, uid uint32) error {
 		b = binary.LittleEndian.AppendUint32(b, e.id)
 	}
 	return unix.Setxattr(path, "system.posix_acl_access", b, 0)
+}
+
+// testSource is a Source with only a file table and a consumer that drops
+// what it gets, for the hint server alone.
+func testSource() *Source {
+	s := &Source{files: newFileTable(filter{}, nil, ""), failed: make(chan struct{})}
+	s.consumer = ConsumerFunc(func(*Batch) error { return nil })
+	return s
 }

@@ -1,4 +1,4 @@
-package record
+package source
 
 import (
 	"bufio"
@@ -18,12 +18,12 @@ import (
 	"github.com/predictio/predictio/hints"
 )
 
-// HintRejects counts hint datagrams the recorder skipped, by reason.
+// HintRejects counts hint datagrams the hint server skipped, by reason.
 type HintRejects struct {
 	Malformed     uint64 // bad magic, kind, flags or lengths
 	Truncated     uint64 // shorter than its header or payload_len says
 	Oversized     uint64 // larger than hints.MaxDatagram, or too many children / too long a name
-	ForeignUID    uint64 // sender uid is not the recorder's, root's or a --hints-uid
+	ForeignUID    uint64 // sender uid is not this process's, root's or one of Config.HintUIDs
 	NoCredentials uint64 // no SCM_CREDENTIALS (cannot happen with SO_PASSCRED)
 	Unreadable    uint64 // the sender may not read the named file
 	BadFile       uint64 // the file does not exist, is not regular, or fds are missing
@@ -40,11 +40,16 @@ const (
 	nRej
 )
 
+// Total is the number of rejected hints.
+func (h HintRejects) Total() uint64 {
+	return h.Malformed + h.Truncated + h.Oversized + h.ForeignUID + h.NoCredentials + h.Unreadable + h.BadFile
+}
+
 // hintServer receives hints on a Unix datagram socket.
 type hintServer struct {
 	fd      int
 	path    string
-	r       *recorder
+	src     *Source
 	allowed map[uint32]bool
 
 	accepted atomic.Uint64
@@ -80,7 +85,7 @@ type pathCheck struct {
 // pathCheckTTL is how long a (uid, path) check is reused.
 const pathCheckTTL = time.Second
 
-func newHintServer(path string, r *recorder, uids []uint32) (*hintServer, error) {
+func newHintServer(path string, src *Source, uids []uint32) (*hintServer, error) {
 	if st, err := os.Lstat(path); err == nil {
 		if st.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("open hint socket %s: exists and is not a socket", path)
@@ -110,7 +115,7 @@ func newHintServer(path string, r *recorder, uids []uint32) (*hintServer, error)
 	tv := unix.NsecToTimeval(int64(50 * time.Millisecond))
 	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 	s := &hintServer{
-		fd: fd, path: path, r: r,
+		fd: fd, path: path, src: src,
 		allowed: map[uint32]bool{0: true, uint32(os.Getuid()): true},
 		paths:   make(map[credKey]map[string]pathCheck),
 		groups:  make(map[uint32]procGroupsAt),
@@ -212,7 +217,8 @@ func (s *hintServer) serve() {
 		hdrs[i].hdr.Iovlen = 1
 		hdrs[i].hdr.Control = &oobs[i*oobLen]
 	}
-	var msg hints.Message
+	var msgs [hintBatch]hints.Message // one per slot: a row's children stay valid until delivered
+	rows := make([]formats.Hint, 0, hintBatch)
 	var h formats.Hint
 	var fds [16]int32
 	offset, offsetAt := clockOffset(), monoNow()
@@ -242,7 +248,7 @@ func (s *hintServer) serve() {
 		if mono-offsetAt > uint64(time.Second) {
 			offset, offsetAt = clockOffset(), mono
 		}
-		s.r.wmu.Lock()
+		rows = rows[:0]
 		for i := 0; i < int(n); i++ {
 			mh := &hdrs[i].hdr
 			oob := oobs[i*oobLen : i*oobLen+int(mh.Controllen)]
@@ -254,17 +260,19 @@ func (s *hintServer) serve() {
 			}
 			ts = max(ts, last)
 			last = ts
-			rej := s.handle(buf, int(hdrs[i].n), mh.Flags, cred, fds[:nfds], ts, &msg, &h)
+			rej := s.handle(buf, int(hdrs[i].n), mh.Flags, cred, fds[:nfds], ts, &msgs[i], &h)
 			for _, fd := range fds[:nfds] {
 				unix.Close(int(fd))
 			}
 			if rej >= 0 {
 				s.rej[rej].Add(1)
 			} else {
-				s.accepted.Add(1)
+				rows = append(rows, h)
 			}
 		}
-		s.r.wmu.Unlock()
+		if len(rows) > 0 && s.src.deliverHints(rows) {
+			s.accepted.Add(uint64(len(rows)))
+		}
 		// A client that keeps sending never lets the receive time out.
 		if s.quit.Load() {
 			return
@@ -309,8 +317,8 @@ func parseControl(oob []byte, fds *[16]int32) (cred *unix.Ucred, nfds int, realt
 	return cred, nfds, realtimeNS
 }
 
-// handle checks and writes one datagram; it returns a rej* reason or -1.
-// The caller holds r.wmu.
+// handle checks and decodes one datagram into h; it returns a rej* reason
+// or -1.
 func (s *hintServer) handle(buf []byte, n int, flags int32, cred *unix.Ucred, fds []int32, ts uint64, msg *hints.Message, h *formats.Hint) int {
 	if cred == nil {
 		return rejNoCreds
@@ -348,12 +356,12 @@ func (s *hintServer) handle(buf []byte, n int, flags int32, cred *unix.Ucred, fd
 			return rejBadFile
 		}
 		key := statKey(&st)
-		if fe = s.r.files.get(key); fe == nil {
+		if fe = s.src.files.get(key); fe == nil {
 			p, _ := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
 			if !strings.HasPrefix(p, "/") {
 				p = ""
 			}
-			fe = s.r.files.add(key, 0, strings.TrimSuffix(p, " (deleted)"))
+			fe = s.src.files.add(key, 0, strings.TrimSuffix(p, " (deleted)"))
 		}
 	} else {
 		if len(fds) != 0 {
@@ -370,17 +378,13 @@ func (s *hintServer) handle(buf []byte, n int, flags int32, cred *unix.Ucred, fd
 	case hints.KindTreeChildEnter:
 		h.ParentPage, h.Position, h.Children = msg.ParentPage, msg.Position, msg.Children
 	case hints.KindTensorLayout:
-		// AppendHint copies the name, so a view of the buffer is enough.
+		// A view of the receive buffer: valid until the batch is delivered.
 		if len(msg.Name) > 0 {
 			h.Name = unsafe.String(&msg.Name[0], len(msg.Name))
 		}
 		h.OffsetBytes, h.LengthBytes = msg.Offset, msg.Length
 	case hints.KindLayerStart:
 		h.Position = msg.Layer
-	}
-	// serve holds r.wmu.
-	if err := s.r.out.AppendHint(h); err != nil {
-		s.r.setWriteErr(err)
 	}
 	return -1
 }
@@ -411,8 +415,8 @@ func (s *hintServer) checkPath(cred *unix.Ucred, path []byte) (*fileEntry, int) 
 		c.rej = rejUnreadable
 	default:
 		key := statKey(&st)
-		if c.entry = s.r.files.get(key); c.entry == nil {
-			c.entry = s.r.files.add(key, 0, p)
+		if c.entry = s.src.files.get(key); c.entry == nil {
+			c.entry = s.src.files.add(key, 0, p)
 		}
 	}
 	if len(byPath) > 65536 {

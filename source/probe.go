@@ -1,4 +1,4 @@
-package record
+package source
 
 import (
 	"bufio"
@@ -21,7 +21,7 @@ const (
 	capBPF      = 39
 )
 
-// ErrPermission is wrapped by the error Run returns when capabilities are
+// ErrPermission is wrapped by the error Open returns when capabilities are
 // missing.
 var ErrPermission = errors.New("missing capabilities")
 
@@ -64,7 +64,7 @@ func checkPrivileges(needAdmin bool) error {
 		return err
 	}
 	if miss := missingCaps(eff, needAdmin); len(miss) > 0 {
-		return fmt.Errorf("check privileges: %s: %w; run predictio record as root (sudo) or grant them with setcap",
+		return fmt.Errorf("check privileges: %s: %w; run predictio as root (sudo) or grant them with setcap",
 			strings.Join(miss, ", "), ErrPermission)
 	}
 	return nil
@@ -99,10 +99,11 @@ func tracepointExists(events, group, name string) bool {
 	return err == nil
 }
 
-// source is one tracepoint the recorder can attach, or, for access kinds,
-// the kprobe used in its place where the tracepoint is missing.
-type source struct {
-	group, name string
+// probe is one tracepoint the source can attach (as a raw tracepoint), or,
+// for access kinds, the kprobe used in its place where the tracepoint is
+// missing.
+type probe struct {
+	group, name string             // tracepoint; raw tracepoints are named by name alone
 	prog        string             // program name in record.bpf.c
 	kind        formats.AccessKind // 0 for non-access sources
 	minKernel   string
@@ -114,7 +115,7 @@ type source struct {
 
 // String names the source as the manifest lists it: "group:name" for a
 // tracepoint, "kprobe:function" for a kprobe fallback.
-func (s source) String() string {
+func (s probe) String() string {
 	if s.viaKprobe {
 		return "kprobe:" + s.kprobe
 	}
@@ -122,7 +123,7 @@ func (s source) String() string {
 }
 
 // accessSources are the page-access tracepoints, in docs/record.md order.
-var accessSources = []source{
+var accessSources = []probe{
 	{"filemap", "mm_filemap_get_pages", "handle_get_pages", formats.KindRead, "6.11", "filemap_read", "kprobe_read", false},
 	{"filemap", "mm_filemap_fault", "handle_fault", formats.KindFault, "6.11", "filemap_fault", "kprobe_fault", false},
 	{"filemap", "mm_filemap_map_pages", "handle_map_pages", formats.KindMap, "6.11", "filemap_map_pages", "kprobe_map_pages", false},
@@ -136,7 +137,7 @@ var accessSources = []source{
 // hasKprobe (nil: no kprobes) says the function can be probed. It names
 // the kinds that have neither, with their kernel minimum, and fails,
 // wrapping ErrNotSupported, when no kind has a source.
-func probeAccessSources(events string, hasKprobe func(fn string) bool) (present []source, missing []string, err error) {
+func probeAccessSources(events string, hasKprobe func(fn string) bool) (present []probe, missing []string, err error) {
 	for _, s := range accessSources {
 		switch {
 		case tracepointExists(events, s.group, s.name):
@@ -196,15 +197,14 @@ func kprobeFuncs(events string) func(string) bool {
 }
 
 // helperSources follow processes and opens; they are optional.
-var helperSources = []source{
+var helperSources = []probe{
 	{"sched", "sched_process_fork", "handle_fork", 0, "4.14", "", "", false},
 	{"sched", "sched_process_exit", "handle_exit", 0, "4.14", "", "", false},
-	{"syscalls", "sys_enter_openat", "handle_openat", 0, "4.14", "", "", false},
-	{"syscalls", "sys_enter_openat2", "handle_openat2", 0, "5.6", "", "", false},
-	{"syscalls", "sys_enter_open", "handle_open", 0, "4.14", "", "", false},
-	{"syscalls", "sys_enter_execve", "handle_execve", 0, "4.14", "", "", false},
-	{"syscalls", "sys_enter_execveat", "handle_execveat", 0, "4.14", "", "", false},
+	{"raw_syscalls", "sys_enter", "handle_sys_enter", 0, "4.17", "", "", false},
 }
+
+// execSource reports execs (Config.Exec, ExecTargets).
+var execSource = probe{"sched", "sched_process_exec", "handle_exec", 0, "4.17", "", "", false}
 
 // cgroup2Mount returns the mount point of the cgroup v2 hierarchy, or "".
 func cgroup2Mount() string {
@@ -234,9 +234,9 @@ func unescapeMount(s string) string {
 	return r.Replace(s)
 }
 
-// filesystems describes the block devices of the recorded files, from
+// Filesystems describes the block devices of files, from
 // /proc/self/mountinfo and /sys/dev/block.
-func filesystems(files []formats.File) []formats.Filesystem {
+func Filesystems(files []formats.File) []formats.Filesystem {
 	devs := make(map[uint64]bool)
 	for _, f := range files {
 		if f.Path != "" {
@@ -283,3 +283,51 @@ func filesystems(files []formats.File) []formats.Filesystem {
 	}
 	return out
 }
+
+// Check reports whether a Source can run here and attach the named
+// tracepoints ("group:name", e.g. "filemap:mm_filemap_get_pages"): nil, an
+// error wrapping ErrPermission that names every missing capability, or
+// one wrapping ErrNotSupported that names a tracepoint the kernel lacks
+// (with its kprobe fallback, for access kinds). Tests skip with its text.
+// It mounts tracefs when it is not mounted.
+func Check(tracepoints ...string) error {
+	eff, err := effectiveCaps()
+	if err != nil {
+		return err
+	}
+	if miss := missingCaps(eff, true); len(miss) > 0 {
+		return fmt.Errorf("tracing needs %s (run as root): %w", strings.Join(miss, ", "), ErrPermission)
+	}
+	if err := mountTracefs(); err != nil {
+		return err
+	}
+	ev := tracefsEvents()
+	var kp func(string) bool
+	for _, s := range tracepoints {
+		g, n, _ := strings.Cut(s, ":")
+		if tracepointExists(ev, g, n) {
+			continue
+		}
+		fallback := ""
+		for _, a := range accessSources {
+			if a.group == g && a.name == n {
+				fallback = a.kprobe
+			}
+		}
+		if fallback == "" {
+			return fmt.Errorf("kernel lacks tracepoint %s: %w", s, ErrNotSupported)
+		}
+		if kp == nil {
+			if kp = kprobeFuncs(ev); kp == nil {
+				kp = func(string) bool { return false }
+			}
+		}
+		if !kp(fallback) {
+			return fmt.Errorf("kernel lacks tracepoint %s and its kprobe fallback kprobe:%s: %w", s, fallback, ErrNotSupported)
+		}
+	}
+	return nil
+}
+
+// CgroupV2Mount returns the mount point of the cgroup v2 hierarchy, or "".
+func CgroupV2Mount() string { return cgroup2Mount() }

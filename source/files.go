@@ -1,4 +1,4 @@
-package record
+package source
 
 import (
 	"bufio"
@@ -37,9 +37,14 @@ type fileEntry struct {
 	state atomic.Uint32
 	path  string // guarded by fileTable.mu
 	// pages is the file's size in pages when last stat'ed (0: unknown),
-	// statAt when (monotonic ns); used by the writer only.
+	// statAt when (monotonic ns); used by the decoder only.
 	pages  uint64
 	statAt uint64
+	// size, mtime and mode from the stat when the file was added; guarded
+	// by fileTable.mu.
+	size  uint64
+	mtime int64
+	mode  uint32
 }
 
 // setSize records st's size in pages.
@@ -103,11 +108,12 @@ func (f *filter) unknownState() uint32 {
 }
 
 // fileTable assigns file ids and resolves (dev, ino) to paths. It is shared
-// by the event writer, the opens reader and the hint server.
+// by the event decoder, the opens reader and the hint server.
 type fileTable struct {
 	mu          sync.Mutex
 	byKey       map[fileKey]*fileEntry
 	list        []*fileEntry
+	fresh       []formats.File     // rows of files added since takeFresh
 	cands       map[fileKey]string // paths seen in opens and hints
 	filt        filter
 	deny        *ebpf.Map      // bpf "files" map; nil in tests
@@ -189,12 +195,12 @@ func (t *fileTable) add(key fileKey, pid uint32, path string) *fileEntry {
 		path = scanProc(pid, key)
 	}
 	state := t.filt.unknownState()
-	size := int64(-1)
+	size, mtime, mode := int64(-1), int64(0), uint32(0)
 	if path != "" {
 		var st unix.Stat_t
 		if err := unix.Stat(path, &st); err == nil && statKey(&st) == key {
 			state = t.filt.decide(path, &st)
-			size = st.Size
+			size, mtime, mode = st.Size, st.Mtim.Nano(), st.Mode
 		} else {
 			state = t.filt.decide(path, nil)
 		}
@@ -204,15 +210,50 @@ func (t *fileTable) add(key fileKey, pid uint32, path string) *fileEntry {
 		t.mu.Unlock()
 		return e
 	}
-	e := &fileEntry{id: uint32(len(t.list)), key: key, path: path}
+	// Ids start at 1: a hint's file_id 0 means "no file" (docs/format.md).
+	e := &fileEntry{id: uint32(len(t.list) + 1), key: key, path: path}
 	if size >= 0 {
 		e.pages, e.statAt = (uint64(size)+4095)/4096, monoNow()
+		e.size, e.mtime, e.mode = uint64(size), mtime, mode
 	}
 	t.byKey[key] = e
 	t.list = append(t.list, e)
-	t.mu.Unlock()
 	t.setState(e, state)
+	if state != stateDenied {
+		t.fresh = append(t.fresh, formats.File{ID: e.id, Dev: uint64(key.dev), Ino: key.ino, Path: path,
+			Size: uint64(max(size, 0)), MtimeNS: mtime, Mode: mode})
+	}
+	t.mu.Unlock()
 	return e
+}
+
+// takeFresh appends the rows of the files added since the last call to dst.
+// A file is added before any event or hint that names it is decoded, so a
+// batch that takes the fresh rows when it is delivered carries every file
+// it references that no earlier batch carried.
+func (t *fileTable) takeFresh(dst []formats.File) []formats.File {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	dst = append(dst, t.fresh...)
+	clear(t.fresh)
+	t.fresh = t.fresh[:0]
+	return dst
+}
+
+// row returns the current files.arrow row of file id: its path (or the best
+// candidate seen so far) and the size and mtime of its last stat.
+func (t *fileTable) row(id uint32) (formats.File, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if id == 0 || int(id) > len(t.list) {
+		return formats.File{}, false
+	}
+	e := t.list[id-1]
+	f := formats.File{ID: e.id, Dev: uint64(e.key.dev), Ino: e.key.ino, Path: e.path, Size: e.size, MtimeNS: e.mtime, Mode: e.mode}
+	if f.Path == "" {
+		f.Path = t.cands[e.key]
+	}
+	return f, true
 }
 
 func statKey(st *unix.Stat_t) fileKey {
@@ -339,29 +380,42 @@ func (t *fileTable) interp(path string) string {
 	return v
 }
 
-// files returns the files.arrow rows: path, size and mtime of every file
-// that still exists under the path it was seen with.
+// files returns the files.arrow rows of every file, stat'ed now (rowNow).
 func (t *fileTable) files() (rows []formats.File, unresolved int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	rows = make([]formats.File, 0, len(t.list))
-	for _, e := range t.list {
-		f := formats.File{ID: e.id, Dev: uint64(e.key.dev), Ino: e.key.ino, Path: e.path}
+	n := t.count()
+	rows = make([]formats.File, 0, n)
+	for i := range n {
+		f, _ := t.rowNow(uint32(i + 1))
 		if f.Path == "" {
-			f.Path = t.cands[e.key]
-		}
-		if f.Path != "" {
-			var st unix.Stat_t
-			if unix.Stat(f.Path, &st) == nil && statKey(&st) == e.key {
-				f.Size = uint64(st.Size)
-				f.MtimeNS = st.Mtim.Nano()
-			}
-		} else {
 			unresolved++
 		}
 		rows = append(rows, f)
 	}
 	return rows, unresolved
+}
+
+// rowNow returns the files.arrow row of file id with its best path,
+// stat'ed now: size, mtime and mode when the file still exists under that
+// path with the same device and inode (else they stay 0).
+func (t *fileTable) rowNow(id uint32) (formats.File, bool) {
+	t.mu.Lock()
+	if id == 0 || int(id) > len(t.list) {
+		t.mu.Unlock()
+		return formats.File{}, false
+	}
+	e := t.list[id-1]
+	f := formats.File{ID: e.id, Dev: uint64(e.key.dev), Ino: e.key.ino, Path: e.path}
+	if f.Path == "" {
+		f.Path = t.cands[e.key]
+	}
+	t.mu.Unlock()
+	if f.Path != "" {
+		var st unix.Stat_t
+		if unix.Stat(f.Path, &st) == nil && statKey(&st) == e.key {
+			f.Size, f.MtimeNS, f.Mode = uint64(st.Size), st.Mtim.Nano(), st.Mode
+		}
+	}
+	return f, true
 }
 
 // pathOf returns e's path.

@@ -1,7 +1,6 @@
-package record
+package source
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -50,7 +49,7 @@ func helperThreadExit() int {
 // its thread group dies, whichever thread dies last: a pid left behind makes
 // an unrelated process that reuses it a target.
 func TestPidSetGroupExit(t *testing.T) {
-	requireRecorder(t, "sched:sched_process_fork", "sched:sched_process_exit")
+	requireSource(t, "sched:sched_process_fork", "sched:sched_process_exit")
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -68,10 +67,14 @@ func TestPidSetGroupExit(t *testing.T) {
 	if err := sh.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// A failure before the shell is let go must not leave it (and the
+	// test) waiting for its stdin.
+	t.Cleanup(func() { sh.Process.Kill(); sh.Wait() })
+	src, _ := open(t, Config{PIDs: []int{sh.Process.Pid}})
 	var stale []uint32
 	var checkErr error
-	started := func(r *recorder) {
-		go func() {
+	func() {
+		{
 			defer func() { in.Close(); sh.Wait() }()
 			in.Write([]byte("go\n"))
 			var pids []uint32
@@ -95,7 +98,7 @@ func TestPidSetGroupExit(t *testing.T) {
 					return
 				}
 			}
-			m := r.coll.Maps[bpf.RecordMapPids]
+			m := src.coll.Maps[bpf.RecordMapPids]
 			for _, p := range pids {
 				var v uint8
 				if m.Lookup(p, &v) == nil {
@@ -103,9 +106,8 @@ func TestPidSetGroupExit(t *testing.T) {
 				}
 			}
 			in.Write([]byte("done\n"))
-		}()
-	}
-	record(t, context.Background(), Config{PIDs: []int{sh.Process.Pid}, Duration: 30 * time.Second, onStart: started})
+		}
+	}()
 	if checkErr != nil {
 		t.Fatal(checkErr)
 	}

@@ -1,7 +1,6 @@
-package record
+package source
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os/exec"
@@ -15,21 +14,23 @@ import (
 	"github.com/predictio/predictio/bpf"
 )
 
-// benchSource drives the recorder with bench.bpf.c: every getppid(2) of a
+// benchSource drives a Source with bench.bpf.c: every getppid(2) of a
 // separate load process emits perTrigger synthetic records into the events
 // ring. The load process (cmd) waits for a line on stdin, then calls
-// getppid at its paced rate and prints how many calls it made.
+// getppid at its paced rate and prints how many calls it made. done is
+// closed when it has finished.
 type benchSource struct {
 	perTrigger uint32
 	cmd        *exec.Cmd // load process, not started
 	triggers   atomic.Uint64
 	err        error
+	done       chan struct{}
 
 	coll *ebpf.Collection
 	l    link.Link
 }
 
-func (b *benchSource) attach(r *recorder) error {
+func (b *benchSource) attach(s *Source) error {
 	spec, err := bpf.LoadBench()
 	if err != nil {
 		return fmt.Errorf("load bench spec: %w", err)
@@ -41,8 +42,8 @@ func (b *benchSource) attach(r *recorder) error {
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
 		MapReplacements: map[string]*ebpf.Map{
-			bpf.RecordMapEvents:   r.coll.Maps[bpf.RecordMapEvents],
-			bpf.RecordMapCounters: r.coll.Maps[bpf.RecordMapCounters],
+			bpf.RecordMapEvents:   s.coll.Maps[bpf.RecordMapEvents],
+			bpf.RecordMapCounters: s.coll.Maps[bpf.RecordMapCounters],
 		},
 	})
 	if err != nil {
@@ -55,7 +56,7 @@ func (b *benchSource) attach(r *recorder) error {
 	}
 	b.coll, b.l = coll, l
 	// The synthetic file, so that it resolves.
-	r.files.add(fileKey{dev: 1, ino: 1}, 0, "/bench/synthetic")
+	s.files.add(fileKey{dev: 1, ino: 1}, 0, "/bench/synthetic")
 	return nil
 }
 
@@ -74,7 +75,8 @@ func (b *benchSource) detach() {
 }
 
 // run starts the load process, points the program at it and waits.
-func (b *benchSource) run(ctx context.Context) {
+func (b *benchSource) run() {
+	defer close(b.done)
 	in, err := b.cmd.StdinPipe()
 	if err != nil {
 		b.err = err
