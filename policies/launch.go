@@ -54,8 +54,10 @@ func (f *LaunchFile) Same(g *LaunchFile) bool {
 }
 
 // LaunchTouch is what one launch did with one file: when it first
-// touched it and which pages. Ranges is sorted and disjoint; it is empty
-// for a file the launch only looked up (opened or stat'ed, no pages).
+// touched it and its demand accesses' pages in the order it touched them
+// (an access that continues the previous one is merged into it), so that
+// the page sequence of each file can train markov. Ranges is empty for a
+// file the launch only looked up (opened or stat'ed, no pages).
 type LaunchTouch struct {
 	File    uint32 // index into LaunchProfile.Files
 	FirstNS uint64 // first access, in ns after the launch began
@@ -119,7 +121,7 @@ func (p *LaunchProfile) Plan() []LaunchStep {
 		if s.Seen == 0 {
 			continue
 		}
-		s.Ranges = mergeRanges(s.Ranges)
+		s.Ranges = mergeRanges(slices.Clone(s.Ranges))
 		out = append(out, s)
 	}
 	slices.SortStableFunc(out, func(a, b LaunchStep) int {
@@ -130,6 +132,29 @@ func (p *LaunchProfile) Plan() []LaunchStep {
 	})
 	p.plan = out
 	return out
+}
+
+// Markov returns a markov model trained on the profile's launches: each
+// launch is a run, each touch's accesses in order its file's page
+// sequence (at most maxPages pages per touch).
+func (p *LaunchProfile) Markov(pageSize uint32) *MarkovModel {
+	const maxPages = 1 << 20
+	b := NewMarkovBuilder(pageSize)
+	var seq []uint64
+	for li, l := range p.Launches {
+		for _, t := range l.Touches {
+			seq = seq[:0]
+			for _, r := range t.Ranges {
+				for pg := r.First; pg < r.First+uint64(r.N) && len(seq) < maxPages; pg++ {
+					seq = append(seq, pg)
+				}
+			}
+			if len(seq) > 1 {
+				b.AddRun(li, p.Files[t.File].Key(), seq)
+			}
+		}
+	}
+	return b.Build()
 }
 
 // Pages returns the number of pages of the profile's plan.
@@ -605,9 +630,11 @@ func (r *LaunchRecorder) Observe(ev *Event) {
 	n = min(n, maxLaunchPage-first, math.MaxUint32)
 	t := &r.touches[i]
 	if k := len(t.ranges); k > 0 {
+		// Continuing the previous access (the next pages, or within its
+		// last page) leaves the file's page sequence as it is.
 		last := &t.ranges[k-1]
 		end := last.First + uint64(last.N)
-		if first >= last.First && first <= end {
+		if first+1 >= end && first <= end {
 			if e := max(end, first+n); e-last.First <= math.MaxUint32 {
 				last.N = uint32(e - last.First)
 				return
@@ -633,7 +660,7 @@ func (r *LaunchRecorder) Launch(resolve func(id uint32) (LaunchFile, bool), star
 		if !ok || f.Path == "" || !filepath.IsAbs(f.Path) || len(f.Path) > maxLaunchPath {
 			continue
 		}
-		l.Touches = append(l.Touches, LaunchTouch{File: uint32(len(files)), FirstNS: t.first, Ranges: mergeRanges(slices.Clone(t.ranges))})
+		l.Touches = append(l.Touches, LaunchTouch{File: uint32(len(files)), FirstNS: t.first, Ranges: slices.Clone(t.ranges)})
 		files = append(files, f)
 	}
 	return l, files

@@ -157,6 +157,8 @@ func TestDecodeLaunchProfileNamesTheField(t *testing.T) {
 		{append(append(append(bytes.Clone(head), 1), file("/f")...), 1, 0, 0, 1, 3, 0, 0), "field launches[0].touches[0].file"},
 		// a range of 0 pages
 		{append(append(append(bytes.Clone(head), 1), file("/f")...), 1, 0, 0, 1, 0, 0, 1, 0, 0), "launches[0].touches[0].ranges[0]"},
+		// a range before page 0
+		{append(append(append(bytes.Clone(head), 1), file("/f")...), 1, 0, 0, 1, 0, 0, 1, 1, 1), "launches[0].touches[0].ranges[0]"},
 		{append(append(append(bytes.Clone(head), 1), file("/f")...), 0, 9), "bytes after the last launch"},
 	}
 	for _, c := range cases {
@@ -340,5 +342,34 @@ func TestLaunchProfileName(t *testing.T) {
 	}
 	if n := LaunchProfileName("/x/" + strings.Repeat("é", 100)); len(n) > 100 || strings.ContainsAny(n, "/é") {
 		t.Errorf("long name %q", n)
+	}
+}
+
+func TestLaunchProfileTrainsMarkov(t *testing.T) {
+	files := map[uint32]LaunchFile{1: lf("/data", 1)}
+	p := &LaunchProfile{Program: lf("/usr/bin/x", 9)}
+	for range 2 {
+		recordLaunch(t, p, files, []Event{
+			acc(1, 1, formats.KindRead, 40, 1), acc(2, 1, formats.KindRead, 41, 1), // one range 40+2
+			acc(3, 1, formats.KindRead, 7, 1), acc(4, 1, formats.KindRead, 90, 1),
+		}, 3)
+	}
+	if r := p.Launches[0].Touches[0].Ranges; !reflect.DeepEqual(r, []Range{{40, 2}, {7, 1}, {90, 1}}) {
+		t.Fatalf("touch keeps the access order: %v", r)
+	}
+	m := p.Markov(4096)
+	data := files[1]
+	fm, err := m.Lookup(data.Key())
+	if err != nil || fm == nil {
+		t.Fatalf("no model for /data: %v", err)
+	}
+	for _, c := range [][2]uint64{{40, 41}, {41, 7}, {7, 90}} {
+		ts := fm.Next(c[0])
+		if len(ts) != 1 || ts[0].Next != c[1] || ts[0].P != 1 {
+			t.Errorf("transitions from %d: %+v, want %d", c[0], ts, c[1])
+		}
+	}
+	if m.Runs != 2 {
+		t.Errorf("runs %d", m.Runs)
 	}
 }

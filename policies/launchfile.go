@@ -37,7 +37,7 @@ func init() {
 //	uvarint files, files: file...
 //	uvarint launches, each: varint start_unix_ns, uvarint wall_ns,
 //	    uvarint touches, each: uvarint file, uvarint first_ns,
-//	        uvarint ranges, each: uvarint gap (from the previous range's end), uvarint n
+//	        uvarint ranges, each: varint first (from the previous range's end), uvarint n
 //	uint32 CRC32C (Castagnoli) of everything before it, little endian
 //
 // where file is: uvarint path length, path bytes, uvarint dev, uvarint
@@ -93,7 +93,7 @@ func EncodeLaunchProfile(p *LaunchProfile) []byte {
 			b = binary.AppendUvarint(b, uint64(len(t.Ranges)))
 			var end uint64
 			for _, r := range t.Ranges {
-				b = binary.AppendUvarint(b, r.First-end)
+				b = binary.AppendVarint(b, int64(r.First-end))
 				b = binary.AppendUvarint(b, uint64(r.N))
 				end = r.First + uint64(r.N)
 			}
@@ -264,11 +264,11 @@ func (r *launchReader) launch(p *LaunchProfile, li, total int) int {
 		t.Ranges = make([]Range, nr)
 		var end uint64
 		for i := range t.Ranges {
-			gap := r.uvarint(tf+".ranges.gap", maxLaunchPage)
+			delta := r.varint(tf + ".ranges.first")
 			n := r.uvarint(tf+".ranges.n", math.MaxUint32)
-			first := end + gap
-			if r.err == nil && (n == 0 || first+n > maxLaunchPage || (i > 0 && gap == 0)) {
-				r.fail(fmt.Sprintf("%s.ranges[%d]", tf, i), "pages %d+%d: empty, overlapping or beyond 2^52", first, n)
+			first := end + uint64(delta)
+			if r.err == nil && (n == 0 || delta < -maxLaunchPage || delta > maxLaunchPage || int64(end)+delta < 0 || first+n > maxLaunchPage) {
+				r.fail(fmt.Sprintf("%s.ranges[%d]", tf, i), "pages %d%+d, %d pages: empty, negative or beyond 2^52", end, delta, n)
 			}
 			if r.err != nil {
 				return total
