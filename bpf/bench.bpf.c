@@ -35,6 +35,13 @@ int bench_emit(void *ctx)
 			continue;
 		}
 		e->ts = now;
+		e->end = 0;
+		e->op = 0;
+		e->ret = 0;
+		e->map_pgoff = 0;
+		e->map_pages = 0;
+		e->prot = 0;
+		e->flags = 0;
 		e->ino = bench_ino;
 		e->index = i;
 		e->dev = bench_dev;

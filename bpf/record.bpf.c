@@ -54,11 +54,13 @@ struct filekey {
 };
 
 #define OPEN_EXEC 1 // flags: the path was given to execve/execveat
+#define OPEN_ROW 2  // flags: the path of the row with this op (EV_PATH)
 
-// open_event is one open (or exec) of a path by a target, 280 bytes, in the
-// opens ring.
+// open_event is a path a target looked up (an open, stat or exec), 288
+// bytes, in the opens ring.
 struct open_event {
 	__u64 ts;
+	__u64 op; // OPEN_ROW: the row's op
 	__u32 pid;
 	__u32 tid;
 	__s32 dfd;
@@ -153,12 +155,21 @@ static __always_inline bool is_target(__u64 pid_tgid)
 	return false;
 }
 
-// record_event applies the deny set and the comm filter and writes one
+// row is one event before it goes into the ring.
+struct row {
+	__u64 ts, end, op;
+	__s64 ret;
+	__u64 ino, index, map_pgoff, map_pages;
+	__u32 dev, npages;
+	__u8 kind, prot, flags;
+};
+
+// record_row applies the deny set and the comm filter and writes one
 // event; the caller has checked the target.
-static __always_inline int record_event(__u64 pid_tgid, __u8 kind, __u64 dev, __u64 ino, __u64 index, __u64 npages)
+static __always_inline int record_row(__u64 pid_tgid, const struct row *r)
 {
-	if (deny_active) {
-		struct filekey k = {.ino = ino, .dev = (__u32)dev};
+	if (deny_active && r->ino) {
+		struct filekey k = {.ino = r->ino, .dev = r->dev};
 		__u8 *v = bpf_map_lookup_elem(&files, &k);
 		if (v && *v == FILE_DENY) {
 			count(CNT_FILTERED);
@@ -187,16 +198,129 @@ static __always_inline int record_event(__u64 pid_tgid, __u8 kind, __u64 dev, __
 	__u64 *dst = (__u64 *)e->comm;
 	dst[0] = comm[0];
 	dst[1] = comm[1];
-	e->ts = bpf_ktime_get_ns();
-	e->ino = ino;
-	e->index = index;
-	e->dev = (__u32)dev;
-	e->npages = (__u32)npages;
+	e->ts = r->ts;
+	e->end = r->end;
+	e->op = r->op;
+	e->ret = r->ret;
+	e->ino = r->ino;
+	e->index = r->index;
+	e->map_pgoff = r->map_pgoff;
+	e->map_pages = r->map_pages;
+	e->dev = r->dev;
+	e->npages = r->npages;
 	e->pid = pid_tgid >> 32;
 	e->tid = (__u32)pid_tgid;
-	e->kind = kind;
+	e->kind = r->kind;
+	e->prot = r->prot;
+	e->flags = r->flags;
 	submit(e);
 	return 0;
+}
+
+// record_event writes a plain event: kind, file, pages, at this moment.
+static __always_inline int record_event(__u64 pid_tgid, __u8 kind, __u64 dev, __u64 ino, __u64 index, __u64 npages)
+{
+	struct row r = {.ts = bpf_ktime_get_ns(), .kind = kind, .dev = dev, .ino = ino, .index = index, .npages = npages};
+	return record_row(pid_tgid, &r);
+}
+
+// Operation ids: per CPU, (cpu + 1) << 48 | a counter, so never 0 and
+// unique without atomics (a program runs to its end on one CPU).
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} opseq SEC(".maps");
+
+static __always_inline __u64 new_op(void)
+{
+	__u32 k = 0;
+	__u64 *s = bpf_map_lookup_elem(&opseq, &k);
+	if (!s)
+		return 0;
+	*s += 1;
+	return ((__u64)(bpf_get_smp_processor_id() + 1) << 48) | (*s & 0xffffffffffffULL);
+}
+
+// tstate is what a traced thread is doing: the system call in flight (its
+// exit completes the row) and the user page fault it is in.
+struct tstate {
+	__u64 sys_ts; // entry of the traced system call in flight; 0: none
+	__u64 sys_op;
+	__u64 a0, a1, a2, a3, a4, a5; // its arguments, for the exit
+	__u64 pos;                    // read family: the file position read from
+	__u64 ino;                    // read family, getdents64, mmap: the file
+	__u32 dev;
+	__u32 nr; // its number
+	__u64 fault_ts; // entry of the user page fault in progress; 0: none
+	__u64 fault_op;
+	__u64 fault_addr;
+	__u64 vm_ino; // the faulting address's mapping, looked up once per fault
+	__u64 vm_pgoff, vm_pages;
+	__u32 vm_dev;
+	__u8 vm_prot;
+	__u8 vm_state; // 0: not looked up, 1: a file mapping, 2: none
+	__u8 pad[2];
+};
+
+// threads: per traced thread. Not preallocated; an entry is made at the
+// thread's first traced system call or fault and deleted when it exits.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct tstate);
+} threads SEC(".maps");
+
+static __always_inline struct tstate *thread_state(__u32 tid, bool create)
+{
+	struct tstate *t = bpf_map_lookup_elem(&threads, &tid);
+	if (t || !create)
+		return t;
+	struct tstate z = {};
+	bpf_map_update_elem(&threads, &tid, &z, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&threads, &tid);
+}
+
+// x86-64 system call numbers (arch/x86/entry/syscalls/syscall_64.tbl).
+#define NR_read 0
+#define NR_open 2
+#define NR_newstat 4
+#define NR_newlstat 6
+#define NR_mmap 9
+#define NR_pread64 17
+#define NR_readv 19
+#define NR_access 21
+#define NR_sendfile64 40
+#define NR_execve 59
+#define NR_getdents64 217
+#define NR_openat 257
+#define NR_newfstatat 262
+#define NR_faccessat 269
+#define NR_splice 275
+#define NR_preadv 295
+#define NR_execveat 322
+#define NR_copy_file_range 326
+#define NR_preadv2 327
+#define NR_statx 332
+#define NR_openat2 437
+#define NR_faccessat2 439
+
+static __always_inline bool is_read_nr(__u32 nr)
+{
+	return nr == NR_read || nr == NR_pread64 || nr == NR_readv || nr == NR_preadv || nr == NR_preadv2 ||
+	       nr == NR_sendfile64 || nr == NR_splice || nr == NR_copy_file_range;
+}
+
+// in_read reports whether the current thread is inside a traced read-family
+// system call of file (dev, ino): its page-cache lookups are folded into
+// the system call's row.
+static __always_inline bool in_read(__u64 pid_tgid, __u64 dev, __u64 ino)
+{
+	struct tstate *t = thread_state((__u32)pid_tgid, false);
+	return t && t->sys_ts && is_read_nr(t->nr) && t->ino == ino && t->dev == (__u32)dev;
 }
 
 static __always_inline int emit(__u8 kind, __u64 dev, __u64 ino, __u64 index, __u64 npages)
@@ -217,9 +341,112 @@ static __always_inline int emit_host(__u8 kind, struct inode *host, __u64 index,
 	return emit(kind, dev, ino, index, npages);
 }
 
+// emit_read is a read-path page-cache lookup, unless it happens inside a
+// traced read system call of the same file, whose row covers it.
+static __always_inline int emit_read(struct inode *host, __u64 index, __u64 npages)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+	if (!host || !is_target(pid_tgid))
+		return 0;
+	__u64 dev = BPF_CORE_READ(host, i_sb, s_dev);
+	__u64 ino = BPF_CORE_READ(host, i_ino);
+	if (in_read(pid_tgid, dev, ino))
+		return 0;
+	return record_event(pid_tgid, KIND_READ, dev, ino, index, npages);
+}
+
 static __always_inline __u64 range_pages(__u64 first, __u64 last)
 {
 	return last >= first ? last - first + 1 : 1;
+}
+
+// Mapping protection: VM_READ, VM_WRITE and VM_EXEC are bits 0-2 of
+// vm_flags, the same as formats.Prot*; formats.ProtShared (bit 3) is
+// VM_MAYSHARE, set for every MAP_SHARED mapping (VM_SHARED, bit 3, is
+// cleared when the file is not open for writing).
+#define VM_MAYSHARE 0x80
+
+// vma_file is what a fault needs of its mapping.
+struct vma_file {
+	__u64 ino, pgoff, pages;
+	__u32 dev;
+	__u8 prot;
+	__u8 state; // 1: a file mapping, 2: none
+};
+
+static __always_inline void vma_info(struct vma_file *v, struct vm_area_struct *vma)
+{
+	struct file *f = vma ? BPF_CORE_READ(vma, vm_file) : NULL;
+	struct inode *inode = f ? BPF_CORE_READ(f, f_inode) : NULL;
+	if (!inode) {
+		v->state = 2;
+		return;
+	}
+	v->ino = BPF_CORE_READ(inode, i_ino);
+	v->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	v->pgoff = BPF_CORE_READ(vma, vm_pgoff);
+	v->pages = (BPF_CORE_READ(vma, vm_end) - BPF_CORE_READ(vma, vm_start)) >> 12;
+	__u64 vmf = BPF_CORE_READ(vma, vm_flags);
+	v->prot = (vmf & 7) | (vmf & VM_MAYSHARE ? 8 : 0);
+	v->state = 1;
+}
+
+static long find_vma_cb(struct task_struct *task, struct vm_area_struct *vma, void *data)
+{
+	vma_info((struct vma_file *)data, vma);
+	return 0;
+}
+
+// fault_row fills r as a row of the page fault the thread is in, when it
+// is in one (entered at page_fault_user or page_fault_kernel, no system
+// call since) and the faulting address's mapping is of this file: ts the fault's
+// entry, end now, its op, the mapping's protection and file range. vma
+// is the fault's mapping when the caller has it (kprobes), else it is
+// looked up by address (bpf_find_vma, Linux 5.17), once per fault.
+static __always_inline void fault_row(__u64 pid_tgid, struct row *r, struct vm_area_struct *vma)
+{
+	struct tstate *t = thread_state((__u32)pid_tgid, false);
+	// Inside a traced system call only a fault that began in it counts
+	// (not a get_user_pages fault, which has no exception).
+	if (!t || !t->fault_ts || (t->sys_ts && t->fault_ts < t->sys_ts))
+		return;
+	if (t->vm_state == 0) {
+		struct vma_file v = {.state = 2};
+		if (vma)
+			vma_info(&v, vma);
+		else
+			bpf_find_vma(bpf_get_current_task_btf(), t->fault_addr, find_vma_cb, &v, 0);
+		t->vm_ino = v.ino;
+		t->vm_dev = v.dev;
+		t->vm_pgoff = v.pgoff;
+		t->vm_pages = v.pages;
+		t->vm_prot = v.prot;
+		t->vm_state = v.state;
+	}
+	if (t->vm_state != 1 || t->vm_ino != r->ino || t->vm_dev != r->dev)
+		return;
+	r->end = r->ts;
+	r->ts = t->fault_ts;
+	r->op = t->fault_op;
+	r->flags |= EV_FAULT;
+	r->prot = t->vm_prot;
+	r->map_pgoff = t->vm_pgoff;
+	r->map_pages = t->vm_pages;
+}
+
+// emit_fault writes a fault or fault-around (map) row.
+static __always_inline int emit_fault(__u8 kind, struct inode *host, __u64 index, __u64 npages, struct vm_area_struct *vma)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+	if (!host || !is_target(pid_tgid))
+		return 0;
+	struct row r = {.ts = bpf_ktime_get_ns(), .kind = kind, .index = index, .npages = npages};
+	r.dev = BPF_CORE_READ(host, i_sb, s_dev);
+	r.ino = BPF_CORE_READ(host, i_ino);
+	fault_row(pid_tgid, &r, vma);
+	return record_row(pid_tgid, &r);
 }
 
 // mm_filemap_get_pages(struct address_space *mapping, pgoff_t index,
@@ -227,7 +454,7 @@ static __always_inline __u64 range_pages(__u64 first, __u64 last)
 SEC("raw_tp/mm_filemap_get_pages")
 int BPF_PROG(handle_get_pages, struct address_space *mapping, unsigned long first, unsigned long last)
 {
-	return emit_host(KIND_READ, BPF_CORE_READ(mapping, host), first, range_pages(first, last));
+	return emit_read(BPF_CORE_READ(mapping, host), first, range_pages(first, last));
 }
 
 // mm_filemap_map_pages(struct address_space *mapping, pgoff_t index,
@@ -235,14 +462,17 @@ int BPF_PROG(handle_get_pages, struct address_space *mapping, unsigned long firs
 SEC("raw_tp/mm_filemap_map_pages")
 int BPF_PROG(handle_map_pages, struct address_space *mapping, unsigned long first, unsigned long last)
 {
-	return emit_host(KIND_MAP, BPF_CORE_READ(mapping, host), first, range_pages(first, last));
+	return emit_fault(KIND_MAP, BPF_CORE_READ(mapping, host), first, range_pages(first, last), NULL);
 }
 
-// mm_filemap_fault(struct address_space *mapping, pgoff_t index) (Linux 6.11).
+// mm_filemap_fault(struct address_space *mapping, pgoff_t index) (Linux
+// 6.11). It fires as filemap_fault starts, before any I/O: a cold fault
+// that waits for its page is retried and fires again once the page is
+// there.
 SEC("raw_tp/mm_filemap_fault")
 int BPF_PROG(handle_fault, struct address_space *mapping, unsigned long index)
 {
-	return emit_host(KIND_FAULT, BPF_CORE_READ(mapping, host), index, 1);
+	return emit_fault(KIND_FAULT, BPF_CORE_READ(mapping, host), index, 1, NULL);
 }
 
 // Folio layouts. The flags word is an unsigned long, a memdesc_flags_t
@@ -316,7 +546,7 @@ int BPF_PROG(handle_async_ra, struct inode *inode, unsigned long index, struct f
 // and the kernel has kprobes (e.g. Linux 6.1, which has neither the read,
 // fault and map tracepoints of 6.11 nor the readahead ones of 6.14). They
 // read the same (dev, ino, page range) from the probed function's
-// arguments with CO-RE and emit the same events through emit().
+// arguments with CO-RE and emit the same rows.
 
 #define PAGE_SHIFT_4K 12
 
@@ -330,15 +560,16 @@ int BPF_KPROBE(kprobe_read, struct kiocb *iocb, struct iov_iter *iter)
 	if (count == 0)
 		return 0;
 	__u64 first = pos >> PAGE_SHIFT_4K, last = (pos + count - 1) >> PAGE_SHIFT_4K;
-	return emit_host(KIND_READ, BPF_CORE_READ(iocb, ki_filp, f_mapping, host), first, last - first + 1);
+	return emit_read(BPF_CORE_READ(iocb, ki_filp, f_mapping, host), first, last - first + 1);
 }
 
-// filemap_fault(struct vm_fault *vmf): the faulting page.
+// filemap_fault(struct vm_fault *vmf): the faulting page, with its mapping.
 SEC("kprobe/filemap_fault")
 int BPF_KPROBE(kprobe_fault, struct vm_fault *vmf)
 {
-	struct inode *host = BPF_CORE_READ(vmf, vma, vm_file, f_mapping, host);
-	return emit_host(KIND_FAULT, host, BPF_CORE_READ(vmf, pgoff), 1);
+	struct vm_area_struct *vma = BPF_CORE_READ(vmf, vma);
+	struct inode *host = BPF_CORE_READ(vma, vm_file, f_mapping, host);
+	return emit_fault(KIND_FAULT, host, BPF_CORE_READ(vmf, pgoff), 1, vma);
 }
 
 // filemap_map_pages(struct vm_fault *vmf, pgoff_t start, pgoff_t end): the
@@ -346,8 +577,9 @@ int BPF_KPROBE(kprobe_fault, struct vm_fault *vmf)
 SEC("kprobe/filemap_map_pages")
 int BPF_KPROBE(kprobe_map_pages, struct vm_fault *vmf, unsigned long start, unsigned long end)
 {
-	struct inode *host = BPF_CORE_READ(vmf, vma, vm_file, f_mapping, host);
-	return emit_host(KIND_MAP, host, start, range_pages(start, end));
+	struct vm_area_struct *vma = BPF_CORE_READ(vmf, vma);
+	struct inode *host = BPF_CORE_READ(vma, vm_file, f_mapping, host);
+	return emit_fault(KIND_MAP, host, start, range_pages(start, end), vma);
 }
 
 // page_cache_sync_ra(struct readahead_control *ractl, unsigned long
@@ -368,6 +600,30 @@ int BPF_KPROBE(kprobe_async_ra, struct readahead_control *ractl, struct folio *f
 	return emit_host(KIND_RA_ASYNC, host, BPF_CORE_READ(ractl, _index), req_count ? req_count : 1);
 }
 
+// page_fault_user(unsigned long address, struct pt_regs *regs, unsigned long
+// error_code) (x86): a page fault on a user address begins, taken in user
+// mode; the same program is attached to page_fault_kernel, for faults the
+// kernel takes on a user address (copying into a file-mapped buffer, an
+// exec zeroing the binary's bss). Its file rows (fault, fault-around) get
+// this time as their start and share an op; a fault the kernel retries
+// (after waiting for I/O) stays one op.
+SEC("raw_tp/page_fault_user")
+int BPF_PROG(handle_page_fault, unsigned long address)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+	if (!is_target(pid_tgid))
+		return 0;
+	struct tstate *t = thread_state((__u32)pid_tgid, true);
+	if (!t)
+		return 0;
+	t->fault_ts = bpf_ktime_get_ns();
+	t->fault_op = new_op();
+	t->fault_addr = address;
+	t->vm_state = 0;
+	return 0;
+}
+
 // sched_process_fork(struct task_struct *parent, struct task_struct *child):
 // the child of a pid-set member joins the set.
 SEC("raw_tp/sched_process_fork")
@@ -384,15 +640,17 @@ int BPF_PROG(handle_fork, struct task_struct *parent, struct task_struct *child)
 	return 0;
 }
 
-// sched_process_exit(struct task_struct *p[, bool group_dead]): a thread
-// leaves the pid set, and its process once the whole group is dead.
+// sched_process_exit(struct task_struct *p[, bool group_dead]): a thread's
+// state goes; it leaves the pid set, and its process once the whole group
+// is dead.
 SEC("raw_tp/sched_process_exit")
 int BPF_PROG(handle_exit, struct task_struct *p)
 {
-	if (!(target_flags & TARGET_PIDS))
-		return 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)pid_tgid, tgid = pid_tgid >> 32;
+	bpf_map_delete_elem(&threads, &tid);
+	if (!(target_flags & TARGET_PIDS))
+		return 0;
 	// A thread's tid was added by the fork handler.
 	if (tid != tgid)
 		bpf_map_delete_elem(&pids, &tid);
@@ -414,7 +672,7 @@ int BPF_PROG(handle_exit, struct task_struct *p)
 // kernel one with OPEN_KERNEL_PATH (not part of the record's flags).
 #define OPEN_KERNEL_PATH 0x100
 
-static __always_inline int emit_open(__u64 pid_tgid, __s32 dfd, const char *path, __u32 flags)
+static __always_inline int emit_open(__u64 pid_tgid, __s32 dfd, const char *path, __u32 flags, __u64 op)
 {
 	struct open_event *o = bpf_ringbuf_reserve(&opens, sizeof(*o), 0);
 	if (!o) {
@@ -422,6 +680,7 @@ static __always_inline int emit_open(__u64 pid_tgid, __s32 dfd, const char *path
 		return 0;
 	}
 	o->ts = bpf_ktime_get_ns();
+	o->op = op;
 	o->pid = pid_tgid >> 32;
 	o->tid = (__u32)pid_tgid;
 	o->dfd = dfd;
@@ -470,30 +729,88 @@ int BPF_PROG(handle_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 	// directory unless absolute), for user space to resolve the file by,
 	// ahead of the event: a process that is no target had its execve
 	// path go unreported.
-	emit_open(pid_tgid, -100 /* AT_FDCWD */, BPF_CORE_READ(bprm, filename), OPEN_EXEC | OPEN_KERNEL_PATH);
+	emit_open(pid_tgid, -100 /* AT_FDCWD */, BPF_CORE_READ(bprm, filename), OPEN_EXEC | OPEN_KERNEL_PATH, 0);
 	return record_event(pid_tgid, KIND_EXEC, dev, ino, 0, 0);
 }
 
-// x86-64 system call numbers (arch/x86/entry/syscalls/syscall_64.tbl).
-#define NR_open 2
-#define NR_execve 59
-#define NR_openat 257
-#define NR_execveat 322
-#define NR_openat2 437
-
 #define AT_FDCWD -100
 #define TS_COMPAT 0x0002 // thread_info.status: a 32-bit system call
+#define S_IFMT 00170000
+#define S_IFREG 0100000
+#define O_DIRECT 040000
+#define MAP_SHARED 0x01
+#define MAP_SHARED_VALIDATE 0x03
+#define MAP_ANONYMOUS 0x20
+
+// fd_file returns the current task's open file fd, or NULL.
+static __always_inline struct file *fd_file(long fd)
+{
+	if (fd < 0)
+		return NULL;
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt || (unsigned long)fd >= BPF_CORE_READ(fdt, max_fds))
+		return NULL;
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct file *f = NULL;
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) < 0)
+		return NULL;
+	return f;
+}
+
+// file_id sets dev and ino of f's inode and returns its mode (0 without one).
+static __always_inline __u32 file_id(struct file *f, __u32 *dev, __u64 *ino)
+{
+	struct inode *inode = f ? BPF_CORE_READ(f, f_inode) : NULL;
+	if (!inode)
+		return 0;
+	*dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	*ino = BPF_CORE_READ(inode, i_ino);
+	return BPF_CORE_READ(inode, i_mode);
+}
+
+// read_start records a read-family call on fd for its exit: the file
+// (regular, not O_DIRECT: those reads do not go through the page cache)
+// and the position read from: *off when the call passes an offset pointer
+// (sendfile64, splice, copy_file_range), pos when it passes a position
+// (pread64, preadv, preadv2 unless -1), else the file's own.
+static __always_inline bool read_start(struct tstate *t, long fd, const __s64 *off, __s64 pos)
+{
+	struct file *f = fd_file(fd);
+	__u32 mode = file_id(f, &t->dev, &t->ino);
+	if ((mode & S_IFMT) != S_IFREG || (BPF_CORE_READ(f, f_flags) & O_DIRECT))
+		return false;
+	if (off) {
+		if (bpf_probe_read_user(&pos, sizeof(pos), off) < 0)
+			return false;
+	} else if (pos < 0) {
+		pos = BPF_CORE_READ(f, f_pos);
+	}
+	t->pos = pos;
+	return true;
+}
 
 // sys_enter(struct pt_regs *regs, long id) fires at the entry of every
 // system call of every task; the id is checked first, so other calls cost
-// only this program's first instructions. The paths of opens and execs of
-// targets go to the opens ring. 32-bit (ia32) system calls, whose numbers
-// differ, are ignored.
+// only this program's first instructions. For targets it notes the calls
+// whose rows the exit writes (reads of regular files, opens, stats,
+// getdents64, mmap), and sends exec paths to the opens ring. 32-bit (ia32)
+// system calls, whose numbers differ, are ignored.
 SEC("raw_tp/sys_enter")
 int BPF_PROG(handle_sys_enter, struct pt_regs *regs, long id)
 {
-	if (id != NR_openat && id != NR_open && id != NR_openat2 && id != NR_execve && id != NR_execveat)
+	switch (id) {
+	case NR_read: case NR_pread64: case NR_readv: case NR_preadv: case NR_preadv2:
+	case NR_sendfile64: case NR_splice: case NR_copy_file_range:
+	case NR_open: case NR_openat: case NR_openat2:
+	case NR_newstat: case NR_newlstat: case NR_newfstatat: case NR_statx:
+	case NR_access: case NR_faccessat: case NR_faccessat2:
+	case NR_getdents64: case NR_mmap:
+	case NR_execve: case NR_execveat:
+		break;
+	default:
 		return 0;
+	}
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_target(pid_tgid))
 		return 0;
@@ -501,14 +818,158 @@ int BPF_PROG(handle_sys_enter, struct pt_regs *regs, long id)
 	if (task->thread_info.status & TS_COMPAT)
 		return 0;
 	__u64 a0 = BPF_CORE_READ(regs, di);
+	if (id == NR_execve)
+		return emit_open(pid_tgid, AT_FDCWD, (const char *)a0, OPEN_EXEC, 0);
+	if (id == NR_execveat)
+		return emit_open(pid_tgid, (__s32)a0, (const char *)BPF_CORE_READ(regs, si), OPEN_EXEC, 0);
+	struct tstate *t = thread_state((__u32)pid_tgid, true);
+	if (!t)
+		return 0;
+	t->fault_ts = 0; // a fault in progress ended before this call
+	t->a0 = a0;
+	t->a1 = BPF_CORE_READ(regs, si);
+	t->a2 = BPF_CORE_READ(regs, dx);
+	t->a3 = BPF_CORE_READ(regs, r10);
+	t->a4 = BPF_CORE_READ(regs, r8);
+	t->a5 = BPF_CORE_READ(regs, r9);
+	bool ok = true;
 	switch (id) {
-	case NR_open:
-		return emit_open(pid_tgid, AT_FDCWD, (const char *)a0, 0);
-	case NR_execve:
-		return emit_open(pid_tgid, AT_FDCWD, (const char *)a0, OPEN_EXEC);
-	case NR_execveat:
-		return emit_open(pid_tgid, (__s32)a0, (const char *)BPF_CORE_READ(regs, si), OPEN_EXEC);
-	default: // openat, openat2
-		return emit_open(pid_tgid, (__s32)a0, (const char *)BPF_CORE_READ(regs, si), 0);
+	case NR_read: case NR_readv:
+		ok = read_start(t, a0, NULL, -1);
+		break;
+	case NR_pread64: case NR_preadv: case NR_preadv2:
+		ok = read_start(t, a0, NULL, (__s64)t->a3);
+		break;
+	case NR_sendfile64:
+		ok = read_start(t, t->a1, (const __s64 *)t->a2, -1);
+		break;
+	case NR_splice: case NR_copy_file_range:
+		ok = read_start(t, a0, (const __s64 *)t->a1, -1);
+		break;
+	case NR_getdents64:
+		ok = file_id(fd_file(a0), &t->dev, &t->ino) != 0;
+		break;
+	case NR_mmap: {
+		__u32 mode = 0;
+		if (!(t->a3 & MAP_ANONYMOUS))
+			mode = file_id(fd_file((long)t->a4), &t->dev, &t->ino);
+		ok = (mode & S_IFMT) == S_IFREG;
+		break;
 	}
+	}
+	if (!ok) {
+		t->sys_ts = 0;
+		return 0;
+	}
+	t->nr = id;
+	t->sys_op = new_op();
+	t->sys_ts = bpf_ktime_get_ns();
+	return 0;
+}
+
+// stat_id reads the file identity a successful stat-family call wrote to
+// user memory: struct stat (st_dev, a user-space encoding, then st_ino),
+// or struct statx (stx_ino at 32, stx_dev_major and stx_dev_minor at 136).
+static __always_inline void stat_id(struct tstate *t, struct row *r)
+{
+	switch (t->nr) {
+	case NR_newstat: case NR_newlstat: case NR_newfstatat: {
+		__u64 st[2] = {};
+		const void *buf = (const void *)(t->nr == NR_newfstatat ? t->a2 : t->a1);
+		if (bpf_probe_read_user(st, sizeof(st), buf) == 0) {
+			r->dev = (__u32)st[0];
+			r->ino = st[1];
+			r->flags |= EV_USERDEV;
+		}
+		return;
+	}
+	case NR_statx: {
+		__u64 ino = 0;
+		__u32 dev[2] = {};
+		const char *buf = (const char *)t->a4;
+		if (bpf_probe_read_user(&ino, sizeof(ino), buf + 32) == 0 &&
+		    bpf_probe_read_user(dev, sizeof(dev), buf + 136) == 0) {
+			r->ino = ino;
+			r->dev = dev[0] << 20 | (dev[1] & 0xfffff);
+		}
+		return;
+	}
+	default: // access, faccessat, faccessat2: no inode to read
+		r->flags |= EV_BYPATH;
+	}
+}
+
+// sys_exit(struct pt_regs *regs, long ret): the exit of a call sys_enter
+// noted writes its row: ts its entry, end now, its op and result. A read
+// covers [pos, pos + ret); an open, stat or access sends its path to the
+// opens ring first (the row names the file by inode when the call found
+// one, else user space makes a path-only file row); getdents64 names the
+// directory; mmap the mapped range and protection. A read that returned
+// nothing has no row.
+SEC("raw_tp/sys_exit")
+int BPF_PROG(handle_sys_exit, struct pt_regs *regs, long ret)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct tstate *t = thread_state((__u32)pid_tgid, false);
+	if (!t || !t->sys_ts)
+		return 0;
+	__u32 nr = t->nr;
+	if (BPF_CORE_READ(regs, orig_ax) != nr)
+		return 0;
+	struct row r = {.ts = t->sys_ts, .end = bpf_ktime_get_ns(), .op = t->sys_op, .ret = ret, .flags = EV_SYSCALL};
+	t->sys_ts = 0;
+	if (t->fault_ts >= r.ts)
+		t->fault_ts = 0; // a fault within the call ended with it
+	switch (nr) {
+	case NR_open: case NR_openat: case NR_openat2:
+		r.kind = KIND_OPEN;
+		if (ret >= 0)
+			file_id(fd_file(ret), &r.dev, &r.ino);
+		r.flags |= EV_PATH;
+		if (nr == NR_open)
+			emit_open(pid_tgid, AT_FDCWD, (const char *)t->a0, OPEN_ROW, r.op);
+		else
+			emit_open(pid_tgid, (__s32)t->a0, (const char *)t->a1, OPEN_ROW, r.op);
+		break;
+	case NR_newstat: case NR_newlstat: case NR_access:
+	case NR_newfstatat: case NR_statx: case NR_faccessat: case NR_faccessat2:
+		r.kind = KIND_STAT;
+		if (ret == 0)
+			stat_id(t, &r);
+		r.flags |= EV_PATH;
+		if (nr == NR_newstat || nr == NR_newlstat || nr == NR_access)
+			emit_open(pid_tgid, AT_FDCWD, (const char *)t->a0, OPEN_ROW, r.op);
+		else
+			emit_open(pid_tgid, (__s32)t->a0, (const char *)t->a1, OPEN_ROW, r.op);
+		break;
+	case NR_getdents64:
+		r.kind = KIND_READDIR;
+		r.dev = t->dev;
+		r.ino = t->ino;
+		break;
+	case NR_mmap: {
+		r.kind = KIND_MMAP;
+		if (ret < 0 && ret > -4096)
+			return 0;
+		r.dev = t->dev;
+		r.ino = t->ino;
+		r.index = t->a5 >> PAGE_SHIFT_4K;
+		r.npages = (t->a1 + 4095) >> PAGE_SHIFT_4K;
+		r.prot = t->a2 & 7;
+		if ((t->a3 & MAP_SHARED_VALIDATE) == MAP_SHARED || (t->a3 & MAP_SHARED_VALIDATE) == MAP_SHARED_VALIDATE)
+			r.prot |= 8;
+		r.map_pgoff = r.index;
+		r.map_pages = r.npages;
+		break;
+	}
+	default: // the read family
+		if (ret <= 0)
+			return 0;
+		r.kind = KIND_READ;
+		r.dev = t->dev;
+		r.ino = t->ino;
+		r.index = t->pos >> PAGE_SHIFT_4K;
+		r.npages = range_pages(r.index, (t->pos + ret - 1) >> PAGE_SHIFT_4K);
+	}
+	return record_row(pid_tgid, &r);
 }

@@ -13,7 +13,18 @@
 #define KIND_CACHE_ADD 4
 #define KIND_RA_SYNC 5
 #define KIND_RA_ASYNC 6
+#define KIND_OPEN 9
+#define KIND_STAT 10
+#define KIND_READDIR 11
 #define KIND_EXEC 12
+#define KIND_MMAP 13
+
+// event flags
+#define EV_SYSCALL 1   // a row of a system call: ts is its entry, end its exit, ret its result
+#define EV_PATH 2      // the opens ring carries this row's path (an open_event with the same op)
+#define EV_USERDEV 4   // dev is a user-space st_dev (new_encode_dev), not major<<20 | minor
+#define EV_BYPATH 8    // no inode known: user space resolves the file by the path
+#define EV_FAULT 16    // a row of a user page fault: ts is the fault's entry, end this event
 
 // Counter slots of the per-CPU counters map.
 #define CNT_DROPS 0
@@ -22,18 +33,26 @@
 #define CNT_FILTERED 3
 #define CNT_MAX 4
 
-// event is one page-range access (or an exec), 64 bytes, in the events
-// ring buffer.
+// event is one row of accesses.arrow as the kernel sees it, 104 bytes, in
+// the events ring buffer: a page-range access, a system call (read,
+// open, stat, getdents64, mmap) or an exec.
 struct event {
-	__u64 ts;     // bpf_ktime_get_ns (CLOCK_MONOTONIC)
-	__u64 ino;    // inode number
-	__u64 index;  // first page index
-	__u32 dev;    // s_dev, major<<20 | minor
-	__u32 npages; // number of pages
-	__u32 pid;    // tgid
+	__u64 ts;        // bpf_ktime_get_ns (CLOCK_MONOTONIC): the operation's start (EV_SYSCALL, EV_FAULT) or the event's time
+	__u64 end;       // the operation's completion; 0 = unknown
+	__u64 op;        // operation id (rows of one system call or fault share it); 0 = none
+	__s64 ret;       // system call result or -errno
+	__u64 ino;       // inode number
+	__u64 index;     // first page index
+	__u64 map_pgoff; // mapping rows: first file page of the mapping (vm_pgoff)
+	__u64 map_pages; // mapping rows: the mapping's length in pages; 0 = unknown
+	__u32 dev;       // s_dev, major<<20 | minor (EV_USERDEV: st_dev)
+	__u32 npages;    // number of pages
+	__u32 pid;       // tgid
 	__u32 tid;
 	__u8 kind;
-	__u8 pad[7];
+	__u8 prot;       // mapping rows: formats.Prot* bits
+	__u8 flags;      // EV_*
+	__u8 pad[5];
 	char comm[16];
 };
 
@@ -74,7 +93,7 @@ static __always_inline void submit(void *rec)
 	}
 	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
 	__u64 flag = BPF_RB_NO_WAKEUP;
-	// 8-byte ring header + 64-byte record per event.
+	// 8-byte ring header + the record per event.
 	if (avail >= wakeup_bytes && avail < wakeup_bytes + 2 * (8 + sizeof(struct event)))
 		flag = BPF_RB_FORCE_WAKEUP;
 	bpf_ringbuf_submit(rec, flag);

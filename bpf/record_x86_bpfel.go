@@ -14,17 +14,24 @@ import (
 )
 
 type RecordEvent struct {
-	_      structs.HostLayout
-	Ts     uint64
-	Ino    uint64
-	Index  uint64
-	Dev    uint32
-	Npages uint32
-	Pid    uint32
-	Tid    uint32
-	Kind   uint8
-	Pad    [7]uint8
-	Comm   [16]int8
+	_        structs.HostLayout
+	Ts       uint64
+	End      uint64
+	Op       uint64
+	Ret      int64
+	Ino      uint64
+	Index    uint64
+	MapPgoff uint64
+	MapPages uint64
+	Dev      uint32
+	Npages   uint32
+	Pid      uint32
+	Tid      uint32
+	Kind     uint8
+	Prot     uint8
+	Flags    uint8
+	Pad      [5]uint8
+	Comm     [16]int8
 }
 
 type RecordFilekey struct {
@@ -37,11 +44,38 @@ type RecordFilekey struct {
 type RecordOpenEvent struct {
 	_     structs.HostLayout
 	Ts    uint64
+	Op    uint64
 	Pid   uint32
 	Tid   uint32
 	Dfd   int32
 	Flags uint32
 	Path  [256]int8
+}
+
+type RecordTstate struct {
+	_         structs.HostLayout
+	SysTs     uint64
+	SysOp     uint64
+	A0        uint64
+	A1        uint64
+	A2        uint64
+	A3        uint64
+	A4        uint64
+	A5        uint64
+	Pos       uint64
+	Ino       uint64
+	Dev       uint32
+	Nr        uint32
+	FaultTs   uint64
+	FaultOp   uint64
+	FaultAddr uint64
+	VmIno     uint64
+	VmPgoff   uint64
+	VmPages   uint64
+	VmDev     uint32
+	VmProt    uint8
+	VmState   uint8
+	Pad       [2]uint8
 }
 
 // Names of all BPF objects in the ELF.
@@ -55,7 +89,9 @@ const (
 	RecordMapExecTargets       = "exec_targets"
 	RecordMapFiles             = "files"
 	RecordMapOpens             = "opens"
+	RecordMapOpseq             = "opseq"
 	RecordMapPids              = "pids"
+	RecordMapThreads           = "threads"
 	RecordProgHandleAsyncRa    = "handle_async_ra"
 	RecordProgHandleCacheAdd   = "handle_cache_add"
 	RecordProgHandleExec       = "handle_exec"
@@ -64,8 +100,10 @@ const (
 	RecordProgHandleFork       = "handle_fork"
 	RecordProgHandleGetPages   = "handle_get_pages"
 	RecordProgHandleMapPages   = "handle_map_pages"
+	RecordProgHandlePageFault  = "handle_page_fault"
 	RecordProgHandleSyncRa     = "handle_sync_ra"
 	RecordProgHandleSysEnter   = "handle_sys_enter"
+	RecordProgHandleSysExit    = "handle_sys_exit"
 	RecordProgKprobeAsyncRa    = "kprobe_async_ra"
 	RecordProgKprobeFault      = "kprobe_fault"
 	RecordProgKprobeMapPages   = "kprobe_map_pages"
@@ -126,21 +164,23 @@ type RecordSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type RecordProgramSpecs struct {
-	HandleAsyncRa  *ebpf.ProgramSpec `ebpf:"handle_async_ra"`
-	HandleCacheAdd *ebpf.ProgramSpec `ebpf:"handle_cache_add"`
-	HandleExec     *ebpf.ProgramSpec `ebpf:"handle_exec"`
-	HandleExit     *ebpf.ProgramSpec `ebpf:"handle_exit"`
-	HandleFault    *ebpf.ProgramSpec `ebpf:"handle_fault"`
-	HandleFork     *ebpf.ProgramSpec `ebpf:"handle_fork"`
-	HandleGetPages *ebpf.ProgramSpec `ebpf:"handle_get_pages"`
-	HandleMapPages *ebpf.ProgramSpec `ebpf:"handle_map_pages"`
-	HandleSyncRa   *ebpf.ProgramSpec `ebpf:"handle_sync_ra"`
-	HandleSysEnter *ebpf.ProgramSpec `ebpf:"handle_sys_enter"`
-	KprobeAsyncRa  *ebpf.ProgramSpec `ebpf:"kprobe_async_ra"`
-	KprobeFault    *ebpf.ProgramSpec `ebpf:"kprobe_fault"`
-	KprobeMapPages *ebpf.ProgramSpec `ebpf:"kprobe_map_pages"`
-	KprobeRead     *ebpf.ProgramSpec `ebpf:"kprobe_read"`
-	KprobeSyncRa   *ebpf.ProgramSpec `ebpf:"kprobe_sync_ra"`
+	HandleAsyncRa   *ebpf.ProgramSpec `ebpf:"handle_async_ra"`
+	HandleCacheAdd  *ebpf.ProgramSpec `ebpf:"handle_cache_add"`
+	HandleExec      *ebpf.ProgramSpec `ebpf:"handle_exec"`
+	HandleExit      *ebpf.ProgramSpec `ebpf:"handle_exit"`
+	HandleFault     *ebpf.ProgramSpec `ebpf:"handle_fault"`
+	HandleFork      *ebpf.ProgramSpec `ebpf:"handle_fork"`
+	HandleGetPages  *ebpf.ProgramSpec `ebpf:"handle_get_pages"`
+	HandleMapPages  *ebpf.ProgramSpec `ebpf:"handle_map_pages"`
+	HandlePageFault *ebpf.ProgramSpec `ebpf:"handle_page_fault"`
+	HandleSyncRa    *ebpf.ProgramSpec `ebpf:"handle_sync_ra"`
+	HandleSysEnter  *ebpf.ProgramSpec `ebpf:"handle_sys_enter"`
+	HandleSysExit   *ebpf.ProgramSpec `ebpf:"handle_sys_exit"`
+	KprobeAsyncRa   *ebpf.ProgramSpec `ebpf:"kprobe_async_ra"`
+	KprobeFault     *ebpf.ProgramSpec `ebpf:"kprobe_fault"`
+	KprobeMapPages  *ebpf.ProgramSpec `ebpf:"kprobe_map_pages"`
+	KprobeRead      *ebpf.ProgramSpec `ebpf:"kprobe_read"`
+	KprobeSyncRa    *ebpf.ProgramSpec `ebpf:"kprobe_sync_ra"`
 }
 
 // RecordMapSpecs contains maps before they are loaded into the kernel.
@@ -154,7 +194,9 @@ type RecordMapSpecs struct {
 	ExecTargets *ebpf.MapSpec `ebpf:"exec_targets"`
 	Files       *ebpf.MapSpec `ebpf:"files"`
 	Opens       *ebpf.MapSpec `ebpf:"opens"`
+	Opseq       *ebpf.MapSpec `ebpf:"opseq"`
 	Pids        *ebpf.MapSpec `ebpf:"pids"`
+	Threads     *ebpf.MapSpec `ebpf:"threads"`
 }
 
 // RecordVariableSpecs contains global variables before they are loaded into the kernel.
@@ -201,7 +243,9 @@ type RecordMaps struct {
 	ExecTargets *ebpf.Map `ebpf:"exec_targets"`
 	Files       *ebpf.Map `ebpf:"files"`
 	Opens       *ebpf.Map `ebpf:"opens"`
+	Opseq       *ebpf.Map `ebpf:"opseq"`
 	Pids        *ebpf.Map `ebpf:"pids"`
+	Threads     *ebpf.Map `ebpf:"threads"`
 }
 
 func (m *RecordMaps) Close() error {
@@ -213,7 +257,9 @@ func (m *RecordMaps) Close() error {
 		m.ExecTargets,
 		m.Files,
 		m.Opens,
+		m.Opseq,
 		m.Pids,
+		m.Threads,
 	)
 }
 
@@ -238,21 +284,23 @@ type RecordVariables struct {
 //
 // It can be passed to LoadRecordObjects or ebpf.CollectionSpec.LoadAndAssign.
 type RecordPrograms struct {
-	HandleAsyncRa  *ebpf.Program `ebpf:"handle_async_ra"`
-	HandleCacheAdd *ebpf.Program `ebpf:"handle_cache_add"`
-	HandleExec     *ebpf.Program `ebpf:"handle_exec"`
-	HandleExit     *ebpf.Program `ebpf:"handle_exit"`
-	HandleFault    *ebpf.Program `ebpf:"handle_fault"`
-	HandleFork     *ebpf.Program `ebpf:"handle_fork"`
-	HandleGetPages *ebpf.Program `ebpf:"handle_get_pages"`
-	HandleMapPages *ebpf.Program `ebpf:"handle_map_pages"`
-	HandleSyncRa   *ebpf.Program `ebpf:"handle_sync_ra"`
-	HandleSysEnter *ebpf.Program `ebpf:"handle_sys_enter"`
-	KprobeAsyncRa  *ebpf.Program `ebpf:"kprobe_async_ra"`
-	KprobeFault    *ebpf.Program `ebpf:"kprobe_fault"`
-	KprobeMapPages *ebpf.Program `ebpf:"kprobe_map_pages"`
-	KprobeRead     *ebpf.Program `ebpf:"kprobe_read"`
-	KprobeSyncRa   *ebpf.Program `ebpf:"kprobe_sync_ra"`
+	HandleAsyncRa   *ebpf.Program `ebpf:"handle_async_ra"`
+	HandleCacheAdd  *ebpf.Program `ebpf:"handle_cache_add"`
+	HandleExec      *ebpf.Program `ebpf:"handle_exec"`
+	HandleExit      *ebpf.Program `ebpf:"handle_exit"`
+	HandleFault     *ebpf.Program `ebpf:"handle_fault"`
+	HandleFork      *ebpf.Program `ebpf:"handle_fork"`
+	HandleGetPages  *ebpf.Program `ebpf:"handle_get_pages"`
+	HandleMapPages  *ebpf.Program `ebpf:"handle_map_pages"`
+	HandlePageFault *ebpf.Program `ebpf:"handle_page_fault"`
+	HandleSyncRa    *ebpf.Program `ebpf:"handle_sync_ra"`
+	HandleSysEnter  *ebpf.Program `ebpf:"handle_sys_enter"`
+	HandleSysExit   *ebpf.Program `ebpf:"handle_sys_exit"`
+	KprobeAsyncRa   *ebpf.Program `ebpf:"kprobe_async_ra"`
+	KprobeFault     *ebpf.Program `ebpf:"kprobe_fault"`
+	KprobeMapPages  *ebpf.Program `ebpf:"kprobe_map_pages"`
+	KprobeRead      *ebpf.Program `ebpf:"kprobe_read"`
+	KprobeSyncRa    *ebpf.Program `ebpf:"kprobe_sync_ra"`
 }
 
 func (p *RecordPrograms) Close() error {
@@ -265,8 +313,10 @@ func (p *RecordPrograms) Close() error {
 		p.HandleFork,
 		p.HandleGetPages,
 		p.HandleMapPages,
+		p.HandlePageFault,
 		p.HandleSyncRa,
 		p.HandleSysEnter,
+		p.HandleSysExit,
 		p.KprobeAsyncRa,
 		p.KprobeFault,
 		p.KprobeMapPages,

@@ -17,14 +17,20 @@ import (
 	"github.com/predictio/predictio/internal/tracetest"
 )
 
-// waitSocket waits for the recorder to create its hint socket.
-func waitSocket(t *testing.T, path string) {
+// waitSocket waits for the recorder to create its hint socket, or to end
+// (then its error is the failure). The bound is generous: the first start
+// on a kernel builds the BTF cache, which takes seconds in an emulated VM.
+func waitSocket[R any](t *testing.T, path string, res chan R) {
 	t.Helper()
-	for i := 0; i < 200; i++ {
+	for i := 0; i < 3000; i++ {
 		if st, err := os.Stat(path); err == nil && st.Mode()&os.ModeSocket != 0 {
 			return
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case r := <-res:
+			t.Fatalf("recording ended before its hint socket appeared: %+v", r)
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 	t.Fatalf("hint socket %s never appeared", path)
 }
@@ -79,7 +85,7 @@ func TestHints(t *testing.T) {
 		})
 		res <- result{r, err}
 	}()
-	waitSocket(t, sock)
+	waitSocket(t, sock, res)
 
 	c, err := hints.Dial(sock)
 	if err != nil {

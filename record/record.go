@@ -250,7 +250,7 @@ func openSource(cfg *Config) (*source.Source, error) {
 		PIDs: cfg.PIDs, All: cfg.All, Command: len(cfg.Command) > 0,
 		Include: cfg.Include, Exclude: cfg.Exclude, Comm: cfg.Comm, MinSize: cfg.MinSize,
 		HintSocket: cfg.HintSocket, HintUIDs: cfg.HintUIDs, RingBytes: cfg.RingBytes,
-		BTFCacheDir: cfg.btfCache, NoCgroup: cfg.noCgroup,
+		BTFCacheDir: cfg.btfCache, NoCgroup: cfg.noCgroup, Exec: source.ExecTargets,
 	}
 	if cfg.Cgroup != "" {
 		sc.Cgroups = []string{cfg.Cgroup}
@@ -354,6 +354,9 @@ func (b *pendingBundle) recording(cfg Config, src *source.Source) (*recording, e
 	man := w.Manifest()
 	man.Host = formats.HostInfo()
 	man.ToolVersion = cfg.ToolVersion
+	// Reads, opens, stats, getdents64 and mmap are rows of their system
+	// calls (entry to exit), faults start at their exception: docs/record.md.
+	man.Timing.ServiceTimes = true
 	man.Recording = formats.Recording{
 		Source: "record", CommandLine: cfg.Command, Target: cfg.target(),
 		Include: cfg.Include, Exclude: src.Excludes(), Comm: cfg.Comm, MinSizeBytes: cfg.MinSize,

@@ -146,34 +146,30 @@ func (r *recorded) coverage(id uint32, k formats.AccessKind, npages int) (covere
 	return covered, events
 }
 
-// readGaps returns the runs [first, end) of pages of file id below npages
-// that no read access covers.
-func (r *recorded) readGaps(id uint32, npages int) [][2]uint64 {
-	seen, _ := r.covered(id, formats.KindRead, npages)
-	var gaps [][2]uint64
-	for p := 0; p < npages; {
-		if seen[p] {
-			p++
+// checkReadRows checks that every read row of file id is a read system
+// call's: an op of its own, its end after its start, and as many bytes
+// (ret) as its pages can hold, at least one page's worth but the last's.
+func checkReadRows(t *testing.T, r *recorded, id uint32) {
+	t.Helper()
+	ops := make(map[uint64]bool)
+	for _, a := range r.accesses {
+		if a.FileID != id || a.Kind != formats.KindRead {
 			continue
 		}
-		q := p
-		for q < npages && !seen[q] {
-			q++
+		if a.Op == 0 || a.EndNS < a.TS || a.Ret <= 0 {
+			t.Fatalf("read row %+v is not a system call's (op, end >= start, ret > 0)", a)
 		}
-		gaps = append(gaps, [2]uint64{uint64(p), uint64(q)})
-		p = q
-	}
-	return gaps
-}
-
-// readStartsAt reports whether a read access of file id starts at page p.
-func (r *recorded) readStartsAt(id uint32, p uint64) bool {
-	for _, a := range r.accesses {
-		if a.FileID == id && a.Kind == formats.KindRead && a.FirstPage == p {
-			return true
+		if ops[a.Op] {
+			t.Fatalf("two read rows share op %#x", a.Op)
+		}
+		ops[a.Op] = true
+		if max := int64(a.NPages) * 4096; a.Ret > max || a.Ret <= max-2*4096 {
+			t.Fatalf("read row of %d pages returned %d bytes", a.NPages, a.Ret)
 		}
 	}
-	return false
+	if !r.man.Timing.ServiceTimes || r.man.Timing.RecordedWallNS == 0 {
+		t.Errorf("manifest timing %+v: want service times and a recorded wall", r.man.Timing)
+	}
 }
 
 func TestScan(t *testing.T) {
@@ -181,60 +177,19 @@ func TestScan(t *testing.T) {
 	const size = 64 << 20
 	dir := tracetest.DiskDir(t)
 	npages := size / 4096
-	// The kernel fires mm_filemap_get_pages only on filemap_get_pages's
-	// success path: a lookup that had to wait for a folio still under
-	// readahead I/O (filemap_update_page returning AOP_TRUNCATED_PAGE) hands
-	// the batch's other folios to read(2) without the event and looks the
-	// waited-for folio up again (traced), so a cold scan can, depending on
-	// I/O timing, lack a few pages just before a traced lookup
-	// (docs/record.md). A shortfall is logged and the cold scan recorded
-	// again, up to three times. If every attempt is short, the best one
-	// must still be explained by that path: under 0.5% of the pages
-	// missing, nothing dropped, and every gap ending exactly where a traced
-	// lookup begins. The kprobe fallback (one event per read call at entry)
-	// has no such path and must cover every page.
-	var (
-		p    string
-		r    *recorded
-		id   uint32
-		best struct {
-			p       string
-			r       *recorded
-			id      uint32
-			covered int
-		}
-	)
-	for attempt := 1; ; attempt++ {
-		p = tracetest.ColdFile(t, dir, size)
-		r = record(t, context.Background(), Config{Command: []string{"cat", p}})
-		id = r.fileID(t, p)
-		c, n := r.coverage(id, formats.KindRead, npages)
-		if c > best.covered || best.r == nil {
-			best.p, best.r, best.id, best.covered = p, r, id, c
-		}
-		if c == npages {
-			break
-		}
-		if attempt < 3 {
-			t.Logf("attempt %d: read accesses cover %d of %d pages (%d events): lookups that waited for readahead I/O go untraced; recording again", attempt, c, npages, n)
-			continue
-		}
-		p, r, id = best.p, best.r, best.id
-		if slices.Contains(r.man.Recording.EventSources, "kprobe:filemap_read") {
-			t.Errorf("read accesses (kprobe:filemap_read) cover %d of %d pages in the best of 3 attempts; the kprobe has no untraced path", best.covered, npages)
-			break
-		}
-		if missing := npages - best.covered; missing*200 > npages {
-			t.Errorf("read accesses cover %d of %d pages in the best of 3 attempts: %d missing, more than 0.5%%", best.covered, npages, missing)
-		}
-		for _, g := range r.readGaps(id, npages) {
-			if g[1] < uint64(npages) && !r.readStartsAt(id, g[1]) {
-				t.Errorf("read accesses miss pages %d-%d, and no traced lookup starts at page %d: not the kernel's untraced retry path", g[0], g[1]-1, g[1])
-			}
-		}
-		t.Logf("read accesses cover %d of %d pages in the best of 3 attempts; every gap ends where a traced lookup begins (the kernel's untraced retry path)", best.covered, npages)
-		break
+	// Reads are rows of their system calls: [pos, pos+ret) of each read(2),
+	// from entry to exit. The page-cache lookups inside them (whose
+	// tracepoint the kernel skips for a lookup that waited for a folio
+	// under readahead I/O) are folded in, so a cold scan is covered
+	// exactly, every page, by rows that each carry an op, an end after
+	// their start and the bytes read.
+	p := tracetest.ColdFile(t, dir, size)
+	r := record(t, context.Background(), Config{Command: []string{"cat", p}})
+	id := r.fileID(t, p)
+	if c, n := r.coverage(id, formats.KindRead, npages); c != npages {
+		t.Errorf("read rows cover %d of %d pages (%d rows)", c, npages, n)
 	}
+	checkReadRows(t, r, id)
 	if c, n := r.coverage(id, formats.KindCacheAdd, npages); c != npages {
 		t.Errorf("cache_add events cover %d of %d pages (%d events)", c, npages, n)
 	}

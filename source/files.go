@@ -32,10 +32,11 @@ const (
 )
 
 type fileEntry struct {
-	id    uint32
-	key   fileKey
-	state atomic.Uint32
-	path  string // guarded by fileTable.mu
+	id       uint32
+	key      fileKey // zero for a path-only file
+	pathOnly bool    // a path looked up that did not exist: no inode
+	state    atomic.Uint32
+	path     string // guarded by fileTable.mu
 	// pages is the file's size in pages when last stat'ed (0: unknown),
 	// statAt when (monotonic ns); used by the decoder only.
 	pages  uint64
@@ -71,9 +72,11 @@ func hasPathPrefix(path, prefix string) bool {
 	return path == prefix || strings.HasPrefix(path, prefix+"/")
 }
 
-// decide returns the state for a resolved file.
+// decide returns the state for a resolved file. Regular files and
+// directories (the files of readdir and stat rows) are kept; devices,
+// pipes and sockets never.
 func (f *filter) decide(path string, st *unix.Stat_t) uint32 {
-	if st != nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
+	if st != nil && st.Mode&unix.S_IFMT != unix.S_IFREG && st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return stateDenied
 	}
 	for _, p := range f.exclude {
@@ -112,6 +115,7 @@ func (f *filter) unknownState() uint32 {
 type fileTable struct {
 	mu          sync.Mutex
 	byKey       map[fileKey]*fileEntry
+	byPath      map[string]*fileEntry // path-only files
 	list        []*fileEntry
 	fresh       []formats.File     // rows of files added since takeFresh
 	cands       map[fileKey]string // paths seen in opens and hints
@@ -126,6 +130,7 @@ type fileTable struct {
 func newFileTable(filt filter, deny *ebpf.Map, fallbackDir string) *fileTable {
 	return &fileTable{
 		byKey:       make(map[fileKey]*fileEntry),
+		byPath:      make(map[string]*fileEntry),
 		cands:       make(map[fileKey]string),
 		filt:        filt,
 		deny:        deny,
@@ -256,6 +261,25 @@ func (t *fileTable) row(id uint32) (formats.File, bool) {
 	return f, true
 }
 
+// addPathOnly returns the path-only file of path (a lookup that failed),
+// made on first sight: files.arrow's row has ino 0 and mode 0.
+func (t *fileTable) addPathOnly(path string) *fileEntry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.byPath[path]; e != nil {
+		return e
+	}
+	e := &fileEntry{id: uint32(len(t.list) + 1), path: path, pathOnly: true}
+	t.byPath[path] = e
+	t.list = append(t.list, e)
+	state := t.filt.decide(path, nil)
+	e.state.Store(state)
+	if state != stateDenied {
+		t.fresh = append(t.fresh, formats.File{ID: e.id, Path: path})
+	}
+	return e
+}
+
 func statKey(st *unix.Stat_t) fileKey {
 	return fileKey{dev: uint32(formats.KernelDev(st.Dev)), ino: st.Ino}
 }
@@ -321,25 +345,8 @@ func scanMaps(name string, key fileKey) string {
 // resolveOpen turns an open(2) path of pid into an absolute path and
 // records it as a candidate for the file it names now.
 func (t *fileTable) resolveOpen(pid uint32, dfd int32, path string, exec bool) {
-	if path == "" {
+	if path = t.absPath(pid, dfd, path); path == "" {
 		return
-	}
-	if !filepath.IsAbs(path) {
-		proc := "/proc/" + strconv.FormatUint(uint64(pid), 10)
-		var base string
-		var err error
-		if dfd == unix.AT_FDCWD {
-			base, err = os.Readlink(proc + "/cwd")
-		} else {
-			base, err = os.Readlink(proc + "/fd/" + strconv.Itoa(int(dfd)))
-		}
-		if err != nil {
-			if t.fallbackDir == "" || dfd != unix.AT_FDCWD {
-				return
-			}
-			base = t.fallbackDir
-		}
-		path = filepath.Join(base, path)
 	}
 	var st unix.Stat_t
 	if unix.Stat(path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
@@ -353,6 +360,35 @@ func (t *fileTable) resolveOpen(pid uint32, dfd int32, path string, exec bool) {
 			t.addCandidate(statKey(&st), interp)
 		}
 	}
+}
+
+// absPath makes path, as process pid gave it to a system call relative to
+// the directory fd dfd (or its working directory, AT_FDCWD), absolute and
+// clean. It returns "" when that directory is gone (the process exited)
+// and is not the recorder's own working directory, which a command
+// inherits.
+func (t *fileTable) absPath(pid uint32, dfd int32, path string) string {
+	if path == "" {
+		return ""
+	}
+	if filepath.IsAbs(path) {
+		return filepath.Clean(path)
+	}
+	proc := "/proc/" + strconv.FormatUint(uint64(pid), 10)
+	var base string
+	var err error
+	if dfd == unix.AT_FDCWD {
+		base, err = os.Readlink(proc + "/cwd")
+	} else {
+		base, err = os.Readlink(proc + "/fd/" + strconv.Itoa(int(dfd)))
+	}
+	if err != nil {
+		if t.fallbackDir == "" || dfd != unix.AT_FDCWD {
+			return ""
+		}
+		base = t.fallbackDir
+	}
+	return filepath.Join(base, path)
 }
 
 // interp returns the PT_INTERP of an executable, cached.
@@ -409,7 +445,7 @@ func (t *fileTable) rowNow(id uint32) (formats.File, bool) {
 		f.Path = t.cands[e.key]
 	}
 	t.mu.Unlock()
-	if f.Path != "" {
+	if f.Path != "" && !e.pathOnly {
 		var st unix.Stat_t
 		if unix.Stat(f.Path, &st) == nil && statKey(&st) == e.key {
 			f.Size, f.MtimeNS, f.Mode = uint64(st.Size), st.Mtim.Nano(), st.Mode

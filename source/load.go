@@ -57,10 +57,15 @@ func (s *Source) plan(events string) (*loadPlan, error) {
 	} else {
 		delete(spec.Programs, execSource.prog)
 	}
+	used := make(map[string]bool)
 	for _, h := range helpers {
 		if tracepointExists(events, h.group, h.name) {
 			attach = append(attach, h)
-		} else {
+			used[h.prog] = true
+		}
+	}
+	for _, h := range helpers { // one program may serve two tracepoints
+		if !used[h.prog] {
 			delete(spec.Programs, h.prog)
 		}
 	}

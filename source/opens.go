@@ -9,11 +9,21 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 )
 
-// openExec flags an open_event that came from execve/execveat.
-const openExec = 1
+// open_event flags (record.bpf.c).
+const (
+	openExec = 1 // the path was given to execve/execveat
+	openRow  = 2 // the path of the row with this op (evPath)
+)
 
 // openEventSize is sizeof(struct open_event) in record.bpf.c.
-const openEventSize = 280
+const openEventSize = 288
+
+// rowPath is the path of a metadata row, as its system call was given it.
+type rowPath struct {
+	pid  uint32
+	dfd  int32
+	path string
+}
 
 // readOpens resolves open and exec events to path candidates.
 func (s *Source) readOpens() {
@@ -29,11 +39,16 @@ func (s *Source) readOpens() {
 				continue
 			}
 			b := rec.RawSample
-			pid := le32(b[8:])
-			dfd := int32(le32(b[16:]))
-			flags := le32(b[20:])
-			path := cstring(b[24:openEventSize])
-			s.files.resolveOpen(pid, dfd, path, flags&openExec != 0)
+			op := le64(b[8:])
+			pid := le32(b[16:])
+			dfd := int32(le32(b[24:]))
+			flags := le32(b[28:])
+			path := cstring(b[32:openEventSize])
+			if flags&openRow != 0 && op != 0 {
+				s.putRowPath(op, rowPath{pid: pid, dfd: dfd, path: path})
+			} else {
+				s.files.resolveOpen(pid, dfd, path, flags&openExec != 0)
+			}
 			continue
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			s.opensMark.Store(t)
@@ -70,6 +85,50 @@ func (s *Source) waitOpens(ts uint64) {
 		time.Sleep(100 * time.Microsecond)
 	}
 }
+
+// maxRowPaths bounds the paths waiting for their rows (a row lost in a
+// full ring leaves its path behind).
+const maxRowPaths = 65536
+
+func (s *Source) putRowPath(op uint64, p rowPath) {
+	s.rpmu.Lock()
+	if len(s.rowPaths) >= maxRowPaths {
+		clear(s.rowPaths)
+	}
+	s.rowPaths[op] = p
+	s.rpmu.Unlock()
+}
+
+// takeRowPath returns (and forgets) the path of the row with op. The path
+// was submitted to the opens ring just before the row; after is a time
+// after the row was submitted. It waits until the opens reader has
+// processed everything submitted before after: a path still missing then
+// was lost (the opens ring was full).
+func (s *Source) takeRowPath(op, after uint64) (rowPath, bool) {
+	flushed := false
+	deadline := time.Now().Add(100 * time.Millisecond)
+	for {
+		s.rpmu.Lock()
+		p, ok := s.rowPaths[op]
+		if ok {
+			delete(s.rowPaths, op)
+		}
+		s.rpmu.Unlock()
+		if ok {
+			return p, true
+		}
+		if s.opensMark.Load() >= after || time.Now().After(deadline) {
+			return rowPath{}, false
+		}
+		if !flushed {
+			s.opens.Flush()
+			flushed = true
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+func le64(b []byte) uint64 { return uint64(le32(b)) | uint64(le32(b[4:]))<<32 }
 
 func le32(b []byte) uint32 {
 	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24

@@ -201,6 +201,9 @@ var helperSources = []probe{
 	{"sched", "sched_process_fork", "handle_fork", 0, "4.14", "", "", false},
 	{"sched", "sched_process_exit", "handle_exit", 0, "4.14", "", "", false},
 	{"raw_syscalls", "sys_enter", "handle_sys_enter", 0, "4.17", "", "", false},
+	{"raw_syscalls", "sys_exit", "handle_sys_exit", 0, "4.17", "", "", false},
+	{"exceptions", "page_fault_user", "handle_page_fault", 0, "4.17", "", "", false},
+	{"exceptions", "page_fault_kernel", "handle_page_fault", 0, "4.17", "", "", false},
 }
 
 // execSource reports execs (Config.Exec, ExecTargets).

@@ -226,6 +226,15 @@ func threadCPU() uint64 {
 	return uint64(ts.Nano())
 }
 
+// Event flags (record.h).
+const (
+	evSyscall = 1  // a system call's row: ts its entry, end its exit, ret its result
+	evPath    = 2  // the opens ring carries the row's path (an open_event with its op)
+	evUserDev = 4  // dev is a user-space st_dev
+	evByPath  = 8  // no inode known: resolve the file by the path
+	evFault   = 16 // a user page fault's row: ts the fault's entry, end this event
+)
+
 // decoder turns raw events into accesses rows with file ids.
 type decoder struct {
 	s        *Source
@@ -235,11 +244,14 @@ type decoder struct {
 	lastComm [16]byte
 	comm     string
 	rows     []formats.Access
+	faults   []int             // rows of faults in this batch
+	opEnd    map[uint64]uint64 // a fault op's last event in this batch
+	since    uint64            // monotonic time the batch's decoding began
 }
 
 func newDecoder(s *Source) *decoder {
 	return &decoder{s: s, comms: make(map[[16]byte]string), cache: make(map[fileKey]*fileEntry),
-		rows: make([]formats.Access, 0, batchLen)}
+		rows: make([]formats.Access, 0, batchLen), opEnd: make(map[uint64]uint64)}
 }
 
 // run decodes b and delivers the rows.
@@ -259,29 +271,23 @@ func (d *decoder) decodeBatch(b *rawBatch) {
 	s := d.s
 	var filtered uint64
 	d.rows = d.rows[:0]
+	d.faults = d.faults[:0]
+	d.since = monoNow()
 	for i := 0; i < b.n; i++ {
 		e := &b.ev[i]
-		key := fileKey{dev: e.Dev, ino: e.Ino}
-		fe := d.last
-		if fe == nil || fe.key != key {
-			fe = d.cache[key]
-			if fe == nil {
-				fe = s.files.get(key)
-				if fe == nil {
-					s.waitOpens(e.Ts)
-					fe = s.files.add(key, e.Pid, "")
-				}
-				d.cache[key] = fe
-			}
-			d.last = fe
+		var fe *fileEntry
+		if e.Flags&evPath != 0 {
+			fe = d.lookedUp(e)
+		} else {
+			fe = d.file(fileKey{dev: e.Dev, ino: e.Ino}, e.Pid, e.Ts, "")
 		}
-		if fe.state.Load() == stateDenied {
+		if fe == nil || fe.state.Load() == stateDenied {
 			filtered++
 			continue
 		}
 		npages := e.Npages
 		kind := formats.AccessKind(e.Kind)
-		if fe.statAt != 0 && kind != KindExec {
+		if fe.statAt != 0 && kind >= formats.KindRead && kind <= formats.KindImported {
 			if npages = s.files.clamp(fe, e.Index, npages); npages == 0 {
 				filtered++
 				continue
@@ -299,9 +305,88 @@ func (d *decoder) decodeBatch(b *rawBatch) {
 		d.rows = append(d.rows, formats.Access{
 			TS: e.Ts, PID: e.Pid, TID: e.Tid, Comm: d.comm, FileID: fe.id,
 			FirstPage: e.Index, NPages: npages, Kind: kind,
+			EndNS: e.End, Op: e.Op, Ret: e.Ret, Prot: e.Prot, MapFirstPage: e.MapPgoff, MapPages: e.MapPages,
 		})
+		if e.Flags&evFault != 0 {
+			d.faults = append(d.faults, len(d.rows)-1)
+		}
 	}
+	d.endFaults()
 	s.filtered.Add(filtered)
+}
+
+// endFaults gives the rows of each fault in the batch the fault's last
+// event as their end: a cold fault the kernel retried has a row before its
+// I/O and one after. (A fault's rows in two batches keep each batch's
+// last; the op's end is its last row's.)
+func (d *decoder) endFaults() {
+	if len(d.faults) < 2 {
+		return
+	}
+	clear(d.opEnd)
+	for _, i := range d.faults {
+		a := &d.rows[i]
+		d.opEnd[a.Op] = max(d.opEnd[a.Op], a.EndNS)
+	}
+	for _, i := range d.faults {
+		a := &d.rows[i]
+		a.EndNS = d.opEnd[a.Op]
+	}
+}
+
+// file returns the entry of key, made on first sight (after the opens
+// submitted before ts are processed, so the path is known), with path as
+// its path when known.
+func (d *decoder) file(key fileKey, pid uint32, ts uint64, path string) *fileEntry {
+	s := d.s
+	fe := d.last
+	if fe != nil && fe.key == key {
+		return fe
+	}
+	if fe = d.cache[key]; fe == nil {
+		if fe = s.files.get(key); fe == nil {
+			if path == "" {
+				s.waitOpens(ts)
+			}
+			fe = s.files.add(key, pid, path)
+		}
+		d.cache[key] = fe
+	}
+	if path != "" {
+		s.files.addCandidate(key, path)
+	}
+	d.last = fe
+	return fe
+}
+
+// lookedUp returns the file of an open, stat or access row: the file it
+// found (by inode, or, for access, by the path), or a path-only file for a
+// lookup that failed; nil when neither is known.
+func (d *decoder) lookedUp(e *bpf.RecordEvent) *fileEntry {
+	s := d.s
+	path := ""
+	if rp, ok := s.takeRowPath(e.Op, d.since); ok {
+		path = s.files.absPath(rp.pid, rp.dfd, rp.path)
+	}
+	switch {
+	case e.Ino != 0:
+		dev := e.Dev
+		if e.Flags&evUserDev != 0 {
+			dev = uint32(formats.KernelDev(uint64(e.Dev)))
+		}
+		return d.file(fileKey{dev: dev, ino: e.Ino}, e.Pid, e.Ts, path)
+	case path == "":
+		return nil
+	case e.Ret < 0:
+		return s.files.addPathOnly(path)
+	case e.Flags&evByPath != 0:
+		var st unix.Stat_t
+		if unix.Stat(path, &st) != nil {
+			return s.files.addPathOnly(path) // gone since
+		}
+		return d.file(statKey(&st), e.Pid, e.Ts, path)
+	}
+	return nil
 }
 
 func cstring(b []byte) string {

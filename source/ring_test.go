@@ -7,8 +7,8 @@ import (
 )
 
 func TestEventLayout(t *testing.T) {
-	if eventSize != 64 {
-		t.Fatalf("struct event is %d bytes, want 64 (bpf/record.h)", eventSize)
+	if eventSize != 104 {
+		t.Fatalf("struct event is %d bytes, want 104 (bpf/record.h)", eventSize)
 	}
 }
 

@@ -110,6 +110,8 @@ type Source struct {
 	events    *ringbuf.Reader
 	opens     *ringbuf.Reader
 	opensMark atomic.Uint64 // all open events submitted before this monotonic time are processed
+	rpmu      sync.Mutex
+	rowPaths  map[uint64]rowPath // paths of metadata rows, by op
 
 	startup []Phase  // Open's stages
 	sources []string // attached, as the manifest lists them
@@ -191,7 +193,7 @@ func Open(cfg Config) (*Source, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Source{cfg: cfg, failed: make(chan struct{}), ownCgFD: -1}
+	s := &Source{cfg: cfg, failed: make(chan struct{}), ownCgFD: -1, rowPaths: make(map[uint64]rowPath)}
 	for i := range s.cgSlots {
 		s.cgSlots[i] = -1
 	}
