@@ -27,16 +27,19 @@ type ProfileFileStats struct {
 	Errors  uint64 // the check itself failed (process gone, no credentials): not prefetched
 }
 
-// LaunchFile is the loop's policies.Env.LaunchFile: it names profile file
-// f for a prefetch on behalf of process pid (0 or this process: the
-// runtime's own command, not started yet). The file is prefetched only if
-// its path, resolved in pid's mount namespace (through /proc/PID/root
-// when it differs from this process's), still names a regular file with
-// the learned device, inode, size and mtime (a symlink there is refused),
-// and, for another process, if that process may read it (Config.Access,
-// as the process: its fsuid, fsgid and groups). A changed file is counted
-// and reported by Invalid.
-func (l *Loop) LaunchFile(pid uint32, f *policies.LaunchFile) (uint32, bool) {
+// LaunchFile is the loop's policies.Env.LaunchFile: it names the file of
+// a profile's step for a prefetch on behalf of process pid (0 or this
+// process: the runtime's own command, not started yet). The file is
+// prefetched only if its path, resolved in pid's mount namespace (through
+// /proc/PID/root when it differs from this process's), still names what
+// was learned: a regular file with the learned device, inode, size and
+// mtime (a symlink there is refused), the same directory, or, for a
+// failed lookup, still nothing; and, for another process, if that process
+// may read it (Config.Access, as the process: its fsuid, fsgid and
+// groups; a directory is read only if it may list it). A changed file is
+// counted and reported by Invalid.
+func (l *Loop) LaunchFile(pid uint32, step *policies.LaunchStep) (uint32, bool) {
+	f := step.File
 	root := ""
 	var cred *source.Cred
 	if pid != 0 && pid != selfPID {
@@ -57,7 +60,7 @@ func (l *Loop) LaunchFile(pid uint32, f *policies.LaunchFile) (uint32, bool) {
 		l.pmu.Unlock()
 		return 0, false
 	}
-	if cred != nil {
+	if cred != nil && !f.PathOnly() && (!f.IsDir() || policies.Has(step.Kinds, formats.KindReaddir)) {
 		ok, err := l.creds.mayRead(l.cfg.Access, cred, path)
 		if err != nil {
 			l.creds.errors.Add(1)
@@ -72,28 +75,45 @@ func (l *Loop) LaunchFile(pid uint32, f *policies.LaunchFile) (uint32, bool) {
 	defer l.pmu.Unlock()
 	k := profKey{path: path, dev: f.Dev, ino: f.Ino}
 	if id, ok := l.profByID[k]; ok {
-		l.prof[id].cred = cred
+		p := l.prof[id]
+		p.cred, p.kinds = cred, step.Kinds
 		l.creds.named.Add(1)
 		return id, true
 	}
 	id := l.nextProf
-	if _, err := l.reg.Add(backend.FileRef{ID: id, Dev: f.Dev, Ino: f.Ino, Path: path}); err != nil {
-		l.creds.errors.Add(1)
-		return 0, false
+	if !f.PathOnly() && !f.IsDir() {
+		if _, err := l.reg.Add(backend.FileRef{ID: id, Dev: f.Dev, Ino: f.Ino, Path: path}); err != nil {
+			l.creds.errors.Add(1)
+			return 0, false
+		}
 	}
 	l.nextProf++
-	l.prof[id] = &profFile{f: *f, path: path, cred: cred}
+	l.prof[id] = &profFile{f: *f, path: path, cred: cred, kinds: step.Kinds}
 	l.profByID[k] = id
 	l.creds.named.Add(1)
 	return id, true
 }
 
 // checkUnchanged reports why path is not f as learned: a regular file (not
-// a symlink) with its device, inode, size and mtime.
+// a symlink) with its device, inode, size and mtime; a directory with its
+// device and inode (its entries may change); for a failed lookup, still
+// nothing.
 func checkUnchanged(path string, f *policies.LaunchFile) error {
 	var st unix.Stat_t
-	if err := unix.Lstat(path, &st); err != nil {
+	err := unix.Lstat(path, &st)
+	switch {
+	case f.PathOnly():
+		if err == nil {
+			return fmt.Errorf("%s: exists now", path)
+		}
+		return nil
+	case err != nil:
 		return err
+	case f.IsDir():
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR || formats.KernelDev(st.Dev) != f.Dev || st.Ino != f.Ino {
+			return fmt.Errorf("%s: not the learned directory", path)
+		}
+		return nil
 	}
 	switch {
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
@@ -194,9 +214,9 @@ func Canonical(root, path string, dev, ino uint64) (string, bool) {
 // credCache caches processes' roots and credentials, and read checks, for
 // a short while: a launch checks hundreds of files for one process.
 type credCache struct {
-	mu     sync.Mutex
-	procs  map[uint32]procInfo
-	checks map[checkKey]checkRes
+	mu                             sync.Mutex
+	procs                          map[uint32]procInfo
+	checks                         map[checkKey]checkRes
 	named, changed, denied, errors atomic.Uint64
 }
 

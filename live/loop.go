@@ -99,16 +99,17 @@ type Loop struct {
 	creds    credCache
 	invalid  []policies.LaunchFile // profile files found changed, for the learner
 
-	regFailed   map[uint32]struct{} // source ids whose file has no path yet (retried per batch)
-	stats       counters
+	regFailed    map[uint32]struct{} // source ids whose file has no path yet (retried per batch)
+	stats        counters
 	unregistered atomic.Uint64
 }
 
 // profFile is a launch profile's file as the loop named it.
 type profFile struct {
-	f    policies.LaunchFile
-	path string       // the path opened: f.Path, or under /proc/PID/root for another mount namespace
-	cred *source.Cred // the process it was last named for; nil: this process
+	f     policies.LaunchFile
+	path  string       // the path opened: f.Path, or under /proc/PID/root for another mount namespace
+	cred  *source.Cred // the process it was last named for; nil: this process
+	kinds uint32       // what the launches did with it (policies.LaunchTouch.Kinds)
 }
 
 type profKey struct {
@@ -226,12 +227,14 @@ func (l *Loop) dispatch(ev *policies.Event) {
 // first; requests with Meta go through the metadata workers.
 func (l *Loop) submit(req *policies.Request) {
 	l.stats.requests.Add(1)
-	if l.reg.Lookup(req.File) == nil && !l.register(req.File) {
-		l.unregistered.Add(1)
+	if req.Meta {
+		if !l.meta.enqueue(req) {
+			l.unregistered.Add(1)
+		}
 		return
 	}
-	if req.Meta {
-		l.meta.enqueue(req)
+	if l.reg.Lookup(req.File) == nil && !l.register(req.File) {
+		l.unregistered.Add(1)
 		return
 	}
 	if len(req.Ranges) > 0 {

@@ -1,7 +1,6 @@
 package live
 
 import (
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,11 +15,10 @@ import (
 
 // MetaStats count the metadata workers' work.
 type MetaStats struct {
-	Files      uint64 // files looked up (path walk and inode read)
-	Dirs       uint64 // directories read to the end
-	DirsDenied uint64 // directories the launch's process may not list: not read
-	Dropped    uint64 // requests dropped because the queue was full
-	Errors     uint64 // lookups that failed (the file changed or went away)
+	Files   uint64 // files looked up (path walk and inode read)
+	Dirs    uint64 // directories read to the end
+	Dropped uint64 // requests dropped because the queue was full
+	Errors  uint64 // lookups that failed (the file changed or went away)
 }
 
 // metaWarmer warms files' metadata for requests with Meta, on a few
@@ -36,7 +34,7 @@ type metaWarmer struct {
 	wg   sync.WaitGroup
 	dmu  sync.Mutex
 	dirs map[string]time.Time
-	st   struct{ files, dirs, denied, dropped, errors atomic.Uint64 }
+	st   struct{ files, dirs, dropped, errors atomic.Uint64 }
 	mu   sync.Mutex // enqueue against close
 	done bool
 }
@@ -44,8 +42,8 @@ type metaWarmer struct {
 type metaJob struct {
 	id     uint32
 	path   string
-	dev    uint64
-	ino    uint64
+	f      policies.LaunchFile
+	kinds  uint32
 	cred   *source.Cred // the launch's process; nil: this process
 	ranges []policies.Range
 }
@@ -76,29 +74,30 @@ func newMetaWarmer(l *Loop, workers, queue int) *metaWarmer {
 }
 
 // enqueue queues req (copied) for the workers, or drops it when the queue
-// is full.
-func (w *metaWarmer) enqueue(req *policies.Request) {
-	f := w.l.reg.Lookup(req.File)
-	if f == nil {
-		return
-	}
-	ref := f.Ref()
-	j := metaJob{id: req.File, path: ref.Path, dev: ref.Dev, ino: ref.Ino, ranges: slices.Clone(req.Ranges)}
+// is full. It reports false for a file the loop did not name for a
+// launch (LaunchFile): only those carry what to warm.
+func (w *metaWarmer) enqueue(req *policies.Request) bool {
 	w.l.pmu.Lock()
-	if p := w.l.prof[req.File]; p != nil {
-		j.cred = p.cred
+	p := w.l.prof[req.File]
+	var j metaJob
+	if p != nil {
+		j = metaJob{id: req.File, path: p.path, f: p.f, kinds: p.kinds, cred: p.cred, ranges: slices.Clone(req.Ranges)}
 	}
 	w.l.pmu.Unlock()
+	if p == nil {
+		return false
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.done {
-		return
+		return true
 	}
 	select {
 	case w.ch <- j:
 	default:
 		w.st.dropped.Add(1)
 	}
+	return true
 }
 
 func (w *metaWarmer) work() {
@@ -112,8 +111,16 @@ func (w *metaWarmer) work() {
 	}
 }
 
-// warm looks up j's file and reads its directory.
+// warm repeats j's lookup: a failed lookup again (the kernel caches the
+// negative entry), else the path's directories and the file's inode, and
+// reads a directory the launch listed.
 func (w *metaWarmer) warm(j *metaJob, buf []byte) {
+	if j.f.PathOnly() {
+		var st unix.Stat_t
+		_ = unix.Lstat(j.path, &st)
+		w.st.files.Add(1)
+		return
+	}
 	fd, err := unix.Open(j.path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		w.st.errors.Add(1)
@@ -122,23 +129,16 @@ func (w *metaWarmer) warm(j *metaJob, buf []byte) {
 	var st unix.Stat_t
 	err = unix.Fstat(fd, &st)
 	unix.Close(fd)
-	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || formats.KernelDev(st.Dev) != j.dev || st.Ino != j.ino {
+	if err != nil || formats.KernelDev(st.Dev) != j.f.Dev || st.Ino != j.f.Ino {
 		w.st.errors.Add(1)
 		return
 	}
 	w.st.files.Add(1)
-	dir := filepath.Dir(j.path)
-	if !w.claim(dir) {
+	if !j.f.IsDir() || !policies.Has(j.kinds, formats.KindReaddir) || !w.claim(j.path) {
 		return
 	}
-	if j.cred != nil {
-		ok, err := w.l.creds.mayRead(w.l.cfg.Access, j.cred, dir)
-		if err != nil || !ok {
-			w.st.denied.Add(1)
-			return
-		}
-	}
-	if readDir(dir, buf) {
+	// LaunchFile checked that the launch's process may list it.
+	if readDir(j.path, buf) {
 		w.st.dirs.Add(1)
 	}
 }
@@ -183,8 +183,7 @@ func readDir(dir string, buf []byte) bool {
 }
 
 func (w *metaWarmer) stats() MetaStats {
-	return MetaStats{Files: w.st.files.Load(), Dirs: w.st.dirs.Load(), DirsDenied: w.st.denied.Load(),
-		Dropped: w.st.dropped.Load(), Errors: w.st.errors.Load()}
+	return MetaStats{Files: w.st.files.Load(), Dirs: w.st.dirs.Load(), Dropped: w.st.dropped.Load(), Errors: w.st.errors.Load()}
 }
 
 // close waits for the queued work to finish.

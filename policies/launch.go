@@ -34,7 +34,10 @@ const (
 
 // LaunchFile is a file of a launch profile as it was when last learned:
 // its path and identity. Dev is in the kernel's s_dev encoding
-// (major<<20 | minor), as in bundles and eBPF events.
+// (major<<20 | minor), as in bundles and eBPF events. A file with Ino 0
+// and Mode 0 is a path the launch looked up and did not find (a
+// path-only file of a bundle). Directories are files too (Mode
+// S_IFDIR): those the launch listed or stat'ed.
 type LaunchFile struct {
 	Path    string
 	Dev     uint64
@@ -46,6 +49,12 @@ type LaunchFile struct {
 
 // Key returns the file's identity for model lookups.
 func (f *LaunchFile) Key() FileKey { return FileKey{Path: f.Path, Size: f.Size, MtimeNS: f.MtimeNS} }
+
+// PathOnly reports whether f is a failed lookup: no inode.
+func (f *LaunchFile) PathOnly() bool { return f.Ino == 0 && f.Mode == 0 }
+
+// IsDir reports whether f is a directory.
+func (f *LaunchFile) IsDir() bool { return f.Mode&formats.ModeType == formats.ModeDir }
 
 // Same reports whether g is the same file, unchanged: path, device, inode,
 // size and mtime.
@@ -61,8 +70,15 @@ func (f *LaunchFile) Same(g *LaunchFile) bool {
 type LaunchTouch struct {
 	File    uint32 // index into LaunchProfile.Files
 	FirstNS uint64 // first access, in ns after the launch began
-	Ranges  []Range
+	// Kinds has bit k set when the launch made an access of
+	// formats.AccessKind k to the file (KindReaddir: it listed the
+	// directory; KindExec: it ran the file).
+	Kinds  uint32
+	Ranges []Range
 }
+
+// Has reports whether kinds has kind k.
+func Has(kinds uint32, k formats.AccessKind) bool { return k < 32 && kinds&(1<<k) != 0 }
 
 // Launch is one recorded launch.
 type Launch struct {
@@ -93,6 +109,7 @@ type LaunchStep struct {
 	File    *LaunchFile
 	Index   uint32  // index into Files
 	FirstNS uint64  // earliest first access over the launches
+	Kinds   uint32  // the launches' access kinds (LaunchTouch.Kinds), or'ed
 	Ranges  []Range // union of the launches' pages, sorted and disjoint
 	Seen    int     // launches that touched the file
 }
@@ -113,6 +130,7 @@ func (p *LaunchProfile) Plan() []LaunchStep {
 			s := &steps[t.File]
 			s.Seen++
 			s.FirstNS = min(s.FirstNS, t.FirstNS)
+			s.Kinds |= t.Kinds
 			s.Ranges = append(s.Ranges, t.Ranges...)
 		}
 	}
@@ -243,7 +261,7 @@ func (p *LaunchProfile) AddLaunch(l Launch, files []LaunchFile, keep int) error 
 	}
 	nl := Launch{StartUnixNS: l.StartUnixNS, WallNS: l.WallNS, Touches: make([]LaunchTouch, len(l.Touches))}
 	for i, t := range l.Touches {
-		nl.Touches[i] = LaunchTouch{File: remap[t.File], FirstNS: t.FirstNS, Ranges: slices.Clone(t.Ranges)}
+		nl.Touches[i] = LaunchTouch{File: remap[t.File], FirstNS: t.FirstNS, Kinds: t.Kinds, Ranges: slices.Clone(t.Ranges)}
 	}
 	p.Launches = append(p.Launches, nl)
 	if n := len(p.Launches) - keep; n > 0 {
@@ -492,14 +510,16 @@ func (p *launchPolicy) Handle(ev *Event, emit Emit) {
 	budget := p.pages
 	files := 0
 	maxN := uint64(p.env.maxPages())
-	for _, st := range prof.Plan() {
+	plan := prof.Plan()
+	for i := range plan {
+		st := plan[i]
 		if files >= p.maxFiles || budget == 0 {
 			break
 		}
 		if st.Seen < p.minSeen {
 			continue
 		}
-		id, ok := p.env.LaunchFile(ev.PID, st.File)
+		id, ok := p.env.LaunchFile(ev.PID, &st)
 		if !ok {
 			continue
 		}
@@ -575,6 +595,7 @@ type LaunchRecorder struct {
 type recTouch struct {
 	id     uint32
 	first  uint64
+	kinds  uint32
 	ranges []Range
 }
 
@@ -593,10 +614,12 @@ func (r *LaunchRecorder) Files() int { return len(r.touches) }
 func (r *LaunchRecorder) Observe(ev *Event) {
 	var first uint64
 	var n uint64
+	kind := formats.KindExec
 	switch ev.Kind {
 	case EventProcessExec:
 	case EventFileAccess:
 		a := &ev.Access
+		kind = a.Kind
 		switch {
 		case IsDemand(a.Kind):
 			first, n = a.Page, uint64(max(a.NPages, 1))
@@ -624,11 +647,12 @@ func (r *LaunchRecorder) Observe(ev *Event) {
 		}
 		r.touches = append(r.touches, recTouch{id: ev.File, first: at})
 	}
+	t := &r.touches[i]
+	t.kinds |= 1 << kind
 	if n == 0 || first >= maxLaunchPage {
 		return
 	}
 	n = min(n, maxLaunchPage-first, math.MaxUint32)
-	t := &r.touches[i]
 	if k := len(t.ranges); k > 0 {
 		// Continuing the previous access (the next pages, or within its
 		// last page) leaves the file's page sequence as it is.
@@ -660,7 +684,7 @@ func (r *LaunchRecorder) Launch(resolve func(id uint32) (LaunchFile, bool), star
 		if !ok || f.Path == "" || !filepath.IsAbs(f.Path) || len(f.Path) > maxLaunchPath {
 			continue
 		}
-		l.Touches = append(l.Touches, LaunchTouch{File: uint32(len(files)), FirstNS: t.first, Ranges: slices.Clone(t.ranges)})
+		l.Touches = append(l.Touches, LaunchTouch{File: uint32(len(files)), FirstNS: t.first, Kinds: t.kinds, Ranges: slices.Clone(t.ranges)})
 		files = append(files, f)
 	}
 	return l, files

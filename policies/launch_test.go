@@ -63,8 +63,11 @@ func TestLaunchRecorderOrderAndRanges(t *testing.T) {
 	if r := plan[0].Ranges; !reflect.DeepEqual(r, []Range{{0, 2}}) {
 		t.Errorf("prog ranges %v", r)
 	}
-	if len(plan[2].Ranges) != 0 || plan[2].FirstNS != 600 {
+	if len(plan[2].Ranges) != 0 || plan[2].FirstNS != 600 || !Has(plan[2].Kinds, formats.KindReaddir) || Has(plan[2].Kinds, formats.KindRead) {
 		t.Errorf("dir step %+v", plan[2])
+	}
+	if !Has(plan[0].Kinds, formats.KindExec) || !Has(plan[0].Kinds, formats.KindRead) || !Has(plan[1].Kinds, formats.KindMap) {
+		t.Errorf("kinds %b %b", plan[0].Kinds, plan[1].Kinds)
 	}
 	if p.Pages() != 11 {
 		t.Errorf("pages %d, want 11", p.Pages())
@@ -154,11 +157,11 @@ func TestDecodeLaunchProfileNamesTheField(t *testing.T) {
 		{append(append(bytes.Clone(head), 1), file("")...), "field files[0].path"},
 		{append(bytes.Clone(head), 0xff, 0xff, 0xff, 0xff, 0x0f), "field files"},
 		// one file, one launch, one touch naming file 3
-		{append(append(append(bytes.Clone(head), 1), file("/f")...), 1, 0, 0, 1, 3, 0, 0), "field launches[0].touches[0].file"},
+		{append(append(append(bytes.Clone(head), 1), file("/f")...), 1, 0, 0, 1, 3, 0, 0, 0), "field launches[0].touches[0].file"},
 		// a range of 0 pages
-		{append(append(append(bytes.Clone(head), 1), file("/f")...), 1, 0, 0, 1, 0, 0, 1, 0, 0), "launches[0].touches[0].ranges[0]"},
+		{append(append(append(bytes.Clone(head), 1), file("/f")...), 1, 0, 0, 1, 0, 0, 0, 1, 0, 0), "launches[0].touches[0].ranges[0]"},
 		// a range before page 0
-		{append(append(append(bytes.Clone(head), 1), file("/f")...), 1, 0, 0, 1, 0, 0, 1, 1, 1), "launches[0].touches[0].ranges[0]"},
+		{append(append(append(bytes.Clone(head), 1), file("/f")...), 1, 0, 0, 1, 0, 0, 0, 1, 1, 1), "launches[0].touches[0].ranges[0]"},
 		{append(append(append(bytes.Clone(head), 1), file("/f")...), 0, 9), "bytes after the last launch"},
 	}
 	for _, c := range cases {
@@ -209,7 +212,8 @@ func launchEnv(m *LaunchModel, skip ...string) (Env, map[uint32]string) {
 			}
 			return FileKey{}, false
 		},
-		LaunchFile: func(pid uint32, f *LaunchFile) (uint32, bool) {
+		LaunchFile: func(pid uint32, st *LaunchStep) (uint32, bool) {
+			f := st.File
 			for _, s := range skip {
 				if f.Path == s {
 					return 0, false

@@ -36,7 +36,7 @@ func init() {
 //	program, ran: file
 //	uvarint files, files: file...
 //	uvarint launches, each: varint start_unix_ns, uvarint wall_ns,
-//	    uvarint touches, each: uvarint file, uvarint first_ns,
+//	    uvarint touches, each: uvarint file, uvarint first_ns, uvarint kinds,
 //	        uvarint ranges, each: varint first (from the previous range's end), uvarint n
 //	uint32 CRC32C (Castagnoli) of everything before it, little endian
 //
@@ -90,6 +90,7 @@ func EncodeLaunchProfile(p *LaunchProfile) []byte {
 		for _, t := range l.Touches {
 			b = binary.AppendUvarint(b, uint64(t.File))
 			b = binary.AppendUvarint(b, t.FirstNS)
+			b = binary.AppendUvarint(b, uint64(t.Kinds))
 			b = binary.AppendUvarint(b, uint64(len(t.Ranges)))
 			var end uint64
 			for _, r := range t.Ranges {
@@ -253,6 +254,7 @@ func (r *launchReader) launch(p *LaunchProfile, li, total int) int {
 		tf := fmt.Sprintf("%s.touches[%d]", field, ti)
 		t.File = uint32(r.uvarint(tf+".file", uint64(len(p.Files)-1)))
 		t.FirstNS = r.uvarint(tf+".first_ns", math.MaxInt64)
+		t.Kinds = uint32(r.uvarint(tf+".kinds", math.MaxUint32))
 		nr := r.uvarint(tf+".ranges", uint64(MaxLaunchRanges-total))
 		if r.err == nil && nr > uint64(len(r.b)-r.off)/2 {
 			r.fail(tf+".ranges", "%d ranges in %d bytes", nr, len(r.b)-r.off)

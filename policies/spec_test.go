@@ -31,7 +31,7 @@ func TestNamesAndDescribe(t *testing.T) {
 
 func TestBuildErrors(t *testing.T) {
 	env := Env{Future: NewFuture(nil), Markov: NewMarkovBuilder(0).Build(), Launch: NewLaunchModel(),
-		LaunchFile: func(uint32, *LaunchFile) (uint32, bool) { return 0, false }}
+		LaunchFile: func(uint32, *LaunchStep) (uint32, bool) { return 0, false }}
 	for _, tc := range []struct {
 		spec string
 		want []string
@@ -75,7 +75,7 @@ func TestBuildErrors(t *testing.T) {
 
 func TestBuildAllDefaults(t *testing.T) {
 	env := Env{Future: NewFuture(nil), Markov: NewMarkovBuilder(0).Build(), Launch: NewLaunchModel(),
-		LaunchFile: func(uint32, *LaunchFile) (uint32, bool) { return 0, false }}
+		LaunchFile: func(uint32, *LaunchStep) (uint32, bool) { return 0, false }}
 	for _, n := range Names() {
 		p, err := Build(n, env)
 		if err != nil {
@@ -125,7 +125,7 @@ func TestDocsListParameters(t *testing.T) {
 
 func TestDescribeExamplesBuild(t *testing.T) {
 	env := Env{Future: NewFuture(nil), Markov: NewMarkovBuilder(0).Build(), Launch: NewLaunchModel(),
-		LaunchFile: func(uint32, *LaunchFile) (uint32, bool) { return 0, false }}
+		LaunchFile: func(uint32, *LaunchStep) (uint32, bool) { return 0, false }}
 	for _, n := range Names() {
 		ex := registry[n].example
 		if ex == "" || !strings.Contains(Describe(n), "example: "+ex) {
