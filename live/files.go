@@ -21,23 +21,21 @@ import (
 
 // ProfileFileStats count what became of the launch profiles' files.
 type ProfileFileStats struct {
-	Named   uint64 // named for a prefetch (checked and registered)
+	Named   uint64 // named for a prefetch by the launch policy
+	Checked uint64 // checked unchanged and readable: prefetched
 	Changed uint64 // changed since learned (size, mtime, device, inode, or gone): not prefetched
-	Denied  uint64 // the launch's process may not read them: not prefetched
+	Denied  uint64 // the launch's process may not read them (or list the directory): not prefetched
 	Errors  uint64 // the check itself failed (process gone, no credentials): not prefetched
 }
 
 // LaunchFile is the loop's policies.Env.LaunchFile: it names the file of
 // a profile's step for a prefetch on behalf of process pid (0 or this
-// process: the runtime's own command, not started yet). The file is
-// prefetched only if its path, resolved in pid's mount namespace (through
-// /proc/PID/root when it differs from this process's), still names what
-// was learned: a regular file with the learned device, inode, size and
-// mtime (a symlink there is refused), the same directory, or, for a
-// failed lookup, still nothing; and, for another process, if that process
-// may read it (Config.Access, as the process: its fsuid, fsgid and
-// groups; a directory is read only if it may list it). A changed file is
-// counted and reported by Invalid.
+// process: the runtime's own command, not started yet). It does no I/O:
+// the launch workers check each named file before anything is read (see
+// launchWorkers.check): its path, resolved in pid's mount namespace
+// (through /proc/PID/root when it differs from this process's), must
+// still name what was learned, and another process must be allowed to
+// read it.
 func (l *Loop) LaunchFile(pid uint32, step *policies.LaunchStep) (uint32, bool) {
 	f := step.File
 	root := ""
@@ -51,26 +49,6 @@ func (l *Loop) LaunchFile(pid uint32, step *policies.LaunchStep) (uint32, bool) 
 		root, cred = r, c
 	}
 	path := root + f.Path
-	if err := checkUnchanged(path, f); err != nil {
-		l.creds.changed.Add(1)
-		l.pmu.Lock()
-		if len(l.invalid) < policies.MaxLaunchFiles {
-			l.invalid = append(l.invalid, *f)
-		}
-		l.pmu.Unlock()
-		return 0, false
-	}
-	if cred != nil && !f.PathOnly() && (!f.IsDir() || policies.Has(step.Kinds, formats.KindReaddir)) {
-		ok, err := l.creds.mayRead(l.cfg.Access, cred, path)
-		if err != nil {
-			l.creds.errors.Add(1)
-			return 0, false
-		}
-		if !ok {
-			l.creds.denied.Add(1)
-			return 0, false
-		}
-	}
 	l.pmu.Lock()
 	defer l.pmu.Unlock()
 	k := profKey{path: path, dev: f.Dev, ino: f.Ino}
@@ -197,7 +175,7 @@ func ResolveInRoot(root, path string) (string, error) {
 // whose root is root, or false when path does not name that file now.
 func Canonical(root, path string, dev, ino uint64) (string, bool) {
 	var st unix.Stat_t
-	if unix.Lstat(root+path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+	if root == "" && unix.Lstat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
 		if formats.KernelDev(st.Dev) == dev && st.Ino == ino {
 			return path, true
 		}
@@ -217,7 +195,7 @@ type credCache struct {
 	mu                             sync.Mutex
 	procs                          map[uint32]procInfo
 	checks                         map[checkKey]checkRes
-	named, changed, denied, errors atomic.Uint64
+	named, checked, changed, denied, errors atomic.Uint64
 }
 
 type procInfo struct {
@@ -246,7 +224,7 @@ func (c *credCache) init() {
 }
 
 func (c *credCache) stats() ProfileFileStats {
-	return ProfileFileStats{Named: c.named.Load(), Changed: c.changed.Load(), Denied: c.denied.Load(), Errors: c.errors.Load()}
+	return ProfileFileStats{Named: c.named.Load(), Checked: c.checked.Load(), Changed: c.changed.Load(), Denied: c.denied.Load(), Errors: c.errors.Load()}
 }
 
 // process returns pid's root prefix and credentials.

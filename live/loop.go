@@ -88,7 +88,8 @@ type Loop struct {
 	be   backend.Backend
 	disp *policies.Dispatcher
 	pols []*counted
-	meta *metaWarmer
+	meta *launchWorkers
+	job  launchJob // the profile file whose requests are being emitted
 	ev   policies.Event
 	emit policies.Emit
 
@@ -133,28 +134,53 @@ func New(cfg Config, src *source.Source) (*Loop, error) {
 	l := &Loop{cfg: cfg, src: src, reg: backend.NewRegistry(), prof: map[uint32]*profFile{},
 		profByID: map[profKey]uint32{}, nextProf: profileBase, regFailed: map[uint32]struct{}{}}
 	l.creds.init()
-	env := l.env()
-	var ps []policies.Policy
-	for _, spec := range cfg.Policies {
-		p, err := policies.Build(spec, env)
-		if err != nil {
-			return nil, err
-		}
-		c := &counted{Policy: p, name: policies.SpecName(spec), spec: spec}
-		c.out = c.emitOne
-		l.pols = append(l.pols, c)
-		ps = append(ps, c)
+	if err := l.build(cfg.Policies); err != nil {
+		return nil, err
 	}
 	be, err := backend.New(cfg.Backend, l.reg, o)
 	if err != nil {
 		return nil, err
 	}
 	l.be = be
-	l.disp = policies.NewDispatcher(ps...)
-	l.meta = newMetaWarmer(l, cfg.MetaWorkers, cfg.MetaQueue)
+	l.meta = newLaunchWorkers(l, cfg.MetaWorkers, cfg.MetaQueue)
 	l.emit = l.submit
 	return l, nil
 }
+
+// build adds the policies of specs and remakes the dispatcher.
+func (l *Loop) build(specs []string) error {
+	env := l.env()
+	for _, spec := range specs {
+		p, err := policies.Build(spec, env)
+		if err != nil {
+			return err
+		}
+		c := &counted{Policy: p, name: policies.SpecName(spec), spec: spec}
+		c.out = c.emitOne
+		l.pols = append(l.pols, c)
+	}
+	ps := make([]policies.Policy, len(l.pols))
+	for i, c := range l.pols {
+		ps[i] = c
+	}
+	l.disp = policies.NewDispatcher(ps...)
+	return nil
+}
+
+// AddPolicies builds more policies (with markov as their model when not
+// nil) and adds them after the loop's. Call it before the source starts
+// delivering: run fires the launch prefetch first and adds markov, whose
+// model takes longer to build, once the source is open.
+func (l *Loop) AddPolicies(specs []string, markov *policies.MarkovModel) error {
+	if markov != nil {
+		l.cfg.Markov = markov
+	}
+	return l.build(specs)
+}
+
+// Attach gives the loop its source once it is open, before it starts
+// delivering.
+func (l *Loop) Attach(src *source.Source) { l.src = src }
 
 // env is what the loop's policies know.
 func (l *Loop) env() policies.Env {
@@ -181,16 +207,19 @@ func (l *Loop) Registry() *backend.Registry { return l.reg }
 // Backend is the loop's backend.
 func (l *Loop) Backend() backend.Backend { return l.be }
 
-// Consume dispatches a batch of the source: accesses as FileAccess events
-// (exec rows as ProcessExec), hints as their events.
+// Consume dispatches a batch of the source: accesses as FileAccess
+// events, hints as their events. Exec rows become ProcessExec events for
+// Tap only: which exec starts a launch (and whose profile it prefetches)
+// is the caller's to say, with Exec.
 func (l *Loop) Consume(b *source.Batch) error {
 	for i := range b.Accesses {
 		a := &b.Accesses[i]
 		l.ev.FromAccess(a)
-		if a.Kind == formats.KindExec && l.src != nil {
-			if f, ok := l.src.File(a.FileID); ok {
-				l.ev.Exec.Path = f.Path
+		if a.Kind == formats.KindExec {
+			if l.cfg.Tap != nil {
+				l.cfg.Tap(&l.ev)
 			}
+			continue
 		}
 		l.dispatch(&l.ev)
 	}
@@ -218,20 +247,25 @@ func (l *Loop) dispatch(ev *policies.Event) {
 	}
 	if l.cfg.Stage != nil {
 		l.cfg.Stage.Dispatch(l.disp, ev, l.emit)
-		return
+	} else {
+		l.disp.Dispatch(ev, l.emit)
 	}
-	l.disp.Dispatch(ev, l.emit)
+	l.meta.flush(&l.job)
 }
 
 // submit hands a policy's request to the backend, registering its file
-// first; requests with Meta go through the metadata workers.
+// first; requests for the files of launch profiles go through the launch
+// workers, which check them first.
 func (l *Loop) submit(req *policies.Request) {
 	l.stats.requests.Add(1)
-	if req.Meta {
-		if !l.meta.enqueue(req) {
+	if req.File >= profileBase {
+		if !l.meta.add(&l.job, req) {
 			l.unregistered.Add(1)
 		}
 		return
+	}
+	if req.Meta {
+		return // metadata is warmed for launch profiles' files only
 	}
 	if l.reg.Lookup(req.File) == nil && !l.register(req.File) {
 		l.unregistered.Add(1)

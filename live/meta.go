@@ -13,43 +13,50 @@ import (
 	"github.com/predictio/predictio/source"
 )
 
-// MetaStats count the metadata workers' work.
+// MetaStats count the launch workers' metadata work.
 type MetaStats struct {
-	Files   uint64 // files looked up (path walk and inode read)
+	Files   uint64 // lookups repeated (path walk and inode read, or a failed lookup again)
 	Dirs    uint64 // directories read to the end
-	Dropped uint64 // requests dropped because the queue was full
-	Errors  uint64 // lookups that failed (the file changed or went away)
+	Dropped uint64 // files dropped because the queue was full
 }
 
-// metaWarmer warms files' metadata for requests with Meta, on a few
-// workers so that the lookups' reads overlap: a lookup of the file's path
-// with O_PATH (its directories' entries and its inode come into the
-// caches; the file is not opened, so no device or FIFO can be triggered),
-// and once per directory a read of all its entries (getdents64), for
-// programs that list the directories they search. Then the request's
-// ranges go to the backend.
-type metaWarmer struct {
+// launchWorkers prefetch the files of launch profiles, on a few workers
+// so that the lookups' reads overlap. For each file (one job per file,
+// its requests' ranges merged) a worker
+//
+//  1. checks it (check): lstat of its path, which also repeats the
+//     program's lookup (the path's directory entries and the file's inode
+//     come into the caches, a failed lookup leaves a negative entry);
+//     then, for another process, a read check as that process;
+//  2. with Meta, reads a directory the launch listed to its end
+//     (getdents64), so the lookups and listings that follow find its
+//     blocks cached;
+//  3. hands the file's ranges to the backend.
+//
+// Nothing is read for a file that fails its check.
+type launchWorkers struct {
 	l    *Loop
-	ch   chan metaJob
+	ch   chan launchJob
 	wg   sync.WaitGroup
 	dmu  sync.Mutex
 	dirs map[string]time.Time
-	st   struct{ files, dirs, dropped, errors atomic.Uint64 }
+	st   struct{ files, dirs, dropped atomic.Uint64 }
 	mu   sync.Mutex // enqueue against close
 	done bool
 }
 
-type metaJob struct {
+type launchJob struct {
 	id     uint32
 	path   string
 	f      policies.LaunchFile
 	kinds  uint32
+	meta   bool
 	cred   *source.Cred // the launch's process; nil: this process
 	ranges []policies.Range
 }
 
-// Directory walks are bounded: directories larger than maxDirBytes are
-// not read, a walk stops after maxDirEntries entries, and a directory is
+// Directory reads are bounded: directories larger than maxDirBytes are
+// not read, a read stops after maxDirEntries entries, and a directory is
 // read again only after dirRewalk.
 const (
 	maxDirBytes   = 1 << 20
@@ -58,14 +65,14 @@ const (
 	maxDirsKept   = 1 << 14
 )
 
-func newMetaWarmer(l *Loop, workers, queue int) *metaWarmer {
+func newLaunchWorkers(l *Loop, workers, queue int) *launchWorkers {
 	if workers <= 0 {
 		workers = 8
 	}
 	if queue <= 0 {
 		queue = 16384
 	}
-	w := &metaWarmer{l: l, ch: make(chan metaJob, queue), dirs: map[string]time.Time{}}
+	w := &launchWorkers{l: l, ch: make(chan launchJob, queue), dirs: map[string]time.Time{}}
 	w.wg.Add(workers)
 	for range workers {
 		go w.work()
@@ -73,78 +80,92 @@ func newMetaWarmer(l *Loop, workers, queue int) *metaWarmer {
 	return w
 }
 
-// enqueue queues req (copied) for the workers, or drops it when the queue
-// is full. It reports false for a file the loop did not name for a
-// launch (LaunchFile): only those carry what to warm.
-func (w *metaWarmer) enqueue(req *policies.Request) bool {
-	w.l.pmu.Lock()
-	p := w.l.prof[req.File]
-	var j metaJob
-	if p != nil {
-		j = metaJob{id: req.File, path: p.path, f: p.f, kinds: p.kinds, cred: p.cred, ranges: slices.Clone(req.Ranges)}
-	}
-	w.l.pmu.Unlock()
-	if p == nil {
-		return false
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.done {
+// add merges req, a request for a profile file, into the job being
+// built: the policy emits a file's requests one after another. It
+// reports false for an id the loop did not name (LaunchFile).
+func (w *launchWorkers) add(j *launchJob, req *policies.Request) bool {
+	if j.id == req.File {
+		j.ranges = append(j.ranges, req.Ranges...)
+		j.meta = j.meta || req.Meta
 		return true
 	}
-	select {
-	case w.ch <- j:
-	default:
-		w.st.dropped.Add(1)
+	w.flush(j)
+	w.l.pmu.Lock()
+	p := w.l.prof[req.File]
+	if p != nil {
+		*j = launchJob{id: req.File, path: p.path, f: p.f, kinds: p.kinds, cred: p.cred, meta: req.Meta, ranges: slices.Clone(req.Ranges)}
 	}
-	return true
+	w.l.pmu.Unlock()
+	return p != nil
 }
 
-func (w *metaWarmer) work() {
+// flush queues the job being built, or drops it when the queue is full.
+func (w *launchWorkers) flush(j *launchJob) {
+	if j.id == 0 {
+		return
+	}
+	w.mu.Lock()
+	if !w.done {
+		select {
+		case w.ch <- *j:
+		default:
+			w.st.dropped.Add(1)
+		}
+	}
+	w.mu.Unlock()
+	*j = launchJob{}
+}
+
+func (w *launchWorkers) work() {
 	defer w.wg.Done()
 	buf := make([]byte, 32<<10)
 	for j := range w.ch {
-		w.warm(&j, buf)
+		if !w.check(&j) {
+			continue
+		}
+		if j.meta && j.f.IsDir() && policies.Has(j.kinds, formats.KindReaddir) && w.claim(j.path) && readDir(j.path, buf) {
+			w.st.dirs.Add(1)
+		}
 		if len(j.ranges) > 0 {
 			_ = w.l.be.Submit(&policies.Request{File: j.id, Ranges: j.ranges})
 		}
 	}
 }
 
-// warm repeats j's lookup: a failed lookup again (the kernel caches the
-// negative entry), else the path's directories and the file's inode, and
-// reads a directory the launch listed.
-func (w *metaWarmer) warm(j *metaJob, buf []byte) {
-	if j.f.PathOnly() {
-		var st unix.Stat_t
-		_ = unix.Lstat(j.path, &st)
-		w.st.files.Add(1)
-		return
-	}
-	fd, err := unix.Open(j.path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		w.st.errors.Add(1)
-		return
-	}
-	var st unix.Stat_t
-	err = unix.Fstat(fd, &st)
-	unix.Close(fd)
-	if err != nil || formats.KernelDev(st.Dev) != j.f.Dev || st.Ino != j.f.Ino {
-		w.st.errors.Add(1)
-		return
-	}
+// check reports whether j's file may be prefetched: its path still names
+// what was learned (checkUnchanged), and the launch's process may read it
+// (or list the directory it listed). A changed file is reported to the
+// loop (Invalid).
+func (w *launchWorkers) check(j *launchJob) bool {
+	c := &w.l.creds
+	err := checkUnchanged(j.path, &j.f)
 	w.st.files.Add(1)
-	if !j.f.IsDir() || !policies.Has(j.kinds, formats.KindReaddir) || !w.claim(j.path) {
-		return
+	if err != nil {
+		c.changed.Add(1)
+		w.l.pmu.Lock()
+		if len(w.l.invalid) < policies.MaxLaunchFiles {
+			w.l.invalid = append(w.l.invalid, j.f)
+		}
+		w.l.pmu.Unlock()
+		return false
 	}
-	// LaunchFile checked that the launch's process may list it.
-	if readDir(j.path, buf) {
-		w.st.dirs.Add(1)
+	if j.cred != nil && !j.f.PathOnly() && (!j.f.IsDir() || policies.Has(j.kinds, formats.KindReaddir)) {
+		ok, err := c.mayRead(w.l.cfg.Access, j.cred, j.path)
+		switch {
+		case err != nil:
+			c.errors.Add(1)
+			return false
+		case !ok:
+			c.denied.Add(1)
+			return false
+		}
 	}
+	c.checked.Add(1)
+	return true
 }
 
-// claim reports whether dir is due for a walk, and marks it walked.
-func (w *metaWarmer) claim(dir string) bool {
+// claim reports whether dir is due for a read, and marks it read.
+func (w *launchWorkers) claim(dir string) bool {
 	w.dmu.Lock()
 	defer w.dmu.Unlock()
 	if t, ok := w.dirs[dir]; ok && time.Since(t) < dirRewalk {
@@ -182,12 +203,12 @@ func readDir(dir string, buf []byte) bool {
 	return true
 }
 
-func (w *metaWarmer) stats() MetaStats {
-	return MetaStats{Files: w.st.files.Load(), Dirs: w.st.dirs.Load(), Dropped: w.st.dropped.Load(), Errors: w.st.errors.Load()}
+func (w *launchWorkers) stats() MetaStats {
+	return MetaStats{Files: w.st.files.Load(), Dirs: w.st.dirs.Load(), Dropped: w.st.dropped.Load()}
 }
 
 // close waits for the queued work to finish.
-func (w *metaWarmer) close() {
+func (w *launchWorkers) close() {
 	w.mu.Lock()
 	if !w.done {
 		w.done = true

@@ -114,15 +114,20 @@ func appendLaunchFile(b []byte, f *LaunchFile) []byte {
 }
 
 // launchReader decodes a profile; the first error sticks and names the
-// field.
+// field. Field names hold placeholders for the indices being read
+// (files[F], launches[L].touches[T].ranges[R]), filled in only for the
+// error.
 type launchReader struct {
-	b   []byte
-	off int
-	err error
+	b              []byte
+	off            int
+	err            error
+	fi, li, ti, ri int
 }
 
 func (r *launchReader) fail(field, format string, args ...any) {
 	if r.err == nil {
+		field = strings.NewReplacer("[F]", fmt.Sprintf("[%d]", r.fi), "[L]", fmt.Sprintf("[%d]", r.li),
+			"[T]", fmt.Sprintf("[%d]", r.ti), "[R]", fmt.Sprintf("[%d]", r.ri)).Replace(field)
 		r.err = fmt.Errorf("%w: field %s at byte %d: %s", ErrLaunchProfile, field, r.off, fmt.Sprintf(format, args...))
 	}
 }
@@ -157,6 +162,7 @@ func (r *launchReader) varint(field string) int64 {
 	return v
 }
 
+// file reads a file; field is "program", "ran" or "files[F]".
 func (r *launchReader) file(field string, f *LaunchFile, program bool) {
 	n := r.uvarint(field+".path length", maxLaunchPath)
 	if r.err != nil {
@@ -173,6 +179,7 @@ func (r *launchReader) file(field string, f *LaunchFile, program bool) {
 	f.Size = r.uvarint(field+".size", math.MaxInt64)
 	f.MtimeNS = r.varint(field + ".mtime_ns")
 	f.Mode = uint32(r.uvarint(field+".mode", math.MaxUint32))
+
 	if r.err != nil {
 		return
 	}
@@ -216,7 +223,8 @@ func DecodeLaunchProfile(b []byte) (*LaunchProfile, error) {
 		p.Files = make([]LaunchFile, nf)
 	}
 	for i := range p.Files {
-		r.file(fmt.Sprintf("files[%d]", i), &p.Files[i], false)
+		r.fi = i
+		r.file("files[F]", &p.Files[i], false)
 	}
 	nl := r.uvarint("launches", MaxLaunches)
 	if r.err == nil {
@@ -241,23 +249,23 @@ func DecodeLaunchProfile(b []byte) (*LaunchProfile, error) {
 // launch reads launch li; total counts the ranges so far.
 func (r *launchReader) launch(p *LaunchProfile, li, total int) int {
 	l := &p.Launches[li]
-	field := fmt.Sprintf("launches[%d]", li)
-	l.StartUnixNS = r.varint(field + ".start_unix_ns")
-	l.WallNS = r.uvarint(field+".wall_ns", math.MaxInt64)
-	nt := r.uvarint(field+".touches", uint64(len(p.Files)))
+	r.li = li
+	l.StartUnixNS = r.varint("launches[L].start_unix_ns")
+	l.WallNS = r.uvarint("launches[L].wall_ns", math.MaxInt64)
+	nt := r.uvarint("launches[L].touches", uint64(len(p.Files)))
 	if r.err != nil {
 		return total
 	}
 	l.Touches = make([]LaunchTouch, nt)
 	for ti := range l.Touches {
 		t := &l.Touches[ti]
-		tf := fmt.Sprintf("%s.touches[%d]", field, ti)
-		t.File = uint32(r.uvarint(tf+".file", uint64(len(p.Files)-1)))
-		t.FirstNS = r.uvarint(tf+".first_ns", math.MaxInt64)
-		t.Kinds = uint32(r.uvarint(tf+".kinds", math.MaxUint32))
-		nr := r.uvarint(tf+".ranges", uint64(MaxLaunchRanges-total))
+		r.ti = ti
+		t.File = uint32(r.uvarint("launches[L].touches[T].file", uint64(len(p.Files)-1)))
+		t.FirstNS = r.uvarint("launches[L].touches[T].first_ns", math.MaxInt64)
+		t.Kinds = uint32(r.uvarint("launches[L].touches[T].kinds", math.MaxUint32))
+		nr := r.uvarint("launches[L].touches[T].ranges", uint64(MaxLaunchRanges-total))
 		if r.err == nil && nr > uint64(len(r.b)-r.off)/2 {
-			r.fail(tf+".ranges", "%d ranges in %d bytes", nr, len(r.b)-r.off)
+			r.fail("launches[L].touches[T].ranges", "%d ranges in %d bytes", nr, len(r.b)-r.off)
 		}
 		if r.err != nil {
 			return total
@@ -266,11 +274,12 @@ func (r *launchReader) launch(p *LaunchProfile, li, total int) int {
 		t.Ranges = make([]Range, nr)
 		var end uint64
 		for i := range t.Ranges {
-			delta := r.varint(tf + ".ranges.first")
-			n := r.uvarint(tf+".ranges.n", math.MaxUint32)
+			r.ri = i
+			delta := r.varint("launches[L].touches[T].ranges[R].first")
+			n := r.uvarint("launches[L].touches[T].ranges[R].n", math.MaxUint32)
 			first := end + uint64(delta)
 			if r.err == nil && (n == 0 || delta < -maxLaunchPage || delta > maxLaunchPage || int64(end)+delta < 0 || first+n > maxLaunchPage) {
-				r.fail(fmt.Sprintf("%s.ranges[%d]", tf, i), "pages %d%+d, %d pages: empty, negative or beyond 2^52", end, delta, n)
+				r.fail("launches[L].touches[T].ranges[R]", "pages %d%+d, %d pages: empty, negative or beyond 2^52", end, delta, n)
 			}
 			if r.err != nil {
 				return total
