@@ -192,9 +192,9 @@ func Canonical(root, path string, dev, ino uint64) (string, bool) {
 // credCache caches processes' roots and credentials, and read checks, for
 // a short while: a launch checks hundreds of files for one process.
 type credCache struct {
-	mu                             sync.Mutex
-	procs                          map[uint32]procInfo
-	checks                         map[checkKey]checkRes
+	mu                                      sync.Mutex
+	procs                                   map[uint32]procInfo
+	checks                                  map[checkKey]checkRes
 	named, checked, changed, denied, errors atomic.Uint64
 }
 
