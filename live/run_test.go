@@ -18,6 +18,7 @@ import (
 
 	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/policies"
+	"github.com/predictio/predictio/simulate"
 )
 
 func runOnce(t *testing.T, cfg RunConfig) (*RunResult, string, string) {
@@ -341,5 +342,48 @@ func TestRunOutput(t *testing.T) {
 	}
 	if execs == 0 || reads < 32 {
 		t.Errorf("bundle: %d exec rows of the command, %d pages read of its file", execs, reads)
+	}
+}
+
+// TestLaunchScoredInSimulate: the launch policy runs from a bundle's exec
+// rows in simulate, like every policy: a profile learned by one run
+// covers the cold misses of the next run's bundle.
+func TestLaunchScoredInSimulate(t *testing.T) {
+	requireSource(t)
+	files := testFiles(t, 3, 512<<10)
+	prof := filepath.Join(t.TempDir(), "profiles")
+	self, _ := os.Executable()
+	helperEnv(t, "read", files)
+	runOnce(t, RunConfig{Command: []string{self}, Profile: prof})
+	evict(t, files)
+	bundle := filepath.Join(t.TempDir(), "b")
+	runOnce(t, RunConfig{Command: []string{self}, Output: bundle})
+
+	in, err := simulate.OpenInput(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	dev, err := simulate.Preset("nvme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := simulate.Config{PageSize: in.PageSize, CacheBytes: 1 << 30, Device: dev, Env: in.Env(),
+		Policies: []string{"launch:profile=" + prof}}
+	src, err := in.Source()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	rep, err := simulate.Run(cfg, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lane := rep.Lane("launch")
+	if lane == nil {
+		t.Fatalf("no launch lane in %+v", rep.Policies)
+	}
+	if lane.Prefetched < 3*128 || lane.Coverage < 0.9 {
+		t.Errorf("launch lane: prefetched %d pages, coverage %.2f; want the 384 pages of the files and coverage >= 0.9", lane.Prefetched, lane.Coverage)
 	}
 }

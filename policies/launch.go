@@ -689,3 +689,27 @@ func (r *LaunchRecorder) Launch(resolve func(id uint32) (LaunchFile, bool), star
 	}
 	return l, files
 }
+
+// BundleLaunchFiles returns an Env.LaunchFile over a bundle's files, for
+// scoring the launch policy offline (simulate, replay): a profile's file
+// is the bundle's file of the same path and, for a regular file, the same
+// size and mtime (a file that changed since the profile was learned is
+// skipped, as the live runtime skips it).
+func BundleLaunchFiles(files []formats.File) func(pid uint32, s *LaunchStep) (uint32, bool) {
+	byPath := make(map[string]*formats.File, len(files))
+	for i := range files {
+		if files[i].Path != "" {
+			byPath[files[i].Path] = &files[i]
+		}
+	}
+	return func(_ uint32, s *LaunchStep) (uint32, bool) {
+		f := byPath[s.File.Path]
+		if f == nil {
+			return 0, false
+		}
+		if !s.File.PathOnly() && !s.File.IsDir() && (f.Size != s.File.Size || f.MtimeNS != s.File.MtimeNS) {
+			return 0, false
+		}
+		return f.ID, true
+	}
+}

@@ -91,9 +91,10 @@ func (in *Input) FileKey(file uint32) (policies.FileKey, bool) {
 }
 
 // Env returns the policy environment of the bundle: page size, file sizes
-// and identities.
+// and identities, and the bundle's files for launch profiles.
 func (in *Input) Env() policies.Env {
-	return policies.Env{PageSize: in.PageSize, FilePages: in.FilePages, FileKey: in.FileKey}
+	return policies.Env{PageSize: in.PageSize, FilePages: in.FilePages, FileKey: in.FileKey,
+		LaunchFile: policies.BundleLaunchFiles(in.Files)}
 }
 
 // Source streams the bundle's events.
