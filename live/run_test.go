@@ -163,7 +163,7 @@ func TestRunFailsOpen(t *testing.T) {
 }
 
 // buildPredictio builds the predictio binary for tests that run it.
-func buildPredictio(t *testing.T) string {
+func buildPredictio(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "predictio")
 	cmd := exec.Command("go", "build", "-o", bin, "github.com/predictio/predictio/cmd/predictio")
