@@ -50,17 +50,20 @@ func MeasureDevice(c DeviceConfig) (*formats.DeviceProfile, error) {
 	p := Point{Path: c.Path, Size: c.Size, Backend: Uring, RW: "randread", Threads: 1, Duration: phase,
 		FixedBufs: true, RegisterFiles: true}
 	p.QD = 1
+	fmt.Fprintf(c.Log, "1/3: QD1 4 KiB random reads for %v ...\n", phase)
 	lat, err := Run(p)
 	if err != nil {
 		return nil, fmt.Errorf("measure device latency: %w", err)
 	}
 	fmt.Fprintf(c.Log, "QD1 4 KiB random read: p50 %.1f us, p99 %.1f us (%.0f IOPS)\n", lat.P50us, lat.P99us, lat.IOPS)
 	p.QD = 32
+	fmt.Fprintf(c.Log, "2/3: QD32 4 KiB random reads for %v ...\n", phase)
 	bw, err := Run(p)
 	if err != nil {
 		return nil, fmt.Errorf("measure device random bandwidth: %w", err)
 	}
 	fmt.Fprintf(c.Log, "QD32 4 KiB random read: %.0f IOPS, %.1f MiB/s\n", bw.IOPS, bw.MiBs)
+	fmt.Fprintf(c.Log, "3/3: sequential 1 MiB reads for %v ...\n", phase)
 	seq, err := seqRead(c.Path, c.Size, phase)
 	if err != nil {
 		return nil, fmt.Errorf("measure device sequential bandwidth: %w", err)

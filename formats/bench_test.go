@@ -66,7 +66,7 @@ func benchWrite(b *testing.B, rows []Access) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w.AddFile(File{ID: 1, Path: "/bench", Size: 1 << 40, Mode: ModeRegular})
+	addBenchFiles(w)
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := cpuSeconds()
@@ -84,6 +84,13 @@ func benchWrite(b *testing.B, rows []Access) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 	st, _ := os.Stat(filepath.Join(dir, AccessesFile))
 	b.ReportMetric(float64(st.Size())/float64(b.N), "B/row")
+}
+
+// addBenchFiles adds the 16 files the benchmark rows read.
+func addBenchFiles(w *Writer) {
+	for id := uint32(1); id <= 16; id++ {
+		w.AddFile(File{ID: id, Ino: uint64(id), Path: "/bench/" + strconv.Itoa(int(id)), Size: 1 << 40, Mode: ModeRegular})
+	}
 }
 
 var (
@@ -110,8 +117,45 @@ func mixedRows(n int) []Access {
 
 // BenchmarkReadAccesses measures the AccessCursor, one row per op, over a
 // 4 Mi-row Synth "seq" bundle (one thread: pid, tid, comm, file, npages and
-// kind are constant) and a 4 Mi-row "mixed" one where no column is.
+// kind are constant) and a 4 Mi-row "mixed" one where no column is, with
+// the integrity checks (verified: CRC32C of each batch) and without them
+// (unverified: NoVerify). The difference in ns/op is the cost of the check
+// per row.
 func BenchmarkReadAccesses(b *testing.B) {
+	readBundles(b)
+	for _, name := range []string{"seq", "mixed"} {
+		b.Run(name+"/verified", func(b *testing.B) { benchRead(b, readBundleDirs[name]) })
+		b.Run(name+"/unverified", func(b *testing.B) { benchRead(b, readBundleDirs[name], NoVerify()) })
+	}
+}
+
+// BenchmarkCheckReferences measures Bundle.CheckReferences, which simulate
+// and replay run before they read a bundle, over the same bundles; one op is
+// one row (it scans whole bundles until b.N rows, see ns/row).
+func BenchmarkCheckReferences(b *testing.B) {
+	readBundles(b)
+	for _, name := range []string{"seq", "mixed"} {
+		b.Run(name, func(b *testing.B) {
+			bun, err := Open(readBundleDirs[name])
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			rows := 0 // one op is one row: whole scans until b.N rows
+			for rows < b.N {
+				if err := bun.CheckReferences(); err != nil {
+					b.Fatal(err)
+				}
+				rows += 4 << 20
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(rows), "ns/row")
+		})
+	}
+}
+
+// readBundles writes the read benchmarks' bundles once.
+func readBundles(b *testing.B) {
 	readBundleOnce.Do(func() {
 		d, err := os.MkdirTemp("/var/tmp", "predictio-formats-read-")
 		if err != nil {
@@ -127,6 +171,7 @@ func BenchmarkReadAccesses(b *testing.B) {
 			readBundleErr = err
 			return
 		}
+		addBenchFiles(w)
 		rows := mixedRows(4 << 20)
 		for i := range rows {
 			w.Append(&rows[i])
@@ -136,13 +181,10 @@ func BenchmarkReadAccesses(b *testing.B) {
 	if readBundleErr != nil {
 		b.Fatal(readBundleErr)
 	}
-	for _, name := range []string{"seq", "mixed"} {
-		b.Run(name, func(b *testing.B) { benchRead(b, readBundleDirs[name]) })
-	}
 }
 
-func benchRead(b *testing.B, dir string) {
-	bun, err := Open(dir)
+func benchRead(b *testing.B, dir string, opts ...OpenOption) {
+	bun, err := Open(dir, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}

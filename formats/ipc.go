@@ -67,6 +67,23 @@ type batchEncoder struct {
 	bufs  []bufMeta
 	nodes []nodeMeta
 	msg   []byte // framed message: prefix, flatbuffer, padding
+	zeros map[int][]byte
+}
+
+// allZero reports whether b holds only zero bytes.
+func allZero(b []byte) bool {
+	for len(b) >= 8 {
+		if binary.LittleEndian.Uint64(b) != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func newBatchEncoder() *batchEncoder {
@@ -99,7 +116,21 @@ func (e *batchEncoder) buffer(raw []byte) {
 		return
 	}
 	e.body = binary.LittleEndian.AppendUint64(e.body, uint64(len(raw)))
-	e.body = e.zenc.EncodeAll(raw, e.body)
+	if allZero(raw) {
+		// Columns a writer leaves 0 (the 1.1 columns of a recorder that
+		// lacks them): the same frame every batch, compressed once.
+		z, ok := e.zeros[len(raw)]
+		if !ok {
+			z = e.zenc.EncodeAll(raw, nil)
+			if e.zeros == nil {
+				e.zeros = map[int][]byte{}
+			}
+			e.zeros[len(raw)] = z
+		}
+		e.body = append(e.body, z...)
+	} else {
+		e.body = e.zenc.EncodeAll(raw, e.body)
+	}
 	if len(e.body)-off-8 >= len(raw) {
 		e.body = e.body[:off]
 		e.body = binary.LittleEndian.AppendUint64(e.body, math.MaxUint64) // -1

@@ -89,7 +89,11 @@ type Counters struct {
 	DroppedEvents uint64 `json:"dropped_events"`
 	Hints         uint64 `json:"hints"`
 	RejectedHints uint64 `json:"rejected_hints,omitempty"`
-	Files         uint64 `json:"files"`
+	// DroppedHints is what the senders reported dropping without sending
+	// (the recorder's queue was full, or no recorder listened): their
+	// drop_report datagrams, docs/hints.md.
+	DroppedHints uint64 `json:"dropped_hints,omitempty"`
+	Files        uint64 `json:"files"`
 }
 
 // TableInfo identifies one table file.

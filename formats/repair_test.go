@@ -302,3 +302,38 @@ func TestRepairAbortAndTruncation(t *testing.T) {
 		t.Fatalf("verify: %v", errs)
 	}
 }
+
+// TestRepairFormat10 repairs a format 1.0 table whose footer was lost: it
+// keeps its 1.0 schema (no CRCs) and reads as before.
+func TestRepairFormat10(t *testing.T) {
+	dir := copyBundle(t, filepath.Join("..", "testdata", "seq"))
+	want := readRows(t, dir)
+	path := filepath.Join(dir, AccessesFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf, err := newTableFileBytes(data, AccessesFile, tableOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cut after the last batch: no final dictionary, marker or footer.
+	if err := os.WriteFile(path, data[:tf.batches[len(tf.batches)-1].end()], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Rename(filepath.Join(dir, ManifestFile), filepath.Join(dir, PartialManifestFile))
+	if _, err := Repair(dir); err != nil {
+		t.Fatal(err)
+	}
+	b := mustOpen(t, dir)
+	if b.Manifest().FormatVersion != "1.0.0" || b.Integrity() != IntegrityLegacy {
+		t.Fatalf("repaired 1.0 bundle: format %s, integrity %s", b.Manifest().FormatVersion, b.Integrity())
+	}
+	if cols, _ := b.Columns(AccessesFile); len(cols) != 8 {
+		t.Fatalf("repaired 1.0 accesses.arrow has columns %v", cols)
+	}
+	equalRows(t, readRows(t, dir), want)
+	if errs := Verify(dir); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+}

@@ -33,6 +33,11 @@ type SynthSpec struct {
 	// ThinkNS is the mean time between accesses (default 2000 ns); each gap
 	// adds uniform jitter of up to a quarter of it.
 	ThinkNS uint64
+	// ServiceNS, when set, gives every access a service time (format 1.1):
+	// end_ns = ts_ns + ServiceNS, its own op, ret = the bytes read, and the
+	// next access starts ThinkNS after the previous one ends. "launch"
+	// always has service times (default 20000 ns).
+	ServiceNS uint64
 }
 
 // Synth constants, part of the documented output.
@@ -75,8 +80,12 @@ func (s *SynthSpec) defaults() error {
 	}
 	switch s.Pattern {
 	case "seq", "stride", "random", "sparse", "btree":
+	case "launch":
+		if s.ServiceNS == 0 {
+			s.ServiceNS = 20000
+		}
 	default:
-		return fmt.Errorf("synth: unknown pattern %q (want seq, stride, random, sparse or btree)", s.Pattern)
+		return fmt.Errorf("synth: unknown pattern %q (want seq, stride, random, sparse, btree or launch)", s.Pattern)
 	}
 	if s.Pattern == "btree" && s.Stride < 2 {
 		return fmt.Errorf("synth: btree fanout (Stride) %d must be at least 2", s.Stride)
@@ -114,6 +123,14 @@ func synthRows(w *Writer, s SynthSpec) error {
 	m.Start = Timestamp{Wall: synthWall, MonotonicNS: synthStartNS}
 	m.Notes = []string{fmt.Sprintf("synth pattern=%s events=%d files=%d file_pages=%d stride=%d run=%d seed=%d think_ns=%d",
 		s.Pattern, s.Events, s.Files, s.FilePages, s.Stride, s.Run, s.Seed, s.ThinkNS)}
+	if s.ServiceNS > 0 {
+		m.Notes[0] += fmt.Sprintf(" service_ns=%d", s.ServiceNS)
+		m.Timing.ServiceTimes = true
+		m.Recording.Kernel = "synthetic"
+	}
+	if s.Pattern == "launch" {
+		return synthLaunch(w, s)
+	}
 
 	for i := 0; i < s.Files; i++ {
 		err := w.AddFile(File{ID: uint32(i + 1), Dev: 8<<20 | 1, Ino: uint64(1000 + i), Path: fmt.Sprintf("/synth/%s-%03d.dat", s.Pattern, i),
@@ -135,6 +152,11 @@ func synthRows(w *Writer, s SynthSpec) error {
 		a.TS = tick()
 		a.FileID = file
 		a.FirstPage = page
+		if s.ServiceNS > 0 {
+			a.EndNS, a.Ret = a.TS+s.ServiceNS, synthPageSize
+			a.Op++
+			ts = a.EndNS
+		}
 		return w.Append(&a)
 	}
 	nf := uint64(s.Files)
@@ -179,6 +201,111 @@ func synthRows(w *Writer, s SynthSpec) error {
 	m.End = Timestamp{Wall: synthWall.Add(time.Duration(ts + 1 - synthStartNS)), MonotonicNS: ts + 1}
 	return nil
 }
+
+// synthLaunch writes the "launch" pattern: a program start in format 1.1
+// terms, repeated until Events rows. Each launch execs /synth/bin/launch;
+// opens each of Files libraries, maps it PROT_READ|PROT_EXEC and faults in
+// 8 random text pages (a fault, then a fault-around map row of the next 15
+// pages, sharing an op); fails to open and stat /synth/etc/launch.conf (a
+// path-only file); opens and lists /synth/share; and stats, opens and reads
+// /synth/share/data in 16-page reads. Every row has ts_ns (start), end_ns
+// = start + ServiceNS (faults 4x), an op and ret.
+func synthLaunch(w *Writer, s SynthSpec) error {
+	libPages := max(s.FilePages/64, 64)
+	const dataPages = 256
+	files := []File{
+		{ID: 1, Path: "/synth/bin/launch", Size: 64 * synthPageSize, Mode: ModeRegular | 0o755},
+		{ID: 2, Path: "/synth/etc/launch.conf"}, // path-only: it does not exist
+		{ID: 3, Path: "/synth/share", Mode: ModeDir | 0o755},
+		{ID: 4, Path: "/synth/share/data", Size: dataPages * synthPageSize, Mode: ModeRegular | 0o644},
+	}
+	for i := 0; i < s.Files; i++ {
+		files = append(files, File{ID: uint32(5 + i), Path: fmt.Sprintf("/synth/lib/lib%03d.so", i), Size: libPages * synthPageSize, Mode: ModeRegular | 0o644})
+	}
+	for i := range files {
+		f := &files[i]
+		if !f.PathOnly() {
+			f.Dev, f.Ino, f.MtimeNS = 8<<20|1, uint64(2000+i), synthWall.UnixNano()
+		}
+		if err := w.AddFile(*f); err != nil {
+			return err
+		}
+	}
+	rng := rand.New(rand.NewSource(s.Seed*1_000_003 + int64(s.Run)*7919 + 1))
+	ts := uint64(synthStartNS)
+	n := 0
+	var op uint64
+	row := func(a Access, service uint64, sameOp bool) error {
+		if n >= s.Events {
+			return errSynthDone
+		}
+		if !sameOp {
+			op++
+			ts += s.ThinkNS + uint64(rng.Int63n(int64(max(s.ThinkNS/4, 1))))
+		}
+		a.TS, a.EndNS, a.Op = ts, ts+service, op
+		a.PID, a.TID, a.Comm = synthPID, synthPID, "synth-launch"
+		ts = a.EndNS
+		n++
+		return w.Append(&a)
+	}
+	svc := s.ServiceNS
+	fd := int64(3)
+	launch := func() error {
+		if err := row(Access{Kind: KindExec, FileID: 1}, svc, false); err != nil {
+			return err
+		}
+		for i := 0; i < s.Files; i++ {
+			id := uint32(5 + i)
+			if err := row(Access{Kind: KindOpen, FileID: id, Ret: fd}, svc/4, false); err != nil {
+				return err
+			}
+			prot := ProtRead | ProtExec
+			mm := Access{Kind: KindMmap, FileID: id, NPages: uint32(libPages), Prot: prot, MapPages: libPages, Ret: int64(0x7f0000000000 + uint64(i)<<32)}
+			if err := row(mm, svc/4, false); err != nil {
+				return err
+			}
+			for j := 0; j < 8; j++ {
+				p := uint64(rng.Int63n(int64(libPages - 16)))
+				f := Access{Kind: KindFault, FileID: id, FirstPage: p, NPages: 1, Prot: prot, MapPages: libPages}
+				if err := row(f, 4*svc, false); err != nil {
+					return err
+				}
+				m := Access{Kind: KindMap, FileID: id, FirstPage: p + 1, NPages: 15, Prot: prot, MapPages: libPages}
+				if err := row(m, svc/8, true); err != nil {
+					return err
+				}
+			}
+		}
+		for _, a := range []Access{
+			{Kind: KindOpen, FileID: 2, Ret: -2}, {Kind: KindStat, FileID: 2, Ret: -2},
+			{Kind: KindOpen, FileID: 3, Ret: fd + 1}, {Kind: KindReaddir, FileID: 3, Ret: 4096},
+			{Kind: KindStat, FileID: 4}, {Kind: KindOpen, FileID: 4, Ret: fd + 2},
+		} {
+			if err := row(a, svc/4, false); err != nil {
+				return err
+			}
+		}
+		for p := uint64(0); p < dataPages; p += 16 {
+			if err := row(Access{Kind: KindRead, FileID: 4, FirstPage: p, NPages: 16, Ret: 16 * synthPageSize}, svc, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var err error
+	for err == nil {
+		err = launch()
+	}
+	if err != errSynthDone {
+		return err
+	}
+	m := w.Manifest()
+	m.End = Timestamp{Wall: synthWall.Add(time.Duration(ts + 1 - synthStartNS)), MonotonicNS: ts + 1}
+	return nil
+}
+
+var errSynthDone = fmt.Errorf("synth: enough rows")
 
 // synthBtree emits key-order range scans in a B-tree of fanout s.Stride
 // stored in file 1. Nodes are numbered level by level (root 0, level l's

@@ -127,3 +127,63 @@ func checkSynthBtree(t *testing.T, r rows, fanout int) {
 		t.Fatalf("only %d of %d hints move on to the next sibling: no key-order scans", next, len(r.hints))
 	}
 }
+
+// TestSynthLaunch: the launch pattern is deterministic, verifies, and has
+// every kind of format 1.1 with service times, mappings and a path-only file.
+func TestSynthLaunch(t *testing.T) {
+	d1, d2 := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	spec := SynthSpec{Pattern: "launch", Events: 3000, Files: 3, Seed: 2}
+	for _, d := range []string{d1, d2} {
+		if err := Synth(d, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if errs := Verify(d1); len(errs) != 0 {
+		t.Fatalf("verify: %v", errs)
+	}
+	b1, b2 := mustOpen(t, d1), mustOpen(t, d2)
+	if b1.Manifest().Tables[AccessesFile] != b2.Manifest().Tables[AccessesFile] {
+		t.Fatal("two runs of one spec differ")
+	}
+	if !b1.HasServiceTimes() || b1.Manifest().Timing.RecordedWallNS == 0 {
+		t.Fatalf("timing %+v", b1.Manifest().Timing)
+	}
+	r := readRows(t, d1)
+	if len(r.accesses) != 3000 || len(r.files) != 7 || !r.files[1].PathOnly() {
+		t.Fatalf("%d accesses, files %+v", len(r.accesses), r.files)
+	}
+	kinds := map[AccessKind]int{}
+	for i, a := range r.accesses {
+		kinds[a.Kind]++
+		if a.EndNS <= a.TS || a.Op == 0 {
+			t.Fatalf("row %d without a service time or op: %+v", i, a)
+		}
+		if i > 0 && a.TS < r.accesses[i-1].EndNS {
+			t.Fatalf("row %d starts before row %d ends", i, i-1)
+		}
+		if a.Kind == KindFault && (a.Prot&ProtExec == 0 || a.MapPages == 0) {
+			t.Fatalf("fault without its mapping: %+v", a)
+		}
+		if a.Kind == KindMap && a.Op != r.accesses[i-1].Op {
+			t.Fatalf("fault-around row %d does not share its fault's op", i)
+		}
+	}
+	for _, k := range []AccessKind{KindExec, KindOpen, KindMmap, KindFault, KindMap, KindStat, KindReaddir, KindRead} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s rows: %v", k, kinds)
+		}
+	}
+	// ServiceNS on another pattern.
+	d3 := filepath.Join(t.TempDir(), "s")
+	if err := Synth(d3, SynthSpec{Pattern: "seq", Events: 100, ServiceNS: 500}); err != nil {
+		t.Fatal(err)
+	}
+	if errs := Verify(d3); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	for i, a := range readRows(t, d3).accesses {
+		if a.EndNS != a.TS+500 || a.Op != uint64(i+1) || a.Ret != synthPageSize {
+			t.Fatalf("seq row %d with service times: %+v", i, a)
+		}
+	}
+}

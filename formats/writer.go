@@ -47,7 +47,8 @@ func WithBatchRows(n int) WriterOption {
 // batch holding them is about to be written. fn returns the file's row as
 // far as it is known then (its Path may still be empty); the Writer adds it
 // with that id. A recorder that learns paths late passes its file table's
-// lookup here and need not call AddFile at all.
+// lookup here and need not call AddFile at all; an AddFile of an id the
+// resolver already gave fails as a duplicate (check HasFile first).
 func WithFileResolver(fn func(id uint32) File) WriterOption {
 	return func(c *writerConfig) { c.resolve = fn }
 }
@@ -160,7 +161,10 @@ func (t *tableWriter) info() TableInfo {
 
 // column scratch for the three tables
 
+// accessCols holds the access rows of the batch being built: n rows in
+// columns allocated once at the batch size.
 type accessCols struct {
+	n                                     int
 	ts, page, end, op, mapFirst, mapPages []uint64
 	ret                                   []int64
 	pid, tid, file, npg                   []uint32
@@ -168,11 +172,13 @@ type accessCols struct {
 	kind, prot                            []uint8
 }
 
-func (c *accessCols) reset() {
-	c.ts, c.page, c.end, c.op, c.mapFirst, c.mapPages = c.ts[:0], c.page[:0], c.end[:0], c.op[:0], c.mapFirst[:0], c.mapPages[:0]
-	c.ret = c.ret[:0]
-	c.pid, c.tid, c.file, c.npg = c.pid[:0], c.tid[:0], c.file[:0], c.npg[:0]
-	c.comm, c.kind, c.prot = c.comm[:0], c.kind[:0], c.prot[:0]
+func newAccessCols(n int) accessCols {
+	return accessCols{
+		ts: make([]uint64, n), page: make([]uint64, n), end: make([]uint64, n), op: make([]uint64, n),
+		mapFirst: make([]uint64, n), mapPages: make([]uint64, n), ret: make([]int64, n),
+		pid: make([]uint32, n), tid: make([]uint32, n), file: make([]uint32, n), npg: make([]uint32, n),
+		comm: make([]int32, n), kind: make([]uint8, n), prot: make([]uint8, n),
+	}
 }
 
 type fileCols struct {
@@ -382,14 +388,7 @@ func Create(dir string, opts ...WriterOption) (*Writer, error) {
 			return nil, fmt.Errorf("create bundle: %w", err)
 		}
 	}
-	n := cfg.batchRows
-	u64 := func() []uint64 { return make([]uint64, 0, n) }
-	u32 := func() []uint32 { return make([]uint32, 0, n) }
-	w.ac = accessCols{
-		ts: u64(), page: u64(), end: u64(), op: u64(), mapFirst: u64(), mapPages: u64(), ret: make([]int64, 0, n),
-		pid: u32(), tid: u32(), file: u32(), npg: u32(),
-		comm: make([]int32, 0, n), kind: make([]uint8, 0, n), prot: make([]uint8, 0, n),
-	}
+	w.ac = newAccessCols(cfg.batchRows)
 	w.fc.pathOff = []int32{0}
 	w.hc.childOff = []int32{0}
 	w.hc.nameOff = []int32{0}
@@ -457,21 +456,23 @@ func (w *Writer) Append(a *Access) error {
 	if a.FileID != w.accRefs.last || !w.accRefs.lastSet {
 		w.accRefs.note(a.FileID, w.fileIDs.has)
 	}
-	c.ts = append(c.ts, a.TS)
-	c.pid = append(c.pid, a.PID)
-	c.tid = append(c.tid, a.TID)
-	c.comm = append(c.comm, w.comm.intern(a.Comm))
-	c.file = append(c.file, a.FileID)
-	c.page = append(c.page, a.FirstPage)
-	c.npg = append(c.npg, a.NPages)
-	c.kind = append(c.kind, uint8(a.Kind))
-	c.end = append(c.end, a.EndNS)
-	c.op = append(c.op, a.Op)
-	c.ret = append(c.ret, a.Ret)
-	c.prot = append(c.prot, a.Prot)
-	c.mapFirst = append(c.mapFirst, a.MapFirstPage)
-	c.mapPages = append(c.mapPages, a.MapPages)
-	if len(c.ts) >= w.cfg.batchRows {
+	i := c.n
+	_ = c.prot[i] // the columns have one length: one bounds check
+	c.ts[i] = a.TS
+	c.pid[i] = a.PID
+	c.tid[i] = a.TID
+	c.comm[i] = w.comm.intern(a.Comm)
+	c.file[i] = a.FileID
+	c.page[i] = a.FirstPage
+	c.npg[i] = a.NPages
+	c.kind[i] = uint8(a.Kind)
+	c.end[i] = a.EndNS
+	c.op[i] = a.Op
+	c.ret[i] = a.Ret
+	c.prot[i] = a.Prot
+	c.mapFirst[i] = a.MapFirstPage
+	c.mapPages[i] = a.MapPages
+	if c.n = i + 1; c.n >= w.cfg.batchRows {
 		return w.flushAccesses()
 	}
 	return nil
@@ -618,10 +619,11 @@ func (w *Writer) flushFiles() error {
 func (w *Writer) flushAccesses() error {
 	c := &w.ac
 	t := w.acc
-	if len(c.ts) == 0 && len(t.batches) > 0 {
+	n := c.n
+	if n == 0 && len(t.batches) > 0 {
 		return nil
 	}
-	if err := w.resolve(&w.accRefs, AccessesFile, len(c.ts)); err != nil {
+	if err := w.resolve(&w.accRefs, AccessesFile, n); err != nil {
 		return err
 	}
 	if err := w.flushFiles(); err != nil {
@@ -636,24 +638,23 @@ func (w *Writer) flushAccesses() error {
 	w.noteTiming()
 	e := w.enc
 	e.reset()
-	fixedCol(e, c.ts)
-	fixedCol(e, c.pid)
-	fixedCol(e, c.tid)
-	fixedCol(e, c.comm)
-	fixedCol(e, c.file)
-	fixedCol(e, c.page)
-	fixedCol(e, c.npg)
-	fixedCol(e, c.kind) // buffers 14, 15
-	fixedCol(e, c.end)
-	fixedCol(e, c.op)
-	fixedCol(e, c.ret)
-	fixedCol(e, c.prot)
-	fixedCol(e, c.mapFirst)
-	fixedCol(e, c.mapPages)
-	kindNameCol(e, c.kind, func(k uint8) bool { return AccessKind(k).Valid() }, 15, &w.kindIdx)
-	e.finish(len(c.ts), -1, false)
-	n := len(c.ts)
-	c.reset()
+	fixedCol(e, c.ts[:n])
+	fixedCol(e, c.pid[:n])
+	fixedCol(e, c.tid[:n])
+	fixedCol(e, c.comm[:n])
+	fixedCol(e, c.file[:n])
+	fixedCol(e, c.page[:n])
+	fixedCol(e, c.npg[:n])
+	fixedCol(e, c.kind[:n]) // buffers 14, 15
+	fixedCol(e, c.end[:n])
+	fixedCol(e, c.op[:n])
+	fixedCol(e, c.ret[:n])
+	fixedCol(e, c.prot[:n])
+	fixedCol(e, c.mapFirst[:n])
+	fixedCol(e, c.mapPages[:n])
+	kindNameCol(e, c.kind[:n], func(k uint8) bool { return AccessKind(k).Valid() }, 15, &w.kindIdx)
+	e.finish(n, -1, false)
+	c.n = 0
 	return t.writeBatch(n)
 }
 
@@ -661,11 +662,11 @@ func (w *Writer) flushAccesses() error {
 // access rows.
 func (w *Writer) noteTiming() {
 	c := &w.ac
-	if len(c.ts) == 0 {
+	if c.n == 0 {
 		return
 	}
 	first, last := c.ts[0], uint64(0)
-	for i, ts := range c.ts {
+	for i, ts := range c.ts[:c.n] {
 		first = min(first, ts)
 		end := c.end[i]
 		if end == 0 {
@@ -729,7 +730,7 @@ func (w *Writer) flushAll() error {
 	if err := w.flushFiles(); err != nil {
 		return err
 	}
-	if len(w.ac.ts) > 0 {
+	if w.ac.n > 0 {
 		if err := w.flushAccesses(); err != nil {
 			return err
 		}

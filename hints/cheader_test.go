@@ -13,36 +13,31 @@ import (
 // TestCHeader compiles a C program against predictio_hints.h, has it send
 // one hint of each kind to a socket, and decodes them with Decode.
 func TestCHeader(t *testing.T) {
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		if cc, err = exec.LookPath("clang"); err != nil {
-			t.Fatal("no C compiler (cc or clang) found; scripts/setup.sh installs clang")
-		}
-	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "send.c")
 	prog := `#include "predictio_hints.h"
 #include <fcntl.h>
 #include <stdio.h>
 int main(int argc, char **argv) {
-	int h = pio_hints_dial(argv[1]);
-	if (h < 0) { perror("dial"); return 1; }
+	(void)argc;
+	if (pio_hints_dial(argv[3]) || errno != ENOENT) { fprintf(stderr, "dial %s: want ENOENT\n", argv[3]); return 1; }
+	struct pio_hints *h = pio_hints_dial(argv[1]);
+	if (!h) { perror("dial"); return 1; }
 	uint64_t kids[] = {10, 11, 12};
 	if (pio_tree_child_enter(h, "/data/index.db", -1, 3, 1, kids, 3)) { perror("tree"); return 1; }
 	int fd = open(argv[2], O_RDONLY);
 	if (fd < 0 || pio_tensor_layout(h, NULL, fd, "layers.0.w", 4096, 8192)) { perror("tensor"); return 1; }
 	if (pio_layer_start(h, "/models/m.bin", -1, 7)) { perror("layer"); return 1; }
+	if (pio_layer_start(h, "", -1, 7) != -1 || errno != EINVAL) { fprintf(stderr, "empty path accepted\n"); return 1; }
+	if (pio_layer_start(h, NULL, -1, 7) != -1 || errno != EBADF) { fprintf(stderr, "fd -1 accepted\n"); return 1; }
+	if (pio_hints_dropped(h) != 0) { fprintf(stderr, "dropped %llu\n", (unsigned long long)pio_hints_dropped(h)); return 1; }
 	return pio_hints_close(h);
 }
 `
 	if err := os.WriteFile(src, []byte(prog), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	wd, _ := os.Getwd()
-	bin := filepath.Join(dir, "send")
-	if out, err := exec.Command(cc, "-Wall", "-Werror", "-O2", "-I", wd, "-o", bin, src).CombinedOutput(); err != nil {
-		t.Fatalf("compile: %v\n%s", err, out)
-	}
+	bin := compileC(t, dir, "send", prog)
 	sock := filepath.Join(dir, "h.sock")
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -52,7 +47,7 @@ int main(int argc, char **argv) {
 	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(bin, sock, src).CombinedOutput(); err != nil {
+	if out, err := exec.Command(bin, sock, src, filepath.Join(dir, "absent.sock")).CombinedOutput(); err != nil {
 		t.Fatalf("run: %v\n%s", err, out)
 	}
 	buf := make([]byte, MaxDatagram+1)
@@ -95,5 +90,8 @@ int main(int argc, char **argv) {
 	}
 	if m := msgs[2]; m.Kind != KindLayerStart || string(m.Path) != "/models/m.bin" || m.Layer != 7 {
 		t.Errorf("layer_start from C: %+v", m)
+	}
+	if n, _, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_DONTWAIT); err == nil {
+		t.Errorf("unexpected datagram %x (nothing was dropped)", buf[:n])
 	}
 }

@@ -6,6 +6,12 @@
 // model is starting. The recorder stamps each hint with CLOCK_MONOTONIC on
 // arrival, so hints line up with the page accesses it records.
 //
+// Sending never blocks the program: a hint the recorder cannot take now
+// (its queue is full because it is slow, stopped or stuck, or no recorder
+// listens) is dropped and counted (Client.Dropped), the recorder is told the
+// count with a later datagram, and the client reconnects by itself, at most
+// once per Dialer.ReconnectInterval, when a recorder comes back.
+//
 // The package has no dependency on the recorder. The wire format is
 // specified in docs/hints.md; hints/predictio_hints.h is the same client for
 // C programs. Needs Linux (Unix datagram sockets, SCM_RIGHTS for FD files).
@@ -35,7 +41,8 @@ const (
 	MaxName = 1024
 )
 
-// Kind is the type of a hint. Values equal formats.HintKind.
+// Kind is the type of a hint. Hint kinds (below 128) equal formats.HintKind;
+// kinds from 128 on are control datagrams.
 type Kind uint8
 
 // Hint kinds.
@@ -43,6 +50,12 @@ const (
 	KindTreeChildEnter Kind = 1
 	KindTensorLayout   Kind = 2
 	KindLayerStart     Kind = 3
+	// KindDropReport is not a hint but a control datagram (kinds from 128
+	// on, so that hint kinds can keep equalling formats.HintKind): a
+	// client's count of the hints it dropped since its previous report was
+	// queued (docs/hints.md, "drop_report"). It names no file. Servers
+	// older than this kind count it as malformed and lose nothing else.
+	KindDropReport Kind = 128
 )
 
 func (k Kind) String() string {
@@ -53,6 +66,8 @@ func (k Kind) String() string {
 		return "tensor_layout"
 	case KindLayerStart:
 		return "layer_start"
+	case KindDropReport:
+		return "drop_report"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -83,6 +98,8 @@ type Message struct {
 	Offset     uint64   // tensor_layout: byte offset in the file
 	Length     uint64   // tensor_layout: byte length
 	Layer      uint32   // layer_start
+	QueueFull  uint64   // drop_report: hints dropped because the socket's queue was full
+	NoServer   uint64   // drop_report: hints dropped because nothing listened at the socket
 }
 
 // Decode parses one datagram into m. It never panics and allocates only when
@@ -118,6 +135,9 @@ func Decode(b []byte, m *Message) error {
 		return fmt.Errorf("decode hint: payload_len %d, datagram has %d: %w", plen, len(p), ErrMalformed)
 	}
 	m.Path, m.Name, m.Children = nil, nil, m.Children[:0]
+	if m.Kind == KindDropReport {
+		return decodeDropReport(p, m)
+	}
 	if m.Flags&FlagFD == 0 {
 		if len(p) < 2 {
 			return fmt.Errorf("decode hint: path_len: %w", ErrTruncated)
@@ -190,6 +210,22 @@ func Decode(b []byte, m *Message) error {
 		return nil
 	}
 	return fmt.Errorf("decode hint: kind %d: %w", b[5], ErrMalformed)
+}
+
+// decodeDropReport parses a drop_report payload: two u64 counts, no file.
+func decodeDropReport(p []byte, m *Message) error {
+	if m.Flags != 0 {
+		return fmt.Errorf("decode hint: drop_report with flags %#x: %w", m.Flags, ErrMalformed)
+	}
+	if len(p) < 16 {
+		return fmt.Errorf("decode hint: drop_report fields: %w", ErrTruncated)
+	}
+	if len(p) > 16 {
+		return fmt.Errorf("decode hint: %d trailing bytes: %w", len(p)-16, ErrMalformed)
+	}
+	m.QueueFull = binary.LittleEndian.Uint64(p)
+	m.NoServer = binary.LittleEndian.Uint64(p[8:])
+	return nil
 }
 
 // appendHeader appends a header with a zero payload_len; finish fills it.
@@ -275,4 +311,15 @@ func AppendLayerStart(dst []byte, path string, layer uint32) ([]byte, error) {
 	}
 	dst = binary.LittleEndian.AppendUint32(dst, layer)
 	return finish(dst, start), nil
+}
+
+// AppendDropReport appends a drop_report datagram to dst: queueFull hints
+// were dropped because the socket's queue was full and noServer because
+// nothing listened at it, since the sender's previous report was sent.
+func AppendDropReport(dst []byte, queueFull, noServer uint64) []byte {
+	start := len(dst)
+	dst = appendHeader(dst, KindDropReport, 0)
+	dst = binary.LittleEndian.AppendUint64(dst, queueFull)
+	dst = binary.LittleEndian.AppendUint64(dst, noServer)
+	return finish(dst, start)
 }

@@ -81,6 +81,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(b)
 	b, _ = AppendLayerStart(nil, "/m", 1)
 	f.Add(b)
+	f.Add(AppendDropReport(nil, 3, 4))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var m Message
 		if err := Decode(data, &m); err != nil {
@@ -97,6 +98,8 @@ func FuzzDecode(f *testing.F) {
 			out, err = AppendTensorLayout(nil, path, string(m.Name), m.Offset, m.Length)
 		case KindLayerStart:
 			out, err = AppendLayerStart(nil, path, m.Layer)
+		case KindDropReport:
+			out = AppendDropReport(nil, m.QueueFull, m.NoServer)
 		default:
 			t.Fatalf("decoded unknown kind %d", m.Kind)
 		}

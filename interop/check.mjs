@@ -13,6 +13,11 @@
 // Each reader must report the same schema (column names, order and types),
 // row counts, aggregates and first and last rows. Any mismatch or read error
 // is printed and the process exits 1. scripts/interop-check.sh runs it.
+//
+// Format 1.0 bundles have the 1.0 columns; 1.1 bundles the 1.1 ones too.
+// Parquet exports always carry kind_name (derived from kind for 1.0), and
+// DuckDB must count `WHERE kind_name = 'read'` (and every other kind name)
+// as predictio's own `trace info` does.
 import { execFileSync } from "node:child_process";
 import { readFileSync, existsSync } from "node:fs";
 import path from "node:path";
@@ -20,11 +25,16 @@ import { isDeepStrictEqual } from "node:util";
 import pl from "nodejs-polars";
 import { DuckDBInstance } from "@duckdb/node-api";
 
-const ACCESS_KINDS = { read: 1, fault: 2, map: 3, cache_add: 4, readahead_sync: 5, readahead_async: 6, cache_delete: 7, imported: 8 };
+const ACCESS_KINDS = {
+  read: 1, fault: 2, map: 3, cache_add: 4, readahead_sync: 5, readahead_async: 6, cache_delete: 7, imported: 8,
+  open: 9, stat: 10, readdir: 11, exec: 12, mmap: 13,
+};
 const HINT_KINDS = { tree_child_enter: 1, tensor_layout: 2, layer_start: 3, custom: 4 };
 
 // Expected column types per table, as docs/format.md specifies them, in each
 // reader's vocabulary. polars maps dictionary<int32, utf8> to Categorical.
+// V11 lists the columns format 1.1 appends; KIND_NAME is the dictionary
+// column that 1.1 tables and every Parquet export of accesses and hints have.
 const SCHEMA = {
   files: [
     ["file_id", "UINTEGER", "UInt32"], ["dev", "UBIGINT", "UInt64"], ["ino", "UBIGINT", "UInt64"],
@@ -42,8 +52,33 @@ const SCHEMA = {
     ["offset_bytes", "UBIGINT", "UInt64"], ["length_bytes", "UBIGINT", "UInt64"],
   ],
 };
+const V11 = {
+  files: [["mode", "UINTEGER", "UInt32"]],
+  accesses: [
+    ["end_ns", "UBIGINT", "UInt64"], ["op", "UBIGINT", "UInt64"], ["ret", "BIGINT", "Int64"], ["prot", "UTINYINT", "UInt8"],
+    ["map_first_page", "UBIGINT", "UInt64"], ["map_pages", "UBIGINT", "UInt64"],
+  ],
+  hints: [["tid", "UINTEGER", "UInt32"], ["source", "VARCHAR", "Categorical"]],
+};
+const KIND_NAME = ["kind_name", "VARCHAR", "Categorical"];
+
+// columns returns the columns a reader must see in table: the bundle's
+// (1.0 or 1.1) and, for a Parquet export, kind_name.
+function columns(table, v11, parquet) {
+  const cols = [...SCHEMA[table], ...(v11 ? V11[table] : [])];
+  if (table !== "files" && (v11 || parquet)) cols.push(KIND_NAME);
+  return cols;
+}
+
+// Numeric columns summed in every reader; kind names counted.
+const SUMS = {
+  files: ["file_id", "dev", "ino", "size_bytes", "mtime_ns", "mode"],
+  accesses: ["npages", "first_page", "file_id", "pid", "tid", "end_ns", "op", "ret", "prot", "map_first_page", "map_pages"],
+  hints: ["position", "parent_page", "offset_bytes", "length_bytes", "file_id", "tid"],
+};
+const KIND_NAMES = { accesses: Object.keys(ACCESS_KINDS), hints: Object.keys(HINT_KINDS) };
 const TABLES = Object.keys(SCHEMA);
-const STRING_COLS = new Set(["path", "comm", "name"]);
+const STRING_COLS = new Set(["path", "comm", "name", "source", "kind_name"]);
 
 // ---- reference: predictio's own view ----
 
@@ -69,10 +104,10 @@ function kindNumber(table, name) {
   return g[1];
 }
 
-// normRow turns a row into {column: string | [string]} in schema order.
-function normRow(table, row) {
+// normRow turns a row into {column: string | [string]} in the order of cols.
+function normRow(table, row, cols) {
   const out = {};
-  for (const [col] of SCHEMA[table]) {
+  for (const [col] of cols) {
     const v = row[col];
     if (v === undefined) throw new Error(`${table}: row has no column ${col}`);
     if (col === "children") out[col] = Array.from(v, (x) => String(x));
@@ -90,14 +125,20 @@ function emptySummary(table) {
 
 function referenceSummary(bin, bundle) {
   const info = JSON.parse(predictio(bin, ["trace", "info", "--json", bundle]));
-  const sums = {};
-  const out = {};
+  const v11 = !info.format_version.startsWith("1.0.");
+  const out = { v11 };
   for (const table of TABLES) {
+    const cols = columns(table, v11, false);
     const text = predictio(bin, ["trace", "cat", bundle, "--table", table, "--format", "jsonl"]);
+    const kindNames = [];
     const rows = text.split("\n").filter((l) => l !== "").map((l) => {
       const r = parseLine(l);
-      if (table !== "files") r.kind = kindNumber(table, r.kind);
-      return normRow(table, r);
+      if (table !== "files") {
+        r.kind_name = r.kind in (table === "accesses" ? ACCESS_KINDS : HINT_KINDS) ? r.kind : "undefined";
+        kindNames.push(r.kind_name);
+        r.kind = kindNumber(table, r.kind);
+      }
+      return normRow(table, r, cols);
     });
     const s = emptySummary(table);
     s.rows = String(rows.length);
@@ -113,26 +154,26 @@ function referenceSummary(bin, bundle) {
       for (const r of rows) m[r[col]] = (m[r[col]] || 0) + 1;
       return Object.fromEntries(Object.entries(m).map(([k, v]) => [k, String(v)]).sort());
     };
+    for (const c of SUMS[table]) if (c in (rows[0] || Object.fromEntries(cols))) s.agg[`sum_${c}`] = big(c);
+    if (table !== "files") {
+      const [mn, mx] = minmax("ts_ns");
+      s.agg.min_ts_ns = mn;
+      s.agg.max_ts_ns = mx;
+      // kind_name = 'read' etc., as predictio names each row's kind.
+      for (const k of KIND_NAMES[table]) s.agg[`n_${k}`] = String(kindNames.filter((n) => n === k).length);
+    }
     if (table === "files") {
-      s.agg = { sum_file_id: big("file_id"), sum_dev: big("dev"), sum_ino: big("ino"), sum_size_bytes: big("size_bytes"), sum_mtime_ns: big("mtime_ns") };
       s.groups = { path: count("path") };
     } else if (table === "accesses") {
-      const [mn, mx] = minmax("ts_ns");
-      s.agg = { sum_npages: big("npages"), min_ts_ns: mn, max_ts_ns: mx, sum_first_page: big("first_page"), sum_file_id: big("file_id"), sum_pid: big("pid"), sum_tid: big("tid") };
       s.groups = { kind: count("kind"), comm: count("comm") };
     } else {
-      const [mn, mx] = minmax("ts_ns");
       let withChildren = 0, nChildren = 0n, sumChildren = 0n;
       for (const r of rows) {
         if (r.children.length > 0) withChildren++;
         nChildren += BigInt(r.children.length);
         for (const c of r.children) sumChildren += BigInt(c);
       }
-      s.agg = {
-        min_ts_ns: mn, max_ts_ns: mx, with_children: String(withChildren), n_children: nChildren.toString(),
-        sum_children: sumChildren.toString(), sum_position: big("position"), sum_parent_page: big("parent_page"),
-        sum_offset_bytes: big("offset_bytes"), sum_length_bytes: big("length_bytes"), sum_file_id: big("file_id"),
-      };
+      Object.assign(s.agg, { with_children: String(withChildren), n_children: nChildren.toString(), sum_children: sumChildren.toString() });
       s.groups = { kind: count("kind"), name: count("name") };
     }
     s.first = rows.length ? rows[0] : null;
@@ -151,6 +192,7 @@ function referenceSummary(bin, bundle) {
     ["last_ts_ns", info.events ? String(info.last_ts_ns) : "null", out.accesses.agg.max_ts_ns],
     ["kinds", JSON.stringify(infoKinds(info.kinds, "accesses")), JSON.stringify(out.accesses.groups.kind)],
     ["hint_kinds", JSON.stringify(infoKinds(info.hint_kinds, "hints")), JSON.stringify(out.hints.groups.kind)],
+    ["kinds.read", String((info.kinds || {}).read || 0), out.accesses.agg.n_read],
   ];
   const bad = self.filter(([, a, b]) => a !== b).map(([k, a, b]) => `info --json ${k}=${a} but cat gives ${b}`);
   if (bad.length) throw new Error(`reference for ${bundle} is inconsistent:\n  ${bad.join("\n  ")}`);
@@ -159,9 +201,10 @@ function referenceSummary(bin, bundle) {
 
 // ---- DuckDB on Parquet ----
 
-async function duckdbSummaries(conn, pqdir) {
+async function duckdbSummaries(conn, pqdir, v11) {
   const out = {};
   for (const table of TABLES) {
+    const cols = columns(table, v11, true);
     const file = path.join(pqdir, `${table}.parquet`);
     if (!existsSync(file)) throw new Error(`${file}: missing (export wrote no ${table} table)`);
     const src = `read_parquet('${file.replace(/'/g, "''")}', file_row_number = true)`;
@@ -171,18 +214,19 @@ async function duckdbSummaries(conn, pqdir) {
     s.rows = (await q(`SELECT count(*)::VARCHAR AS n FROM ${src}`))[0].n;
     const aggSQL = (exprs) => `SELECT ${Object.entries(exprs).map(([k, e]) => `coalesce((${e})::VARCHAR, 'null') AS ${k}`).join(", ")} FROM ${src}`;
     const sum = (c) => `coalesce(sum(${c}::HUGEINT), 0)`;
-    let exprs;
-    if (table === "files") {
-      exprs = { sum_file_id: sum("file_id"), sum_dev: sum("dev"), sum_ino: sum("ino"), sum_size_bytes: sum("size_bytes"), sum_mtime_ns: sum("mtime_ns") };
-    } else if (table === "accesses") {
-      exprs = { sum_npages: sum("npages"), min_ts_ns: "min(ts_ns)", max_ts_ns: "max(ts_ns)", sum_first_page: sum("first_page"), sum_file_id: sum("file_id"), sum_pid: sum("pid"), sum_tid: sum("tid") };
-    } else {
-      exprs = {
-        min_ts_ns: "min(ts_ns)", max_ts_ns: "max(ts_ns)", with_children: "count(*) FILTER (WHERE len(children) > 0)",
-        n_children: sum("len(children)"), sum_children: "coalesce(sum((SELECT sum(c::HUGEINT) FROM unnest(children) AS t(c))), 0)",
-        sum_position: sum("position"), sum_parent_page: sum("parent_page"), sum_offset_bytes: sum("offset_bytes"),
-        sum_length_bytes: sum("length_bytes"), sum_file_id: sum("file_id"),
-      };
+    const exprs = {};
+    const have = new Set(cols.map(([c]) => c));
+    for (const c of SUMS[table]) if (have.has(c)) exprs[`sum_${c}`] = sum(c);
+    if (table !== "files") {
+      exprs.min_ts_ns = "min(ts_ns)";
+      exprs.max_ts_ns = "max(ts_ns)";
+      for (const k of KIND_NAMES[table]) exprs[`n_${k}`] = `count(*) FILTER (WHERE kind_name = '${k}')`;
+    }
+    if (table === "hints") {
+      Object.assign(exprs, {
+        with_children: "count(*) FILTER (WHERE len(children) > 0)", n_children: sum("len(children)"),
+        sum_children: "coalesce(sum((SELECT sum(c::HUGEINT) FROM unnest(children) AS t(c))), 0)",
+      });
     }
     s.agg = (await q(aggSQL(exprs)))[0];
     const groupCols = table === "files" ? ["path"] : table === "accesses" ? ["kind", "comm"] : ["kind", "name"];
@@ -190,11 +234,12 @@ async function duckdbSummaries(conn, pqdir) {
       const rows = await q(`SELECT ${g}::VARCHAR AS k, count(*)::VARCHAR AS n FROM ${src} GROUP BY ${g}`);
       s.groups[g] = Object.fromEntries(rows.map((r) => [r.k, r.n]).sort());
     }
-    const sel = SCHEMA[table].map(([c]) => (c === "children" ? `children::VARCHAR[] AS children` : `${c}::VARCHAR AS ${c}`)).join(", ");
+    const rowCols = columns(table, v11, false);
+    const sel = rowCols.map(([c]) => (c === "children" ? `children::VARCHAR[] AS children` : `${c}::VARCHAR AS ${c}`)).join(", ");
     const first = await q(`SELECT ${sel} FROM ${src} ORDER BY file_row_number LIMIT 1`);
     const last = await q(`SELECT ${sel} FROM ${src} ORDER BY file_row_number DESC LIMIT 1`);
-    s.first = first.length ? normRow(table, first[0]) : null;
-    s.last = last.length ? normRow(table, last[0]) : null;
+    s.first = first.length ? normRow(table, first[0], rowCols) : null;
+    s.last = last.length ? normRow(table, last[0], rowCols) : null;
     out[table] = s;
   }
   return out;
@@ -210,44 +255,56 @@ function polarsType(dt) {
   return s.replace(/DataType\(/g, "").slice(0, s.length - 9 * n - n);
 }
 
-function polarsSummary(table, df) {
+function polarsSummary(table, df, v11, parquet) {
   const s = emptySummary(table);
   s.schema = df.columns.map((c, i) => [c, polarsType(df.dtypes[i])]);
   s.rows = String(df.height);
   const str = (e, name) => e.cast(pl.Utf8).alias(name);
-  const sum = (c) => pl.col(c).cast(pl.UInt64).sum();
-  const isum = (c) => pl.col(c).cast(pl.Int64).sum();
-  let exprs;
-  if (table === "files") {
-    exprs = { sum_file_id: sum("file_id"), sum_dev: sum("dev"), sum_ino: sum("ino"), sum_size_bytes: sum("size_bytes"), sum_mtime_ns: isum("mtime_ns") };
-  } else if (table === "accesses") {
-    exprs = { sum_npages: sum("npages"), min_ts_ns: pl.col("ts_ns").min(), max_ts_ns: pl.col("ts_ns").max(), sum_first_page: sum("first_page"), sum_file_id: sum("file_id"), sum_pid: sum("pid"), sum_tid: sum("tid") };
-  } else {
-    const len = pl.col("children").lst.lengths();
-    exprs = {
-      min_ts_ns: pl.col("ts_ns").min(), max_ts_ns: pl.col("ts_ns").max(), with_children: len.gt(0).cast(pl.UInt64).sum(),
-      n_children: len.cast(pl.UInt64).sum(), sum_children: pl.col("children").lst.sum().cast(pl.UInt64).sum(),
-      sum_position: sum("position"), sum_parent_page: sum("parent_page"), sum_offset_bytes: sum("offset_bytes"),
-      sum_length_bytes: sum("length_bytes"), sum_file_id: sum("file_id"),
-    };
+  const has = new Set(df.columns);
+  const exprs = {};
+  // Sums in BigInt over the values as strings: exact, where polars' Int64
+  // and UInt64 sums would overflow (mtime_ns of a few files).
+  const bigSums = {};
+  for (const c of SUMS[table]) {
+    if (has.has(c)) bigSums[`sum_${c}`] = df.getColumn(c).cast(pl.Utf8).toArray().reduce((a, v) => a + BigInt(v), 0n).toString();
   }
-  const agg = df.select(...Object.entries(exprs).map(([k, e]) => str(e, k))).toRecords()[0];
-  s.agg = Object.fromEntries(Object.entries(agg).map(([k, v]) => [k, v === null ? "null" : v]));
+  if (table !== "files") {
+    exprs.min_ts_ns = pl.col("ts_ns").min();
+    exprs.max_ts_ns = pl.col("ts_ns").max();
+    if (has.has("kind_name")) {
+      for (const k of KIND_NAMES[table]) exprs[`n_${k}`] = pl.col("kind_name").cast(pl.Utf8).eq(pl.lit(k)).cast(pl.UInt64).sum();
+    }
+  }
+  if (table === "hints") {
+    const len = pl.col("children").lst.lengths();
+    Object.assign(exprs, {
+      with_children: len.gt(0).cast(pl.UInt64).sum(), n_children: len.cast(pl.UInt64).sum(),
+      sum_children: pl.col("children").lst.sum().cast(pl.UInt64).sum(),
+    });
+  }
+  const agg = Object.keys(exprs).length ? df.select(...Object.entries(exprs).map(([k, e]) => str(e, k))).toRecords()[0] : {};
+  s.agg = { ...bigSums, ...Object.fromEntries(Object.entries(agg).map(([k, v]) => [k, v === null ? "null" : v])) };
+  if (table !== "files" && !has.has("kind_name")) {
+    // A 1.0 table has no kind_name: name the kinds as the reference does.
+    const names = table === "accesses" ? ACCESS_KINDS : HINT_KINDS;
+    for (const k of KIND_NAMES[table]) s.agg[`n_${k}`] = String(df.filter(pl.col("kind").eq(pl.lit(names[k]))).height);
+  }
   const groupCols = table === "files" ? ["path"] : table === "accesses" ? ["kind", "comm"] : ["kind", "name"];
   for (const g of groupCols) {
     const rows = df.lazy().groupBy(pl.col(g).cast(pl.Utf8).alias("k")).agg(pl.len().cast(pl.Utf8).alias("n")).collectSync().toRecords();
     s.groups[g] = Object.fromEntries(rows.map((r) => [r.k, r.n]).sort());
   }
+  const rowCols = columns(table, v11, false);
   const rowOf = (part) => {
-    const recs = part.select(...SCHEMA[table].map(([c]) => (c === "children" ? pl.col(c).cast(pl.List(pl.Utf8)) : pl.col(c).cast(pl.Utf8)))).toRecords();
-    return recs.length ? normRow(table, recs[0]) : null;
+    const recs = part.select(...rowCols.map(([c]) => (c === "children" ? pl.col(c).cast(pl.List(pl.Utf8)) : pl.col(c).cast(pl.Utf8)))).toRecords();
+    return recs.length ? normRow(table, recs[0], rowCols) : null;
   };
   s.first = rowOf(df.head(1));
   s.last = rowOf(df.tail(1));
   return s;
 }
 
-function polarsSummaries(dir, ext) {
+function polarsSummaries(dir, ext, v11) {
   const out = {};
   for (const table of TABLES) {
     const file = path.join(dir, `${table}.${ext}`);
@@ -255,7 +312,7 @@ function polarsSummaries(dir, ext) {
     // nodejs-polars' readIPC treats a string without the .ipc extension as
     // inline data, so hand it the bytes.
     const df = ext === "arrow" ? pl.readIPC(readFileSync(file)) : pl.readParquet(file);
-    out[table] = polarsSummary(table, df);
+    out[table] = polarsSummary(table, df, v11, ext === "parquet");
   }
   return out;
 }
@@ -272,7 +329,7 @@ function compare(label, want, got) {
   for (const table of TABLES) {
     const w = want[table], g = got[table];
     const col = label.startsWith("duckdb") ? 1 : 2;
-    const wantSchema = SCHEMA[table].map((c) => [c[0], c[col]]);
+    const wantSchema = columns(table, want.v11, label.endsWith("parquet")).map((c) => [c[0], c[col]]);
     if (!isDeepStrictEqual(g.schema, wantSchema)) {
       problems.push(`${table}: schema ${JSON.stringify(g.schema)}, want ${JSON.stringify(wantSchema)}`);
     }
@@ -298,11 +355,11 @@ async function main() {
     const i = c.lastIndexOf("=");
     const bundle = c.slice(0, i), pqdir = c.slice(i + 1);
     const want = referenceSummary(bin, bundle);
-    const desc = `${want.accesses.rows} accesses, ${want.hints.rows} hints (${want.hints.agg.with_children} with children), ${want.files.rows} files`;
+    const desc = `format ${want.v11 ? "1.1" : "1.0"}, ${want.accesses.rows} accesses (${want.accesses.agg.n_read} kind_name = 'read'), ${want.hints.rows} hints (${want.hints.agg.with_children} with children), ${want.files.rows} files`;
     const readers = [
-      ["duckdb/parquet", () => duckdbSummaries(conn, pqdir)],
-      ["polars/ipc", () => polarsSummaries(bundle, "arrow")],
-      ["polars/parquet", () => polarsSummaries(pqdir, "parquet")],
+      ["duckdb/parquet", () => duckdbSummaries(conn, pqdir, want.v11)],
+      ["polars/ipc", () => polarsSummaries(bundle, "arrow", want.v11)],
+      ["polars/parquet", () => polarsSummaries(pqdir, "parquet", want.v11)],
     ];
     for (const [label, read] of readers) {
       let problems;

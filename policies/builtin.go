@@ -2,6 +2,7 @@ package policies
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 )
@@ -88,17 +89,25 @@ func init() {
 	})
 	register("oracle", &factory{
 		example: "oracle:n=256,scope=file",
-		doc:     "upper bound: knows the bundle's future demand accesses and prefetches the next n distinct pages ahead of the current one",
+		doc:     "upper bound: knows the bundle's future demand accesses and prefetches the next n distinct pages ahead of the current one, among the next horizon pages",
 		params: []param{
 			{"n", "64", "distinct pages kept prefetched ahead"},
 			{"scope", "global", "global: next n pages of the whole trace; file: next n pages of the accessed file"},
+			{"horizon", "0", "how many pages of the future to look through for them; 0 means max(65536, 16n)"},
 		},
 		build: func(a *args, env Env) (Policy, error) {
 			if env.Future == nil {
 				return nil, errors.New("build policy \"oracle\": no future given (Env.Future); the oracle needs the bundle being simulated")
 			}
 			n := int(a.uint("n", 1, 1<<24))
-			return newOracle(env, n, a.choice("scope", "global", "file") == "file"), nil
+			h := int(a.uint("horizon", 0, 1<<30))
+			if h == 0 {
+				h = max(DefaultHorizon, 16*n)
+			}
+			if h < n {
+				return nil, fmt.Errorf("build policy \"oracle\": horizon %d is less than n %d", h, n)
+			}
+			return newOracle(env, n, h, a.choice("scope", "global", "file") == "file"), nil
 		},
 	})
 }

@@ -9,11 +9,13 @@ func (ev *Event) FromAccess(a *formats.Access) {
 		*ev = Event{Kind: EventProcessExec, TS: a.TS, PID: a.PID, TID: a.TID, File: a.FileID}
 		return
 	}
-	*ev = Event{
-		Kind: EventFileAccess, TS: a.TS, PID: a.PID, TID: a.TID, File: a.FileID,
-		Access: FileAccess{Kind: a.Kind, Page: a.FirstPage, NPages: a.NPages,
-			Prot: a.Prot, MapFirst: a.MapFirstPage, MapPages: a.MapPages, Op: a.Op},
-	}
+	*ev = Event{Kind: EventFileAccess, TS: a.TS, PID: a.PID, TID: a.TID, File: a.FileID, Access: AccessOf(a)}
+}
+
+// AccessOf returns the FileAccess payload of an accesses.arrow row.
+func AccessOf(a *formats.Access) FileAccess {
+	return FileAccess{Kind: a.Kind, Page: a.FirstPage, NPages: a.NPages, End: a.EndNS,
+		Prot: a.Prot, MapFirst: a.MapFirstPage, MapPages: a.MapPages, Op: a.Op}
 }
 
 // FromHint sets ev to the event of a hints.arrow row and reports whether

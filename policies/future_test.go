@@ -10,91 +10,226 @@ import (
 	"github.com/predictio/predictio/formats"
 )
 
-// TestFuturePacking checks the packed Future against a plain expansion of
-// its accesses: single-page ones (identity positions), multi-page ones,
-// more than one storage block, and a page too large to pack arriving late
-// (the switch to 16-byte pages).
+// TestFuturePacking checks a Future against a plain expansion of its
+// accesses: single-page ones (identity positions), multi-page ones, more
+// than one storage chunk, and accesses that do not pack (left out).
 func TestFuturePacking(t *testing.T) {
 	for _, tc := range []struct {
-		name           string
-		multi, hugeEnd bool
-	}{{"single", false, false}, {"multi", true, false}, {"single-then-huge", false, true}, {"multi-then-huge", true, true}} {
+		name        string
+		multi, huge bool
+	}{{"single", false, false}, {"multi", true, false}, {"single-huge", false, true}, {"multi-huge", true, true}} {
 		rng := rand.New(rand.NewSource(1))
 		var acc []FutureAccess
-		for i := 0; i < 3<<futBlockBits/2; i++ {
+		for i := 0; i < 3<<chunkBits/2; i++ {
 			a := FutureAccess{File: uint32(rng.Intn(5)), Page: uint64(rng.Intn(1 << 20)), NPages: 1}
 			if tc.multi && rng.Intn(100) == 0 {
 				a.NPages = uint32(rng.Intn(5))
 			}
 			if i == 7 {
-				a.File = futMaxFile
-				a.Page = futMaxPage
+				a.File, a.Page = futMaxFile, futMaxPage
+			}
+			if tc.huge && i == 5000 {
+				a.File = 1 << 30
 			}
 			acc = append(acc, a)
 		}
-		if tc.hugeEnd {
-			acc = append(acc, FutureAccess{File: 1 << 30, Page: 1 << 50, NPages: 2})
-		}
-		var pages []filePage
-		var first []int
-		byFile := map[uint32][]int{}
+		var pages []uint64
+		var first []uint64
+		byFile := map[uint32][]uint64{}
+		kept := 0
 		for _, a := range acc {
-			first = append(first, len(pages))
+			if a.File > futMaxFile {
+				continue
+			}
+			kept++
+			first = append(first, uint64(len(pages)))
 			for p := range max(uint64(a.NPages), 1) {
-				byFile[a.File] = append(byFile[a.File], len(pages))
-				pages = append(pages, filePage{a.File, a.Page + p})
+				byFile[a.File] = append(byFile[a.File], uint64(len(pages)))
+				pages = append(pages, futKey(a.File, a.Page+p))
 			}
 		}
-		first = append(first, len(pages))
+		first = append(first, uint64(len(pages)))
 		f := NewFuture(acc)
-		if f.Len() != len(acc) || f.np != len(pages) {
-			t.Fatalf("%s: %d accesses, %d pages; want %d, %d", tc.name, f.Len(), f.np, len(acc), len(pages))
+		if f.Len() != kept || f.np != uint64(len(pages)) || f.Skipped() != uint64(len(acc)-kept) {
+			t.Fatalf("%s: %d accesses, %d pages, %d skipped; want %d, %d, %d", tc.name, f.Len(), f.np, f.Skipped(), kept, len(pages), len(acc)-kept)
 		}
-		if (f.wide != nil) != tc.hugeEnd || (f.first != nil) != (tc.multi || tc.hugeEnd) {
-			t.Errorf("%s: wide %v, first %v", tc.name, f.wide != nil, f.first != nil)
+		if f.ident == tc.multi {
+			t.Errorf("%s: identity positions %v", tc.name, f.ident)
 		}
 		for i, want := range pages {
-			if got := f.at(i); got != want {
-				t.Fatalf("%s: page %d is %v, want %v", tc.name, i, got, want)
+			if got := f.pages.at(uint64(i)); got != want {
+				t.Fatalf("%s: page %d is %x, want %x", tc.name, i, got, want)
 			}
 		}
 		for i, want := range first {
-			if got := f.firstPage(i); got != want {
+			if got := f.firstPage(uint64(i)); got != want {
 				t.Fatalf("%s: access %d starts at %d, want %d", tc.name, i, got, want)
 			}
 		}
-		if !reflect.DeepEqual(f.positions(), byFile) {
+		got := map[uint32][]uint64{}
+		for file, s := range f.fileSeqs() {
+			got[file] = s.pos
+		}
+		if !reflect.DeepEqual(got, byFile) {
 			t.Errorf("%s: per-file positions differ", tc.name)
 		}
 	}
 }
 
-// TestOracleWideFutureMatches checks that the oracle emits the same
-// requests from a packed Future as from the same Future held unpacked.
-func TestOracleWideFutureMatches(t *testing.T) {
+// refOracle is the oracle's definition, written plainly. After access i
+// the window of a scope (the whole trace, or the accessed file) is the
+// pages of that scope from pos, the first position after access i, up to
+// front: the earliest end where the window holds n distinct pages (or
+// horizon pages past pos, or the end), but never before the window's
+// previous front. The pages that enter, those after the previous front
+// not already between pos and it, are prefetched: a page demanded again
+// later enters anew once the demand has passed it.
+type refOracle struct {
+	pages   []uint64 // packed, expanded
+	first   []int
+	n, h    int
+	perFile bool
+	front   map[uint32]int // previous front by scope (file, or 0 for global)
+}
+
+func newRefOracle(acc []FutureAccess, n, h int, perFile bool) *refOracle {
+	r := &refOracle{n: n, h: h, perFile: perFile, front: map[uint32]int{}}
+	for _, a := range acc {
+		r.first = append(r.first, len(r.pages))
+		for p := range min(max(uint64(a.NPages), 1), maxAccessPages) {
+			r.pages = append(r.pages, futKey(a.File, a.Page+p))
+		}
+	}
+	r.first = append(r.first, len(r.pages))
+	return r
+}
+
+func (r *refOracle) after(i int, file uint32) []uint64 {
+	pos := r.first[i+1]
+	scope := uint32(0)
+	if r.perFile {
+		scope = file
+	}
+	in := func(p int) bool { return !r.perFile || uint32(r.pages[p]>>futPageBits) == file }
+	old := max(r.front[scope], pos)
+	held := map[uint64]bool{}
+	for p := pos; p < old; p++ {
+		if in(p) {
+			held[r.pages[p]] = true
+		}
+	}
+	win := map[uint64]bool{}
+	front := pos
+	for ; front < len(r.pages) && front < pos+r.h && len(win) < r.n; front++ {
+		if in(front) {
+			win[r.pages[front]] = true
+		}
+	}
+	front = max(front, old)
+	var enter []uint64
+	for p := old; p < front; p++ {
+		if k := r.pages[p]; in(p) && !held[k] {
+			held[k] = true
+			enter = append(enter, k)
+		}
+	}
+	r.front[scope] = front
+	slices.Sort(enter)
+	return enter
+}
+
+// TestOracleMatchesReference: the oracle, from a materialized Future and
+// from a streamed one fed only as far as Needs asks (and trimmed behind),
+// prefetches exactly the pages the plain definition says, for both scopes
+// and for horizons that bind.
+func TestOracleMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewSource(2))
 	var acc []FutureAccess
-	for i := 0; i < 4000; i++ {
-		acc = append(acc, FutureAccess{File: uint32(rng.Intn(3)), Page: uint64(rng.Intn(300)), NPages: uint32(rng.Intn(3))})
+	for i := 0; i < 6000; i++ {
+		a := FutureAccess{File: uint32(rng.Intn(3)), Page: uint64(rng.Intn(300)), NPages: uint32(rng.Intn(3))}
+		if rng.Intn(50) == 0 {
+			a.NPages = 300 // runs longer than a horizon
+		}
+		acc = append(acc, a)
 	}
-	packed := NewFuture(acc)
-	wide := NewFuture(acc)
-	var pages []filePage
-	for i := range wide.np {
-		pages = append(pages, wide.at(i))
+	for _, tc := range []struct {
+		n, h    int
+		perFile bool
+	}{{16, 0, false}, {64, 0, true}, {16, 40, false}, {8, 20, true}, {300, 300, false}} {
+		spec := fmt.Sprintf("oracle:n=%d,horizon=%d", tc.n, tc.h)
+		h := tc.h
+		if h == 0 {
+			h = max(DefaultHorizon, 16*tc.n)
+		}
+		if tc.perFile {
+			spec += ",scope=file"
+		}
+		for _, streamed := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/streamed=%v", spec, streamed), func(t *testing.T) {
+				ref := newRefOracle(acc, tc.n, h, tc.perFile)
+				fut := NewFuture(acc)
+				if streamed {
+					fut = NewStreamFuture()
+				}
+				p := mustBuild(t, spec, Env{Future: fut})
+				fed := 0
+				for i, a := range acc {
+					for streamed && fut.Needs(i) {
+						if fed == len(acc) {
+							fut.Close()
+							continue
+						}
+						fut.Add(acc[fed])
+						fed++
+					}
+					var got []uint64
+					p.Handle(access(a.File, a.Page, a.NPages), func(r *Request) {
+						for _, rg := range r.Ranges {
+							for q := range uint64(rg.N) {
+								got = append(got, futKey(r.File, rg.First+q))
+							}
+						}
+					})
+					slices.Sort(got)
+					if want := ref.after(i, a.File); !slices.Equal(got, want) {
+						t.Fatalf("access %d (%v): prefetched %x, want %x", i, a, got, want)
+					}
+				}
+				if streamed && fed > 0 && len(fut.pages.chunks) > 2 {
+					t.Errorf("streamed future holds %d chunks at the end", len(fut.pages.chunks))
+				}
+			})
+		}
 	}
-	wide.wide, wide.blocks = pages, nil
-	for _, spec := range []string{"oracle:n=16", "oracle:n=64,scope=file"} {
-		var got [2][]string
-		for j, f := range []*Future{packed, wide} {
-			p := mustBuild(t, spec, Env{Future: f, FilePages: func(uint32) uint64 { return 400 }})
-			for _, a := range acc {
-				p.Handle(access(a.File, a.Page, a.NPages), func(r *Request) { got[j] = append(got[j], fmt.Sprint(r.File, r.Ranges)) })
+}
+
+// TestStreamFutureStaysBounded: 100 000 accesses of 256 pages each (a
+// bundle of 1 MiB reads) streamed through the oracle keep at most a
+// horizon and two chunks of pages, not 25.6 M of them.
+func TestStreamFutureStaysBounded(t *testing.T) {
+	fut := NewStreamFuture()
+	p := mustBuild(t, "oracle", Env{Future: fut})
+	const n = 100_000
+	a := func(i int) FutureAccess { return FutureAccess{File: 1, Page: uint64(i) * 256, NPages: 256} }
+	fed, most := 0, 0
+	for i := 0; i < n; i++ {
+		for fut.Needs(i) {
+			if fed == n {
+				fut.Close()
+				continue
 			}
+			fut.Add(a(fed))
+			fed++
 		}
-		if len(got[0]) == 0 || !reflect.DeepEqual(got[0], got[1]) {
-			t.Errorf("%s: packed %d requests, wide %d, or they differ", spec, len(got[0]), len(got[1]))
-		}
+		p.Handle(access(1, uint64(i)*256, 256), func(*Request) {})
+		held := int(fut.pages.n - fut.pages.base)
+		most = max(most, held)
+	}
+	if limit := DefaultHorizon + 2<<chunkBits + 256; most > limit {
+		t.Fatalf("streamed future held up to %d pages, limit %d", most, limit)
+	}
+	if fut.np != n*256 {
+		t.Fatalf("fed %d pages", fut.np)
 	}
 }
 

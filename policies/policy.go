@@ -81,6 +81,9 @@ type FileAccess struct {
 	Kind   formats.AccessKind
 	Page   uint64
 	NPages uint32
+	// End is when the operation behind the access completed (format
+	// 1.1 end_ns; Event.TS is then its start); 0 when unknown.
+	End uint64
 	// Prot is the protection of the mapping behind a fault, map or mmap
 	// access (formats.ProtRead, ProtWrite, ProtExec, ProtShared: the
 	// bundle's prot column); 0 is unknown (bundles before format 1.1).

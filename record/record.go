@@ -90,6 +90,9 @@ type bundleWriter interface {
 // HintRejects counts hints the recorder skipped, by reason.
 type HintRejects = source.HintRejects
 
+// HintDrops counts the hints senders reported dropping, by cause.
+type HintDrops = source.HintDrops
+
 // Summary reports a finished recording.
 type Summary struct {
 	Bundle         string
@@ -101,6 +104,7 @@ type Summary struct {
 	OpenDropped    uint64 // open events lost (paths may stay unresolved)
 	Hints          uint64
 	HintRejects    HintRejects
+	HintDrops      HintDrops // hints the senders dropped instead of blocking (their drop reports)
 	Files          int
 	Unresolved     int // files without a path
 	Elapsed        time.Duration
@@ -126,6 +130,10 @@ func (s *Summary) String() string {
 	if r := s.HintRejects; r.Total() > 0 {
 		fmt.Fprintf(&b, "  hints rejected: %d malformed, %d truncated, %d oversized, %d foreign uid, %d without credentials, %d unreadable file, %d bad file\n",
 			r.Malformed, r.Truncated, r.Oversized, r.ForeignUID, r.NoCredentials, r.Unreadable, r.BadFile)
+	}
+	if d := s.HintDrops; d.Total() > 0 {
+		fmt.Fprintf(&b, "  hints dropped by their senders instead of blocking: %d (%d: the recorder's queue was full, it fell behind or was stopped; %d: no recorder listened); hints.arrow lacks them\n",
+			d.Total(), d.QueueFull, d.NoServer)
 	}
 	fmt.Fprintf(&b, "  sources: %s", strings.Join(s.Sources, ", "))
 	if len(s.Missing) > 0 {
@@ -497,7 +505,7 @@ func (r *recording) finalize() (*Summary, error) {
 	sum.Files, sum.Unresolved = len(rows), unresolved
 	man.Counters = formats.Counters{
 		Events: sum.Events, DroppedEvents: sum.Dropped + sum.Discarded, Hints: sum.Hints,
-		RejectedHints: sum.HintRejects.Total(), Files: uint64(len(rows)),
+		RejectedHints: sum.HintRejects.Total(), DroppedHints: sum.HintDrops.Total(), Files: uint64(len(rows)),
 	}
 	man.Complete = true
 	man.Notes = append(man.Notes, r.notes(sum)...)
@@ -515,7 +523,7 @@ func (r *recording) summary() *Summary {
 	sum := &Summary{
 		Bundle: r.cfg.Output, Events: st.Events, Dropped: st.Dropped, Discarded: st.Discarded,
 		Filtered: st.Filtered, KernelFiltered: st.KernelFiltered, OpenDropped: st.OpenDropped,
-		Hints: st.Hints, HintRejects: st.HintRejects, Elapsed: time.Since(r.start),
+		Hints: st.Hints, HintRejects: st.HintRejects, HintDrops: st.HintDrops, Elapsed: time.Since(r.start),
 		Sources: r.src.Sources(), Missing: r.src.Missing(),
 		ReaderCPU: st.ReaderCPU, WriterCPU: st.DecoderCPU,
 	}
@@ -545,6 +553,10 @@ func (r *recording) notes(sum *Summary) []string {
 	if h := sum.HintRejects; h.Total() > 0 {
 		notes = append(notes, fmt.Sprintf("record: hints rejected: malformed %d, truncated %d, oversized %d, foreign_uid %d, no_credentials %d, unreadable %d, bad_file %d",
 			h.Malformed, h.Truncated, h.Oversized, h.ForeignUID, h.NoCredentials, h.Unreadable, h.BadFile))
+	}
+	if d := sum.HintDrops; d.Total() > 0 {
+		notes = append(notes, fmt.Sprintf("record: senders dropped %d hints instead of blocking (queue_full %d, no_server %d; counters.dropped_hints); hints.arrow lacks them",
+			d.Total(), d.QueueFull, d.NoServer))
 	}
 	if len(sum.Missing) > 0 {
 		notes = append(notes, "record: tracepoints missing on this kernel: "+strings.Join(sum.Missing, ", "))

@@ -1,7 +1,10 @@
 package replay
 
 import (
+	"fmt"
+
 	"github.com/predictio/predictio/backend"
+	"github.com/predictio/predictio/effect"
 )
 
 // startBackend creates the run's backend (package backend) over a registry
@@ -17,32 +20,70 @@ func (r *Replayer) startBackend(st *runState, name string, files []*openFile) (f
 		return r.startDirect(st, reg, files)
 	}
 	ps := r.t.pageSize
-	o := backend.Options{PageSize: ps, InFlight: r.opt.InFlight, Readahead: r.opt.Readahead}
-	var track *tracker
-	if name != BackendNone {
-		track = newTracker(files, ps)
-		o.Issued = func(id uint32, first, n uint64) {
-			if fi := r.t.byID[id]; fi != nil {
-				track.prefetched(fi.idx, first, n)
-			}
-		}
-	}
-	be, err := backend.New(name, reg, o)
+	be, err := backend.New(name, reg, backend.Options{PageSize: ps, InFlight: r.opt.InFlight, Readahead: r.opt.Readahead})
 	if err != nil {
 		reg.Close()
 		return nil, err
 	}
-	st.dem, st.be = &pageCacheDemand{files: files, ps: ps, track: track}, be
+	st.dem, st.be = &pageCacheDemand{files: files, ps: ps}, be
 	return func(run *Run) error {
 		rep, err := be.Close()
 		reg.Close()
 		run.Counters, run.PagesDropped, run.Via, run.Warnings = rep.Stats, rep.PagesDropped, rep.Via, rep.Warnings
-		if track != nil {
-			run.Prefetched, run.Used = track.counts()
-			run.Wasted = run.Prefetched - run.Used
-		}
+		r.effectCounts(run)
 		return err
 	}, nil
+}
+
+// effectCounts fills in the run's counts by effect from the observer.
+func (r *Replayer) effectCounts(run *Run) {
+	if r.obs == nil {
+		run.EffectNote = r.obsErr
+		return
+	}
+	c, _, err := r.obs.Final()
+	if err != nil {
+		run.EffectNote = fmt.Sprintf("read the effect counters: %v", err)
+		return
+	}
+	run.Counts = c
+	if how, err := r.obs.Faults(); how == "" && r.t.hasFaults() {
+		run.Warnings = append(run.Warnings, fmt.Sprintf("the effect counters see no faults (%v): prefetched pages only faults demanded count as wasted", err))
+	}
+}
+
+// startObserver loads the eBPF effect observer for the page-cache backends
+// and watches the replayed files; where it cannot, the runs say why in
+// effect_note.
+func (r *Replayer) startObserver() {
+	r.obs, r.obsErr = nil, ""
+	if r.opt.Backend == BackendDirect {
+		return
+	}
+	ob, err := effect.NewObserver(effect.Options{Files: max(len(r.t.files), 1), KernelThreads: r.opt.Backend == BackendKmod})
+	if err != nil {
+		r.obsErr = fmt.Sprintf("no counts by effect: %v", err)
+		return
+	}
+	for _, f := range r.t.used() {
+		dev, ino, err := statID(r.paths[f.idx])
+		if err == nil {
+			err = ob.Watch(f.ID, dev, ino)
+		}
+		if err != nil {
+			ob.Close()
+			r.obsErr = fmt.Sprintf("no counts by effect: %v", err)
+			return
+		}
+	}
+	r.obs = ob
+}
+
+func (r *Replayer) stopObserver() {
+	if r.obs != nil {
+		r.obs.Close()
+		r.obs = nil
+	}
 }
 
 // startDirect starts the direct backend filling the run's user-space cache.
@@ -79,8 +120,8 @@ func (r *Replayer) startDirect(st *runState, reg *backend.Registry, files []*ope
 		reg.Close()
 		run.Counters, run.PagesDropped, run.Via = rep.Stats, rep.PagesDropped, rep.Via+"; demand "+dc.engineInfo
 		run.Warnings = append(rep.Warnings, ds.warnings...)
-		run.Prefetched, run.Used, run.Wasted = ds.prefetched, ds.used, ds.wasted
-		run.DemandMisses, run.DemandHits, run.LatePrefetches, run.DevicePages = ds.misses, ds.hits, ds.late, ds.device
+		run.Counts = ds.effect
+		run.DemandMisses, run.DemandHits, run.DemandWaits, run.DevicePages = ds.misses, ds.hits, ds.waits, ds.device
 		return err
 	}, nil
 }

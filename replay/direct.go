@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/predictio/predictio/backend"
+	"github.com/predictio/predictio/effect"
 	"github.com/predictio/predictio/engine"
 )
 
@@ -26,7 +27,7 @@ type slot struct {
 	key        uint64
 	ref        bool // CLOCK reference bit
 	prefetched bool // filled by a prefetch and not used yet
-	late       bool // a demand access waited for it
+	late       bool // a prefetch a demand access waited for (counted late)
 }
 
 // directCache replays demand accesses through a user-space page cache of
@@ -52,9 +53,9 @@ type directCache struct {
 
 	byID map[uint32]uint32 // bundle file id -> file index
 
-	firstErr                                               atomic.Pointer[error]
-	misses, hits, late, used, wasted, prefetched, devReads atomic.Uint64
-	engineInfo                                             string
+	firstErr                                                      atomic.Pointer[error]
+	misses, hits, waits, late, used, wasted, prefetched, devReads atomic.Uint64
+	engineInfo                                                    string
 }
 
 type directOptions struct {
@@ -175,8 +176,10 @@ func (d *directCache) read(ew *engine.Worker, file uint32, page uint64, s int32,
 }
 
 // demand serves pages [o.page, o.page+o.n) from the cache, reading misses
-// from the device and waiting for prefetches still in flight. Every demanded
-// page counts as exactly one of hit, late (found in flight) or miss.
+// from the device and waiting for reads still in flight. Every demanded
+// page counts as exactly one of hit, miss, late (a prefetch found in
+// flight) or wait (another worker's demand read found in flight). A hit on
+// a prefetched page counts it used in time.
 func (d *directCache) demand(w *worker, o *op) error {
 	pr, unlock := d.reader(w)
 	defer unlock()
@@ -203,9 +206,15 @@ func (d *directCache) demand(w *worker, o *op) error {
 				d.mu.Unlock()
 				continue
 			}
-			// Loading: a prefetch (or another worker) is reading it.
+			// Loading: a prefetch (late) or another worker's demand is
+			// reading it.
+			if sl.prefetched {
+				sl.prefetched, sl.late = false, true
+				d.late.Add(1)
+			} else {
+				d.waits.Add(1)
+			}
 			d.mu.Unlock()
-			d.late.Add(1)
 			w.waitOn = append(w.waitOn, waitSlot{s, i, key})
 			continue
 		}
@@ -310,6 +319,10 @@ func (d *directCache) complete(s int32, err error) {
 		d.mu.Lock()
 		delete(d.index, sl.key)
 		sl.key = ^uint64(0)
+		if sl.prefetched {
+			// A failed prefetch nobody waited for put nothing in the cache.
+			d.prefetched.Add(^uint64(0))
+		}
 		sl.prefetched = false
 		sl.state.Store(slotFree)
 		d.mu.Unlock()
@@ -351,9 +364,9 @@ func (d *directCache) Fill(s int32, data []byte, err error) {
 
 // directStats are what the cache counted in a run.
 type directStats struct {
-	prefetched, used, wasted   uint64
-	misses, hits, late, device uint64
-	warnings                   []string
+	effect                      effect.Counts
+	misses, hits, waits, device uint64
+	warnings                    []string
 }
 
 // finish closes the demand engine and returns the cache's counts; call it
@@ -370,17 +383,16 @@ func (d *directCache) finish() directStats {
 			unused++
 		}
 	}
-	if e := d.firstErr.Load(); e != nil {
-		warn = append(warn, fmt.Sprintf("read failures, first: %v", *e))
-	}
 	if !d.eng.Mlocked() && d.eng.MlockErr() != nil {
 		warn = append(warn, d.eng.MlockErr().Error())
 	}
 	unix.Munmap(d.arena)
 	d.arena = nil
+	evicted := d.wasted.Load()
 	return directStats{
-		prefetched: d.prefetched.Load(), used: d.used.Load(), wasted: d.wasted.Load() + unused,
-		misses: d.misses.Load(), hits: d.hits.Load(), late: d.late.Load(), device: d.devReads.Load(),
+		effect: effect.Counts{Prefetched: d.prefetched.Load(), UsedInTime: d.used.Load(), Late: d.late.Load(),
+			Wasted: evicted + unused, Evicted: evicted, DemandRead: d.misses.Load()},
+		misses: d.misses.Load(), hits: d.hits.Load(), waits: d.waits.Load(), device: d.devReads.Load(),
 		warnings: warn,
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/predictio/predictio/backend"
-	"github.com/predictio/predictio/engine"
 	"github.com/predictio/predictio/formats"
 )
 
@@ -93,79 +92,6 @@ func checkFiles(t *trace, root string, allowChanged bool) ([]string, error) {
 	return paths, nil
 }
 
-// openFile is one file opened for a run.
-type openFile struct {
-	info  *fileInfo
-	path  string
-	file  *os.File // buffered, for preads and fadvise
-	fd    int      // file.Fd()
-	dfile *os.File // O_DIRECT, for the direct backend; nil otherwise
-	mem   []byte   // read-only shared mapping, for fault touches; nil for direct
-	size  uint64
-	dev   uint64 // kernel s_dev encoding, as backends and eBPF name files
-	ino   uint64
-}
-
-// openFiles opens every file the replay touches. direct opens O_DIRECT
-// files instead of mappings.
-func openFiles(t *trace, paths []string, direct bool) ([]*openFile, error) {
-	out := make([]*openFile, len(t.files))
-	for _, f := range t.used() {
-		of := &openFile{info: f, path: paths[f.idx], fd: -1}
-		file, err := os.Open(of.path)
-		if err != nil {
-			closeFiles(out)
-			return nil, fmt.Errorf("open %s: %w", of.path, err)
-		}
-		out[f.idx] = of
-		of.file, of.fd = file, int(file.Fd())
-		var st unix.Stat_t
-		if err := unix.Fstat(of.fd, &st); err != nil {
-			closeFiles(out)
-			return nil, fmt.Errorf("stat %s: %w", of.path, err)
-		}
-		of.size, of.dev, of.ino = uint64(st.Size), formats.KernelDev(st.Dev), st.Ino
-		if direct {
-			df, err := engine.OpenDirect(of.path, os.O_RDONLY)
-			if err != nil {
-				closeFiles(out)
-				return nil, err
-			}
-			of.dfile = df
-			continue
-		}
-		if of.size > 0 {
-			mem, err := unix.Mmap(of.fd, 0, int(of.size), unix.PROT_READ, unix.MAP_SHARED)
-			if err != nil {
-				closeFiles(out)
-				return nil, fmt.Errorf("mmap %s: %w", of.path, err)
-			}
-			of.mem = mem
-		}
-	}
-	return out, nil
-}
-
-func closeFiles(fs []*openFile) {
-	for _, f := range fs {
-		if f == nil {
-			continue
-		}
-		if f.mem != nil {
-			unix.Munmap(f.mem)
-			f.mem = nil
-		}
-		if f.file != nil {
-			f.file.Close()
-			f.file, f.fd = nil, -1
-		}
-		if f.dfile != nil {
-			f.dfile.Close()
-			f.dfile = nil
-		}
-	}
-}
-
 // checkDirectFS fails early where O_DIRECT is not honoured (tmpfs).
 func checkDirectFS(path string) error {
 	var s unix.Statfs_t
@@ -205,4 +131,13 @@ func registry(files []*openFile) (*backend.Registry, error) {
 		}
 	}
 	return reg, nil
+}
+
+// statID returns the device (kernel s_dev encoding) and inode of path.
+func statID(path string) (dev, ino uint64, err error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, 0, fmt.Errorf("stat %s: %w", path, err)
+	}
+	return formats.KernelDev(st.Dev), st.Ino, nil
 }

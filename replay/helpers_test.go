@@ -6,11 +6,8 @@ import (
 	"github.com/predictio/predictio/simulate"
 )
 
-func simulateDevice(t *testing.T) simulate.Device {
-	p := ThisMachine
-	d, err := simulate.DeviceFromProfile(&p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
+// simulateDevice is the prediction device of tests: the nvme preset,
+// uncalibrated.
+func simulateDevice(t *testing.T) Prediction {
+	return Prediction{Device: simulate.Presets["nvme"]}
 }

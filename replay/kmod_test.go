@@ -53,23 +53,27 @@ func TestKmodOracle(t *testing.T) {
 	rep := replayMem(t, tr, Options{Root: root, Backend: BackendKmod, Timing: TimingRecorded, Runs: []string{Baseline, "oracle:n=256"}})
 	base, orc := rep.Runs[0], rep.Runs[1]
 	c := orc.Counters
-	t.Logf("baseline: wall %v stall %v; oracle: wall %v stall %v prefetched %d used %d wasted %d dropped pages %d counters %+v warnings %v",
+	t.Logf("baseline: wall %v stall %v; oracle: wall %v stall %v, %v, dropped pages %d counters %+v warnings %v",
 		time.Duration(base.WallNS), time.Duration(base.StallNS), time.Duration(orc.WallNS), time.Duration(orc.StallNS),
-		orc.Prefetched, orc.Used, orc.Wasted, orc.PagesDropped, c, orc.Warnings)
+		orc.Counts, orc.PagesDropped, c, orc.Warnings)
 	if !base.Cold || !orc.Cold || base.Backend != BackendNone || orc.Backend != BackendKmod {
 		t.Fatalf("runs: cold %v/%v, backends %s/%s; want cold runs, baseline on none, oracle on kmod", base.Cold, orc.Cold, base.Backend, orc.Backend)
 	}
 	if got := c.PagesSubmitted + c.PagesCached + c.PagesPastEOF + orc.PagesDropped; got != c.PagesRequested {
 		t.Errorf("submitted %d + cached %d + past EOF %d + dropped %d = %d, want requested %d", c.PagesSubmitted, c.PagesCached, c.PagesPastEOF, orc.PagesDropped, got, c.PagesRequested)
 	}
-	if orc.Used+orc.Wasted != orc.Prefetched {
-		t.Errorf("used %d + wasted %d != prefetched %d", orc.Used, orc.Wasted, orc.Prefetched)
+	if orc.EffectNote != "" {
+		t.Fatalf("no counts by effect: %s", orc.EffectNote)
+	}
+	if err := orc.Counts.Check(); err != nil {
+		t.Error(err)
 	}
 	if c.Failures != 0 || c.Rejected != 0 || c.Requests == 0 || c.InFlightMax == 0 || c.PagesSubmitted == 0 {
 		t.Errorf("counters %+v, warnings %v", c, orc.Warnings)
 	}
-	if orc.Used == 0 || orc.Used < orc.Prefetched/2 {
-		t.Errorf("oracle used %d of %d prefetched pages", orc.Used, orc.Prefetched)
+	// Pages the module's kernel threads read, counted from the page cache.
+	if orc.UsedInTime == 0 || orc.UsedInTime < orc.Prefetched/2 {
+		t.Errorf("oracle: %d of %d prefetched pages used in time", orc.UsedInTime, orc.Prefetched)
 	}
 }
 

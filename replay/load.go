@@ -22,21 +22,33 @@ import (
 // ErrBundle wraps problems with the bundle itself.
 var ErrBundle = errors.New("bad bundle")
 
-// op is one demand access to replay.
+// op is one operation of a thread to replay: a demand access (the rows of
+// one recorded operation merged), or a metadata operation (open, stat,
+// readdir, mmap).
 type op struct {
-	ts    uint64
+	ts    uint64 // the operation's start (bundles with service times) or event time
+	end   uint64 // its recorded completion; 0 when the bundle has none
 	file  uint32 // index into trace.files
 	page  uint64
 	n     uint32
 	kind  formats.AccessKind
 	fault bool
+	meta  bool   // a metadata operation, replayed through the path
+	ret   int64  // its recorded result (metadata: >= 0 success, else -errno)
+	opID  uint64 // the recorded operation (rows of one share it)
+	// The mapping behind a fault, map or mmap row: its first file page,
+	// length in pages (0: unknown) and formats.Prot* bits.
+	mapFirst, mapPages uint64
+	prot               uint8
 }
 
-// thread is the ordered accesses of one recorded thread.
+// thread is the ordered accesses of one recorded thread, and the hints it
+// sent.
 type thread struct {
-	tid uint32
-	pid uint32
-	ops []op
+	tid   uint32
+	pid   uint32
+	ops   []op
+	hints []formats.Hint // in timestamp order
 }
 
 // fileInfo is one file the replay touches.
@@ -44,7 +56,9 @@ type fileInfo struct {
 	formats.File
 	idx      uint32 // index into trace.files
 	maxPage  uint64 // one past the highest page accessed (after clipping)
-	accessed bool
+	accessed bool   // by a demand access or a hint: its data is replayed
+	meta     bool   // by a metadata operation: looked up through its path
+	opened   bool   // a successful open of it comes before its first access
 }
 
 // pages returns the number of pages of the recorded size.
@@ -60,14 +74,22 @@ type trace struct {
 	files    []*fileInfo
 	byID     map[uint32]*fileInfo
 	threads  []*thread
-	hints    []formats.Hint
-	t0       uint64 // first timestamp
-	ops      int    // demand accesses
-	pages    uint64 // demand pages
-	clipped  uint64 // pages past the recorded end of file, not replayed
-	skipped  uint64 // accesses of kinds that are not demand (cache add, readahead, cache delete)
-	unknown  uint64 // accesses naming a file id not in files.arrow
-	hintSkip uint64 // hints naming a file id not in files.arrow
+	hints    []formats.Hint // all, in timestamp order
+	global   []formats.Hint // hints no replayed thread sent: delivered on the replay clock
+	t0       uint64         // first timestamp, of an access or a hint: the replay clock's origin
+	firstTS  uint64         // first access's timestamp
+	ops      int            // demand accesses
+	pages    uint64         // demand pages
+	clipped  uint64         // pages past the recorded end of file, not replayed
+	skipped  uint64         // accesses of kinds that are not demand (cache add, readahead, cache delete)
+	unknown  uint64         // accesses naming a file id not in files.arrow
+	hintSkip uint64         // hints naming a file id not in files.arrow
+	execs    uint64         // exec rows: not replayed
+	metaOps  int            // metadata operations (open, stat, readdir, mmap)
+	// serviceTimes says that access rows carry end_ns (format 1.1);
+	// recordedWall is the manifest's timing.recorded_wall_ns.
+	serviceTimes bool
+	recordedWall uint64
 }
 
 // demandKind reports whether an access of kind k is re-issued by replay
@@ -82,9 +104,9 @@ func demandKind(k formats.AccessKind) (replay, fault bool) {
 
 // loadTrace reads a bundle into memory, grouped by thread.
 func loadTrace(dir string) (*trace, error) {
-	b, err := formats.Open(dir)
+	b, err := formats.Open(dir) // its errors name the bundle
 	if err != nil {
-		return nil, fmt.Errorf("open bundle %s: %w", dir, err)
+		return nil, err
 	}
 	defer b.Close()
 	t := &trace{dir: dir, man: *b.Manifest(), byID: map[uint32]*fileInfo{}}
@@ -117,50 +139,19 @@ func loadTrace(dir string) (*trace, error) {
 		return nil, fmt.Errorf("load bundle %s: %w", dir, err)
 	}
 	defer cur.Close()
+	t.serviceTimes = b.HasServiceTimes()
+	t.recordedWall = t.man.Timing.RecordedWallNS
 	byTID := map[uint32]*thread{}
 	first := true
-	ps := uint64(t.pageSize)
 	for cur.Next() {
 		a := cur.At()
-		ok, fault := demandKind(a.Kind)
-		if !ok {
-			t.skipped++
+		if !t.addAccess(a, byTID) {
 			continue
-		}
-		fi := t.byID[a.FileID]
-		if fi == nil {
-			t.unknown++
-			continue
-		}
-		if a.NPages == 0 {
-			continue
-		}
-		end := a.FirstPage + uint64(a.NPages)
-		if lim := (fi.Size + ps - 1) / ps; end > lim {
-			if a.FirstPage >= lim {
-				t.clipped += uint64(a.NPages)
-				continue
-			}
-			t.clipped += end - lim
-			end = lim
 		}
 		if first || a.TS < t.t0 {
 			t.t0 = a.TS
 			first = false
 		}
-		th := byTID[a.TID]
-		if th == nil {
-			th = &thread{tid: a.TID, pid: a.PID}
-			byTID[a.TID] = th
-			t.threads = append(t.threads, th)
-		}
-		th.ops = append(th.ops, op{ts: a.TS, file: fi.idx, page: a.FirstPage, n: uint32(end - a.FirstPage), kind: a.Kind, fault: fault})
-		if end > fi.maxPage {
-			fi.maxPage = end
-		}
-		fi.accessed = true
-		t.ops++
-		t.pages += end - a.FirstPage
 	}
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("load bundle %s: %w", dir, err)
@@ -171,6 +162,8 @@ func loadTrace(dir string) (*trace, error) {
 		sort.SliceStable(th.ops, func(i, j int) bool { return th.ops[i].ts < th.ops[j].ts })
 	}
 	sort.Slice(t.threads, func(i, j int) bool { return t.threads[i].tid < t.threads[j].tid })
+	t.firstTS = t.t0
+	t.markOpened()
 
 	hc, err := b.Hints()
 	if err != nil {
@@ -195,6 +188,7 @@ func loadTrace(dir string) (*trace, error) {
 	if len(t.hints) > 0 && (first || t.hints[0].TS < t.t0) {
 		t.t0 = t.hints[0].TS
 	}
+	t.assignHints()
 	if t.ops == 0 {
 		return nil, fmt.Errorf("load bundle %s: %w: %s has no demand accesses (read, fault, map or imported) to replay", dir, ErrBundle, formats.AccessesFile)
 	}
@@ -227,4 +221,161 @@ func (t *trace) future() *policies.Future {
 		}
 	}
 	return policies.NewFuture(acc)
+}
+
+// assignHints gives each hint to the replayed thread that sent it, where
+// that is known: the thread of its tid (format 1.1), or else the only
+// replayed thread of its process. A thread delivers its hints on its own
+// timeline, so the lead between a hint and the access it announces is
+// kept exactly; the others go on the replay clock (trace.global).
+func (t *trace) assignHints() {
+	byTID := map[uint32]*thread{}
+	byPID := map[uint32]*thread{}
+	shared := map[uint32]bool{}
+	for _, th := range t.threads {
+		th.hints = th.hints[:0]
+		byTID[th.tid] = th
+		if _, ok := byPID[th.pid]; ok {
+			shared[th.pid] = true
+		}
+		byPID[th.pid] = th
+	}
+	t.global = t.global[:0]
+	for _, h := range t.hints {
+		th := byTID[h.TID]
+		if th == nil || h.TID == 0 {
+			th = byPID[h.PID]
+			if shared[h.PID] {
+				th = nil
+			}
+		}
+		if th != nil {
+			th.hints = append(th.hints, h)
+			continue
+		}
+		t.global = append(t.global, h)
+	}
+}
+
+// addAccess adds an accesses.arrow row to its thread: a demand access
+// (merged into the previous one when both are rows of one recorded
+// operation), a metadata operation, or nothing (false) for the kinds that
+// are not replayed.
+func (t *trace) addAccess(a *formats.Access, byTID map[uint32]*thread) bool {
+	meta := a.Kind == formats.KindOpen || a.Kind == formats.KindStat || a.Kind == formats.KindReaddir || a.Kind == formats.KindMmap
+	ok, fault := demandKind(a.Kind)
+	switch {
+	case a.Kind == formats.KindExec:
+		t.execs++
+		return false
+	case !ok && !meta:
+		t.skipped++
+		return false
+	}
+	fi := t.byID[a.FileID]
+	if fi == nil {
+		t.unknown++
+		return false
+	}
+	th := byTID[a.TID]
+	if th == nil {
+		th = &thread{tid: a.TID, pid: a.PID}
+		byTID[a.TID] = th
+		t.threads = append(t.threads, th)
+	}
+	o := op{ts: a.TS, end: a.EndNS, file: fi.idx, kind: a.Kind, fault: fault, meta: meta, ret: a.Ret, opID: a.Op,
+		mapFirst: a.MapFirstPage, mapPages: a.MapPages, prot: a.Prot}
+	if meta {
+		o.page, o.n = a.FirstPage, a.NPages
+		fi.meta = true
+		th.ops = append(th.ops, o)
+		t.metaOps++
+		return true
+	}
+	if a.NPages == 0 {
+		return false
+	}
+	ps := uint64(t.pageSize)
+	end := a.FirstPage + uint64(a.NPages)
+	if lim := (fi.Size + ps - 1) / ps; end > lim {
+		if a.FirstPage >= lim {
+			t.clipped += uint64(a.NPages)
+			return false
+		}
+		t.clipped += end - lim
+		end = lim
+	}
+	o.page, o.n = a.FirstPage, uint32(end-a.FirstPage)
+	if end > fi.maxPage {
+		fi.maxPage = end
+	}
+	fi.accessed = true
+	if n := len(th.ops); n > 0 {
+		if last := &th.ops[n-1]; !last.meta {
+			before := last.n
+			if last.merge(&o) {
+				t.pages += uint64(last.n) - uint64(before)
+				return true
+			}
+		}
+	}
+	th.ops = append(th.ops, o)
+	t.ops++
+	t.pages += uint64(o.n)
+	return true
+}
+
+// merge folds o into d when both are rows of one recorded operation on one
+// file (the batches of one read, a fault and its fault-around, a fault that
+// retried): the union of their pages, replayed as one access.
+func (d *op) merge(o *op) bool {
+	if d.meta || o.opID == 0 || d.opID != o.opID || d.file != o.file || d.fault != o.fault {
+		return false
+	}
+	first, end := min(d.page, o.page), max(d.page+uint64(d.n), o.page+uint64(o.n))
+	d.page, d.n = first, uint32(end-first)
+	d.end = max(d.end, o.end)
+	if d.mapPages == 0 {
+		d.mapFirst, d.mapPages, d.prot = o.mapFirst, o.mapPages, o.prot
+	}
+	if o.kind == formats.KindFault {
+		d.kind = formats.KindFault
+	}
+	return true
+}
+
+// markOpened marks the files whose first operation in the recording (by
+// any thread) is a successful open: the run opens them when it replays
+// that open.
+func (t *trace) markOpened() {
+	first := map[uint32]*op{}
+	for _, th := range t.threads {
+		for i := range th.ops {
+			o := &th.ops[i]
+			if f, ok := first[o.file]; !ok || o.ts < f.ts {
+				first[o.file] = o
+			}
+		}
+	}
+	for idx, o := range first {
+		t.files[idx].opened = o.kind == formats.KindOpen && o.ret >= 0
+	}
+}
+
+// hasFaults reports whether any access is replayed as a fault.
+func (t *trace) hasFaults() bool {
+	for _, th := range t.threads {
+		for i := range th.ops {
+			if th.ops[i].fault {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// access returns the op as a policy event's FileAccess payload.
+func (o *op) access() policies.FileAccess {
+	return policies.FileAccess{Kind: o.kind, Page: o.page, NPages: o.n, End: o.end,
+		Prot: o.prot, MapFirst: o.mapFirst, MapPages: o.mapPages, Op: o.opID}
 }

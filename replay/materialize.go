@@ -78,6 +78,9 @@ func materializeTrace(t *trace, dir string) (*MaterializeResult, error) {
 		}
 		res.Written++
 	}
+	if err := materializeMeta(t, dir, res); err != nil {
+		return nil, err
+	}
 	if d, err := os.Open(dir); err == nil {
 		d.Sync()
 		d.Close()

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -20,21 +19,27 @@ var ErrNotCold = errors.New("files are still cached")
 type pageCacheDemand struct {
 	files []*openFile
 	ps    int
-	track *tracker // nil without prefetching
 }
 
 func (d *pageCacheDemand) demand(w *worker, o *op) error {
 	f := d.files[o.file]
-	off := o.page * uint64(d.ps)
-	n := uint64(o.n) * uint64(d.ps)
+	if err := f.ensure(false); err != nil {
+		return err
+	}
+	ps := uint64(d.ps)
+	off := o.page * ps
+	n := uint64(o.n) * ps
 	if off+n > f.size {
 		n = f.size - off
 	}
 	if o.fault {
 		// Touch one byte of every page so that the kernel takes a real
-		// fault (or finds the page mapped by fault-around).
-		for p := uint64(0); p < n; p += uint64(d.ps) {
-			w.sink += f.mem[off+p]
+		// fault (or finds the page mapped by fault-around), through the
+		// recorded mapping where there is one.
+		for p := uint64(0); p < n; p += ps {
+			page := o.page + p/ps
+			mem, first := f.mapped(o, page, d.ps)
+			w.sink += mem[(page-first)*ps]
 		}
 	} else {
 		buf := w.buffer(int(n))
@@ -52,21 +57,7 @@ func (d *pageCacheDemand) demand(w *worker, o *op) error {
 			done += m
 		}
 	}
-	if d.track != nil {
-		d.track.demanded(o.file, o.page, uint64(o.n))
-	}
 	return nil
-}
-
-// cachedPages returns how many pages of [off, off+n) bytes are in the page
-// cache (len 0: to end of file). Needs Linux 6.5 for cachestat.
-func cachedPages(fd int, off, n uint64) (uint64, error) {
-	var cs unix.Cachestat_t
-	r := unix.CachestatRange{Off: off, Len: n}
-	if err := unix.Cachestat(uint(fd), &r, &cs, 0); err != nil {
-		return 0, err
-	}
-	return cs.Cache, nil
 }
 
 func mincore(b []byte, vec []byte) error {
@@ -81,67 +72,19 @@ func mincore(b []byte, vec []byte) error {
 }
 
 // evict drops the page-cache pages of files with POSIX_FADV_DONTNEED (and,
-// with dropCaches, /proc/sys/vm/drop_caches), then verifies with cachestat
-// that none is left. Needs Linux 6.5 for cachestat; without it, mincore of a
-// fresh mapping is used.
-func evict(files []*openFile, dropCaches, skip bool) error {
-	if !skip {
-		for _, f := range files {
-			if f != nil {
-				unix.Fadvise(f.fd, 0, 0, unix.FADV_DONTNEED)
-			}
-		}
-		if dropCaches {
-			unix.Sync()
-			if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("1"), 0); err != nil {
-				return fmt.Errorf("drop caches: %w (needs root with CAP_SYS_ADMIN; leave out --drop-caches to evict with POSIX_FADV_DONTNEED only)", err)
-			}
-		}
-	}
-	var left []string
+// with dropCaches, /proc/sys/vm/drop_caches). What stays is the residue
+// (measureResidue).
+func evict(files []*openFile, dropCaches bool) error {
 	for _, f := range files {
-		if f == nil || f.size == 0 {
-			continue
-		}
-		c, err := residentPages(f)
-		if err != nil {
-			return fmt.Errorf("verify cold %s: %w", f.path, err)
-		}
-		if c > 0 {
-			left = append(left, fmt.Sprintf("%s: %d of %d pages cached", f.path, c, (f.size+uint64(os.Getpagesize())-1)/uint64(os.Getpagesize())))
+		if f != nil {
+			f.withFD(func(fd int) error { return unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED) })
 		}
 	}
-	if len(left) > 0 {
-		return fmt.Errorf("verify cold run: %w after eviction:\n  %s\nthe pages may be mapped or locked by another process, or dirty; stop that process, try --drop-caches as root, or pass --warm to run (and report) warm", ErrNotCold, strings.Join(left, "\n  "))
+	if dropCaches {
+		unix.Sync()
+		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("1"), 0); err != nil {
+			return fmt.Errorf("drop caches: %w (needs root with CAP_SYS_ADMIN; leave out --drop-caches to evict with POSIX_FADV_DONTNEED only)", err)
+		}
 	}
 	return nil
-}
-
-// residentPages returns the cached pages of f, with cachestat or mincore.
-func residentPages(f *openFile) (uint64, error) {
-	c, err := cachedPages(f.fd, 0, 0) // len 0: to end of file
-	if err == nil {
-		return c, nil
-	}
-	if !errors.Is(err, unix.ENOSYS) {
-		return 0, err
-	}
-	mem := f.mem
-	if mem == nil {
-		m, err := unix.Mmap(f.fd, 0, int(f.size), unix.PROT_READ, unix.MAP_SHARED)
-		if err != nil {
-			return 0, err
-		}
-		defer unix.Munmap(m)
-		mem = m
-	}
-	vec := make([]byte, (len(mem)+os.Getpagesize()-1)/os.Getpagesize())
-	if err := mincore(mem, vec); err != nil {
-		return 0, err
-	}
-	var n uint64
-	for _, v := range vec {
-		n += uint64(v & 1)
-	}
-	return n, nil
 }

@@ -5,23 +5,9 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/policies"
 	"github.com/predictio/predictio/simulate"
 )
-
-// ThisMachine is the device model of the measured development machine
-// (docs/BENCHMARKS.md: ext4 on virtio-blk, about 70 µs QD1 4 KiB O_DIRECT
-// read, 1 GB/s sequential, io_uring QD32 about 94K IOPS). Measure your own
-// with 'predictio bench device' and pass it with --device-profile.
-var ThisMachine = formats.DeviceProfile{
-	Version:             formats.DeviceProfileVersion,
-	Name:                "vda-default",
-	ReadLatencyNS:       70_000,
-	RandReadBytesPerSec: 94_000 * 4096,
-	SeqReadBytesPerSec:  1e9,
-	QueueDepth:          32,
-}
 
 // multiPolicy runs several policies as one, for "a+b" run specs.
 type multiPolicy []policies.Policy
@@ -43,25 +29,51 @@ func (m multiPolicy) Handle(ev *policies.Event, emit policies.Emit) {
 	}
 }
 
-// Predict runs simulate on the replayed accesses and hints with the same
-// policies and fills Predicted in the summary: the page cache is the direct
-// backend's --cache (without kernel readahead) or, for the page-cache
-// backends, large enough for every file (with the readahead baseline). Its
-// timeline is the replay's: recorded gaps divided by --speed, or no gaps
-// with --timing asap.
-func (r *Replayer) Predict(rep *Report, dev simulate.Device) error {
+// Prediction is the device model of the predicted column.
+type Prediction struct {
+	Device simulate.Device
+	// Calibrated is true when Device was measured (a device profile);
+	// the report carries it as summary.predicted_calibrated.
+	Calibrated bool
+	// DevicePath is a file on the modelled device of this machine, whose
+	// readahead parameters files off this machine take; "" for none.
+	DevicePath string
+	// Notes are caveats about the device (uncalibrated, old profile).
+	Notes []string
+}
+
+// FilePaths returns where the replay reads its files, on this machine.
+func (r *Replayer) FilePaths() []string {
+	var out []string
+	for _, f := range r.t.used() {
+		if p := r.paths[f.idx]; p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Predict simulates the replayed accesses and hints with the same run
+// specs and fills each summary policy's predicted_wall_ns and
+// predicted_speedup, the baseline's included, and summary.predicted_*.
+// The page cache is the direct backend's --cache (without kernel
+// readahead) or, for the page-cache backends, large enough for every file
+// (with the readahead model, on each file's device's read_ahead_kb and
+// max_sectors_kb). Every recorded thread runs on its own clock against one
+// device; think times are the replay's: recorded (divided by --speed), or
+// none with --timing asap.
+func (r *Replayer) Predict(rep *Report, pred Prediction) error {
 	var specs []string
 	for _, s := range r.opt.Runs {
 		if s != Baseline {
 			specs = append(specs, s)
 		}
 	}
-	if len(specs) == 0 {
-		return nil
-	}
-	evs := r.events()
 	ps := r.t.pageSize
-	cfg := simulate.Config{PageSize: ps, Device: dev, Policies: specs}
+	cfg := simulate.Config{PageSize: ps, Device: pred.Device, Calibrated: pred.Calibrated, Policies: specs, Speed: r.opt.Speed}
+	if r.opt.Timing == TimingASAP {
+		cfg.NoThink = true
+	}
 	if r.opt.Backend == BackendDirect {
 		c := r.opt.CachePages
 		if c <= 0 {
@@ -77,6 +89,12 @@ func (r *Replayer) Predict(rep *Report, dev simulate.Device) error {
 		cfg.CacheBytes = max(2*total, 64<<20)
 	}
 	cfg.Env = r.policyEnv()
+	paths := map[uint32]string{}
+	for _, f := range r.t.used() {
+		paths[f.ID] = r.paths[f.idx]
+	}
+	ra := simulate.ReadaheadOnThisMachine(paths, pred.DevicePath)
+	cfg.Env.FileRA = ra.FileRA
 	cfg.Build = func(spec string, env policies.Env) (policies.Policy, error) {
 		var m multiPolicy
 		for _, one := range strings.Split(spec, "+") {
@@ -97,44 +115,56 @@ func (r *Replayer) Predict(rep *Report, dev simulate.Device) error {
 		}
 		return m, nil
 	}
-	// Give simulate the replay's timeline: recorded gaps divided by
-	// --speed, or none at all (1 ns apart) with --timing asap.
-	if len(evs) > 0 {
-		t0 := evs[0].TS
-		for i := range evs {
-			switch {
-			case r.opt.Timing == TimingASAP:
-				evs[i].TS = t0 + uint64(i)
-			case r.opt.Speed != 1:
-				evs[i].TS = t0 + uint64(float64(evs[i].TS-t0)/r.opt.Speed)
-			}
-		}
-	}
-	sim, err := simulate.Run(cfg, &simulate.SliceSource{Events: evs})
+	sim, err := simulate.Run(cfg, &simulate.SliceSource{Events: r.events()})
 	if err != nil {
 		return fmt.Errorf("predict with simulate: %w", err)
 	}
 	base := sim.Lane(simulate.BaselineName)
 	for i := range rep.Summary.Policies {
 		p := &rep.Summary.Policies[i]
-		if p.Policy == Baseline {
-			p.Predicted = 1
+		st := base
+		if p.Policy != Baseline {
+			st = laneOf(sim, p.Policy)
+		}
+		if st == nil {
 			continue
 		}
-		for j := range sim.Policies {
-			st := &sim.Policies[j]
-			if st.Spec == p.Policy || (st.Name == p.Policy && st.Spec == "") {
-				p.Predicted = st.Speedup
-				rep.Summary.PredictedSpeedup = st.Speedup
-			}
+		p.PredictedWallNS, p.Predicted = float64(st.WallNS), st.Speedup
+		if p.Policy != Baseline {
+			rep.Summary.PredictedSpeedup = st.Speedup
 		}
 	}
-	ra := "with the readahead model"
+	rep.Summary.PredictedCalibrated = pred.Calibrated
+	raText := "with the readahead model"
 	if cfg.NoReadahead {
-		ra = "without readahead"
+		raText = "without readahead"
 	}
-	rep.Summary.Predictor = fmt.Sprintf("simulate, device %s (latency %.0f µs, %.0f MB/s, QD %d), cache %s %s; baseline stall %.1f ms",
-		dev.Name, float64(dev.LatencyNS)/1e3, dev.BytesPerSec/1e6, dev.QueueDepth, simulate.FormatSize(cfg.CacheBytes), ra, float64(base.StallNS)/1e6)
+	cal := "uncalibrated"
+	if pred.Calibrated {
+		cal = "calibrated"
+	}
+	d := pred.Device
+	desc := fmt.Sprintf("simulate, %s: device %s (%s; latency %.0f µs, %.0f MB/s, QD %d), cache %s %s, think time %s; baseline stall %.1f ms",
+		cal, d.Name, d.Source, float64(d.LatencyNS)/1e3, d.BytesPerSec/1e6, d.QueueDepth, simulate.FormatSize(cfg.CacheBytes), raText, sim.ThinkTime, float64(base.StallNS)/1e6)
+	notes := append(append([]string{}, pred.Notes...), sim.Notes...)
+	if !cfg.NoReadahead {
+		notes = append(notes, ra.Summary)
+	}
+	if len(notes) > 0 {
+		desc += ". " + strings.Join(notes, ". ")
+	}
+	rep.Summary.Predictor = desc
+	return nil
+}
+
+// laneOf returns the lane that simulated run spec spec.
+func laneOf(sim *simulate.Report, spec string) *simulate.Stats {
+	spec = strings.TrimSpace(spec)
+	for i := range sim.Policies {
+		if st := &sim.Policies[i]; st.Spec == spec && st.Name != simulate.BaselineName {
+			return st
+		}
+	}
 	return nil
 }
 

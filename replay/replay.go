@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/predictio/predictio/backend"
+	"github.com/predictio/predictio/effect"
+	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/policies"
 )
 
@@ -62,6 +60,15 @@ type Options struct {
 	// DropCaches also writes /proc/sys/vm/drop_caches before a cold run
 	// (root only).
 	DropCaches bool
+	// WarmMetadata leaves dentries and inodes cached before cold runs of a
+	// bundle with metadata operations (by default they are dropped with
+	// drop_caches 2 where allowed).
+	WarmMetadata bool
+	// MaxResidue is the share of the demanded pages that may stay cached
+	// after eviction (mapped or locked by other processes, dirty) before
+	// a cold run is refused; 0 means DefaultMaxResidue (5%). Every run
+	// starts with the first run's residue.
+	MaxResidue float64
 	// InFlight bounds the kernel backend's queued pages; 0 means 8192.
 	InFlight int
 	// Readahead makes the kernel backend use readahead(2) instead of
@@ -82,6 +89,10 @@ type Options struct {
 
 	// skipEvict is a test hook: evict verifies but drops nothing.
 	skipEvict bool
+	// onHint is a test hook called as each hint is dispatched.
+	onHint func(*runState, *formats.Hint)
+	// beforeRun is a test hook called before each run's eviction.
+	beforeRun func(spec string, round int)
 }
 
 // Run is the result of one replay run.
@@ -101,16 +112,19 @@ type Run struct {
 	P99US    float64 `json:"p99_us"`
 	MaxUS    float64 `json:"max_us"`
 
-	// Prefetched, Used and Wasted count pages the backend read ahead,
-	// those a demand access used later, and the rest.
-	Prefetched uint64 `json:"pages_prefetched"`
-	Used       uint64 `json:"pages_used"`
-	Wasted     uint64 `json:"pages_wasted"`
-	// DemandMisses counts demand pages read from the device (direct), and
-	// LatePrefetches demand pages that waited for a prefetch in flight.
-	DemandMisses   uint64 `json:"demand_misses,omitempty"`
-	DemandHits     uint64 `json:"demand_hits,omitempty"`
-	LatePrefetches uint64 `json:"late_prefetches,omitempty"`
+	// Counts are the prefetched pages by effect (package effect): used in
+	// time, late, wasted. The page-cache backends observe the kernel's
+	// page cache with eBPF; the direct backend's cache counts them
+	// itself. EffectNote says why they are missing, when they are.
+	effect.Counts
+	EffectNote string `json:"effect_note,omitempty"`
+	// DemandMisses counts demand pages read from the device (direct),
+	// DemandHits those found in the cache, DemandWaits those found being
+	// read by another worker's demand (a prefetch found in flight counts
+	// as pages_late).
+	DemandMisses uint64 `json:"demand_misses,omitempty"`
+	DemandHits   uint64 `json:"demand_hits,omitempty"`
+	DemandWaits  uint64 `json:"demand_waits,omitempty"`
 	// DevicePages counts pages the direct backend read with O_DIRECT,
 	// demand and prefetch.
 	DevicePages uint64 `json:"device_pages,omitempty"`
@@ -128,6 +142,10 @@ type Run struct {
 	Events   uint64                `json:"events_dispatched"`
 	Hints    int                   `json:"hints_delivered"`
 	Warnings []string              `json:"warnings,omitempty"`
+	// Residue is what stayed cached after eviction, when anything did.
+	Residue *Residue `json:"residue,omitempty"`
+	// Metadata counts the metadata operations, for bundles that have them.
+	Metadata *Metadata `json:"metadata,omitempty"`
 
 	lat []int64 // per-access latency, ns, sorted
 }
@@ -147,6 +165,13 @@ type Replayer struct {
 	opt   Options
 	paths []string
 	fut   *policies.Future
+
+	obs    *effect.Observer // during Replay, for the page-cache backends
+	obsErr string           // why obs is nil
+
+	demanded      map[uint32]set // per file index, the pages the replay demands
+	demandedPages uint64
+	residue       *Residue // the first cold run's, during Replay
 }
 
 // New loads the bundle in dir and checks its files.
@@ -189,6 +214,12 @@ func (opt *Options) validate() error {
 	}
 	if opt.Repeat <= 0 {
 		opt.Repeat = 1
+	}
+	if opt.MaxResidue == 0 {
+		opt.MaxResidue = DefaultMaxResidue
+	}
+	if opt.MaxResidue < 0 || opt.MaxResidue > 1 || math.IsNaN(opt.MaxResidue) {
+		return fmt.Errorf("replay: max residue %v must be a share of the demanded pages in (0, 1]", opt.MaxResidue)
 	}
 	if len(opt.Runs) == 0 {
 		opt.Runs = []string{Baseline}
@@ -297,7 +328,11 @@ func (r *Replayer) buildPolicies(spec string, files []*openFile) ([]policies.Pol
 func (r *Replayer) Replay(ctx context.Context) (*Report, error) {
 	rep := &Report{Bundle: r.t.dir, Backend: r.opt.Backend, Timing: r.opt.Timing, Speed: r.opt.Speed,
 		Accesses: r.t.ops, Pages: r.t.pages, Threads: len(r.t.threads), Hints: len(r.t.hints),
-		SkippedKinds: r.t.skipped, UnknownFileRows: r.t.unknown, UnknownFileHints: r.t.hintSkip, PagesPastEOF: r.t.clipped}
+		SkippedKinds: r.t.skipped, UnknownFileRows: r.t.unknown, UnknownFileHints: r.t.hintSkip, PagesPastEOF: r.t.clipped,
+		ExecRows: r.t.execs, MetadataOps: r.t.metaOps, ServiceTimes: r.t.serviceTimes}
+	r.startObserver()
+	defer r.stopObserver()
+	r.residue = nil
 	for round := 0; round < r.opt.Repeat; round++ {
 		for _, spec := range r.opt.Runs {
 			if err := ctx.Err(); err != nil {
@@ -311,241 +346,6 @@ func (r *Replayer) Replay(ctx context.Context) (*Report, error) {
 		}
 	}
 	rep.summarize(r.opt.Runs)
+	rep.timing(r.t, &r.opt)
 	return rep, nil
-}
-
-// worker replays one recorded thread.
-type worker struct {
-	id    int
-	r     *runState
-	th    *thread
-	buf   []byte
-	sink  byte
-	lat   []int64
-	stall int64
-	err   error
-
-	slots, waitOn []waitSlot // direct backend scratch
-}
-
-// buffer returns a scratch buffer of n bytes, page aligned.
-func (w *worker) buffer(n int) []byte {
-	if cap(w.buf) < n {
-		w.buf = alignedBuffer(n)
-	}
-	return w.buf[:n]
-}
-
-// runState is the shared state of one run.
-type runState struct {
-	rp       *Replayer
-	dem      demander
-	be       backend.Backend
-	disp     *policies.Dispatcher
-	mu       sync.Mutex // serializes the dispatcher
-	ev       policies.Event
-	emit     policies.Emit
-	nextHint atomic.Uint64 // TS of the next undelivered hint; MaxUint64 when none
-	hintIdx  int
-	hints    int
-	done     atomic.Int64
-	start    time.Time
-}
-
-func (r *Replayer) runOnce(ctx context.Context, spec string, round int) (*Run, error) {
-	name := r.opt.Backend
-	if spec == Baseline && (name == BackendKernel || name == BackendKmod) {
-		name = BackendNone // the baseline runs without prefetches
-	}
-	files, err := openFiles(r.t, r.paths, name == BackendDirect)
-	if err != nil {
-		return nil, err
-	}
-	defer closeFiles(files)
-
-	run := &Run{Policy: spec, Round: round + 1, Backend: name, Accesses: r.t.ops, Pages: r.t.pages}
-	if name != BackendDirect {
-		if r.opt.Warm {
-			run.Cold = false
-		} else {
-			if err := evict(files, r.opt.DropCaches, r.opt.skipEvict); err != nil {
-				return nil, err
-			}
-			run.Cold = true
-		}
-	} else {
-		run.Cold = true
-	}
-	ps, err := r.buildPolicies(spec, files)
-	if err != nil {
-		return nil, err
-	}
-	st := &runState{rp: r}
-	fin, err := r.startBackend(st, name, files)
-	if err != nil {
-		return nil, err
-	}
-	if len(ps) > 0 {
-		st.disp = policies.NewDispatcher(ps...)
-		// Policies and the backend's registry both name files by bundle
-		// file_id.
-		be := st.be
-		st.emit = func(req *policies.Request) { be.Submit(req) }
-	}
-	st.nextHint.Store(math.MaxUint64)
-	if st.disp != nil && len(r.t.hints) > 0 {
-		st.nextHint.Store(r.t.hints[0].TS)
-	}
-
-	io0 := readBytes()
-	workers := make([]*worker, len(r.t.threads))
-	for i, th := range r.t.threads {
-		workers[i] = &worker{id: i, r: st, th: th, lat: make([]int64, len(th.ops))}
-	}
-	runtime.GC()
-	st.start = time.Now()
-	stopProgress := r.progress(st, spec, round)
-	var wg sync.WaitGroup
-	for _, w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.loop(ctx)
-		}()
-	}
-	wg.Wait()
-	run.WallNS = time.Since(st.start).Nanoseconds()
-	stopProgress()
-	if err := fin(run); err != nil {
-		return nil, err
-	}
-	run.DeviceReadBytes = readBytes() - io0
-	for _, w := range workers {
-		if w.err != nil {
-			return nil, w.err
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	lat := make([]int64, 0, r.t.ops)
-	for _, w := range workers {
-		run.StallNS += w.stall
-		lat = append(lat, w.lat...)
-	}
-	sortInt64(lat)
-	run.lat = lat
-	run.P50US = float64(percentile(lat, 0.50)) / 1e3
-	run.P99US = float64(percentile(lat, 0.99)) / 1e3
-	run.MaxUS = float64(lat[len(lat)-1]) / 1e3
-	if run.Policy == Baseline {
-		run.Via = ""
-	}
-
-	if st.disp != nil {
-		run.Events = st.disp.Events
-	}
-	run.Hints = st.hints
-	return run, nil
-}
-
-// loop replays the thread's accesses in order.
-func (w *worker) loop(ctx context.Context) {
-	st := w.r
-	opt := &st.rp.opt
-	recorded := opt.Timing == TimingRecorded
-	base, baseTS := st.start, st.rp.t.t0
-	for i := range w.th.ops {
-		if i&63 == 0 && ctx.Err() != nil {
-			return
-		}
-		o := &w.th.ops[i]
-		w.waitUntil(base, baseTS, o.ts, recorded)
-		if st.disp != nil {
-			st.mu.Lock()
-			ev := &st.ev
-			*ev = policies.Event{Kind: policies.EventFileAccess, TS: o.ts, PID: w.th.pid, TID: w.th.tid,
-				File: st.rp.t.files[o.file].ID, Access: policies.FileAccess{Kind: o.kind, Page: o.page, NPages: o.n}}
-			st.disp.Dispatch(ev, st.emit)
-			st.mu.Unlock()
-		}
-		t0 := time.Now()
-		err := st.dem.demand(w, o)
-		end := time.Now()
-		d := end.Sub(t0).Nanoseconds()
-		w.lat[i] = d
-		w.stall += d
-		st.done.Add(1)
-		if err != nil {
-			w.err = err
-			return
-		}
-		base, baseTS = end, o.ts
-	}
-}
-
-// waitUntil delivers the hints due before ts, at their recorded offsets from
-// (base, baseTS) when recorded, and with recorded timing waits until ts's
-// offset.
-func (w *worker) waitUntil(base time.Time, baseTS, ts uint64, recorded bool) {
-	st := w.r
-	speed := st.rp.opt.Speed
-	for {
-		h := st.nextHint.Load()
-		if h > ts {
-			break
-		}
-		// A hint due within hintSlack of the access is delivered now
-		// rather than after a separate wait: early is harmless for a
-		// hint, and it saves a timer per hint.
-		if recorded && h > baseTS && float64(ts-h)/speed > float64(hintSlack) {
-			sleepUntil(base.Add(time.Duration(float64(h-baseTS) / speed)))
-		}
-		st.deliverHints(h)
-	}
-	if recorded && ts > baseTS {
-		sleepUntil(base.Add(time.Duration(float64(ts-baseTS) / speed)))
-	}
-}
-
-// deliverHints dispatches every undelivered hint with TS <= upTo.
-func (st *runState) deliverHints(upTo uint64) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	hs := st.rp.t.hints
-	for st.hintIdx < len(hs) && hs[st.hintIdx].TS <= upTo {
-		h := &hs[st.hintIdx]
-		st.hintIdx++
-		if st.ev.FromHint(h) {
-			st.disp.Dispatch(&st.ev, st.emit)
-			st.hints++
-		}
-	}
-	if st.hintIdx < len(hs) {
-		st.nextHint.Store(hs[st.hintIdx].TS)
-	} else {
-		st.nextHint.Store(math.MaxUint64)
-	}
-}
-
-// hintSlack is how much earlier than its timestamp a hint may be delivered
-// with recorded timing.
-const hintSlack = time.Millisecond
-
-// sleepUntil waits until t: sleeping for waits over 1 ms, spinning (with
-// yields) for the last stretch so that short think times are kept.
-func sleepUntil(t time.Time) {
-	for {
-		d := time.Until(t)
-		if d <= 0 {
-			return
-		}
-		if d > time.Millisecond {
-			// Timers overshoot by tens of µs, more on a loaded machine:
-			// sleep short of the target and spin the rest.
-			time.Sleep(d - 500*time.Microsecond)
-			continue
-		}
-		runtime.Gosched()
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -29,12 +30,19 @@ type Report struct {
 	// Not replayed: access rows of other kinds (cache_add, readahead,
 	// cache_delete), rows and hints naming unknown file ids, and pages
 	// past the recorded end of file.
-	SkippedKinds     uint64  `json:"skipped_accesses"`
-	UnknownFileRows  uint64  `json:"unknown_file_rows,omitempty"`
-	UnknownFileHints uint64  `json:"unknown_file_hints,omitempty"`
-	PagesPastEOF     uint64  `json:"pages_past_eof,omitempty"`
-	Runs             []*Run  `json:"runs"`
-	Summary          Summary `json:"summary"`
+	SkippedKinds     uint64 `json:"skipped_accesses"`
+	UnknownFileRows  uint64 `json:"unknown_file_rows,omitempty"`
+	UnknownFileHints uint64 `json:"unknown_file_hints,omitempty"`
+	PagesPastEOF     uint64 `json:"pages_past_eof,omitempty"`
+	ExecRows         uint64 `json:"exec_rows,omitempty"`
+	MetadataOps      int    `json:"metadata_ops,omitempty"`
+	// ServiceTimes says whether the bundle's rows carry completion times;
+	// without them think time counts from each access's start
+	// (TimingFallback says so).
+	ServiceTimes   bool    `json:"service_times"`
+	TimingFallback string  `json:"timing_fallback,omitempty"`
+	Runs           []*Run  `json:"runs"`
+	Summary        Summary `json:"summary"`
 }
 
 // Spread is a median with the minimum and maximum over rounds.
@@ -53,7 +61,8 @@ type PolicySummary struct {
 	P50US      Spread  `json:"p50_us"`
 	P99US      Spread  `json:"p99_us"`
 	Prefetched Spread  `json:"pages_prefetched"`
-	Used       Spread  `json:"pages_used"`
+	UsedInTime Spread  `json:"pages_used_in_time"`
+	Late       Spread  `json:"pages_late"`
 	Wasted     Spread  `json:"pages_wasted"`
 	Submitted  Spread  `json:"pages_submitted"`
 	Cached     Spread  `json:"pages_skipped_cached"`
@@ -64,8 +73,11 @@ type PolicySummary struct {
 	Speedup    float64 `json:"speedup"` // median baseline wall ÷ median wall
 	// StallSpeedup is median baseline stall ÷ median stall.
 	StallSpeedup float64 `json:"stall_speedup"`
-	// Predicted is simulate's predicted speedup, when computed.
-	Predicted float64 `json:"predicted_speedup,omitempty"`
+	// PredictedWallNS and Predicted are simulate's prediction for this
+	// run spec (predict.go): its wall time, and the baseline's predicted
+	// wall over it (1 for the baseline); 0 with --no-predict.
+	PredictedWallNS float64 `json:"predicted_wall_ns"`
+	Predicted       float64 `json:"predicted_speedup"`
 }
 
 // Summary holds one PolicySummary per run spec, and the speedup of the last
@@ -77,7 +89,22 @@ type Summary struct {
 	Speedup float64 `json:"speedup"`
 	// PredictedSpeedup is simulate's prediction for the same policy.
 	PredictedSpeedup float64 `json:"predicted_speedup,omitempty"`
-	Predictor        string  `json:"predictor,omitempty"`
+	// PredictedCalibrated is true when the prediction's device model was
+	// measured (a device profile), false for a preset or without one.
+	PredictedCalibrated bool   `json:"predicted_calibrated"`
+	Predictor           string `json:"predictor,omitempty"`
+
+	// RecordedWallNS is the recording's wall time, from the first access's
+	// start to the last one's completion (manifest timing.recorded_wall_ns).
+	RecordedWallNS uint64 `json:"recorded_wall_ns,omitempty"`
+	// TimingError is |median baseline wall - recorded wall| / recorded
+	// wall, computed for recorded timing at speed 1 with a baseline.
+	// TimingTarget says whether replay's fidelity target applies (kernel
+	// or none backend at the recorded paths); TimingNote why not, or what
+	// else to know.
+	TimingError  *float64 `json:"timing_error,omitempty"`
+	TimingTarget bool     `json:"timing_target"`
+	TimingNote   string   `json:"timing_note,omitempty"`
 }
 
 func spreadOf(xs []float64) Spread {
@@ -98,7 +125,7 @@ func (rep *Report) summarize(specs []string) {
 	var base *PolicySummary
 	for _, spec := range specs {
 		ps := PolicySummary{Policy: spec}
-		var wall, stall, p50, p99, pre, used, wasted, sub, cached, dropped, infl, miss, dev []float64
+		var wall, stall, p50, p99, pre, used, late, wasted, sub, cached, dropped, infl, miss, dev []float64
 		for _, r := range rep.Runs {
 			if r.Policy != spec {
 				continue
@@ -109,7 +136,8 @@ func (rep *Report) summarize(specs []string) {
 			p50 = append(p50, r.P50US)
 			p99 = append(p99, r.P99US)
 			pre = append(pre, float64(r.Prefetched))
-			used = append(used, float64(r.Used))
+			used = append(used, float64(r.UsedInTime))
+			late = append(late, float64(r.Late))
 			wasted = append(wasted, float64(r.Wasted))
 			sub = append(sub, float64(r.Counters.PagesSubmitted))
 			cached = append(cached, float64(r.Counters.PagesCached))
@@ -119,7 +147,7 @@ func (rep *Report) summarize(specs []string) {
 			dev = append(dev, float64(r.DeviceReadBytes)/(1<<20))
 		}
 		ps.WallNS, ps.StallNS, ps.P50US, ps.P99US = spreadOf(wall), spreadOf(stall), spreadOf(p50), spreadOf(p99)
-		ps.Prefetched, ps.Used, ps.Wasted = spreadOf(pre), spreadOf(used), spreadOf(wasted)
+		ps.Prefetched, ps.UsedInTime, ps.Late, ps.Wasted = spreadOf(pre), spreadOf(used), spreadOf(late), spreadOf(wasted)
 		ps.Submitted, ps.Cached, ps.Dropped, ps.InFlight = spreadOf(sub), spreadOf(cached), spreadOf(dropped), spreadOf(infl)
 		ps.Misses, ps.DeviceMiB = spreadOf(miss), spreadOf(dev)
 		rep.Summary.Policies = append(rep.Summary.Policies, ps)
@@ -178,20 +206,20 @@ func (rep *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintln(bw, "\nRuns (in the order run):")
 	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tround\tbackend\tstate\twall\tstall\tp50 µs\tp99 µs\tprefetched\tused\twasted\tmisses\tsubmitted\tskipped cached\tdropped\tinflight max\tdevice MiB\t")
+	fmt.Fprintln(tw, "policy\tround\tbackend\tstate\twall\tstall\tp50 µs\tp99 µs\tprefetched\tin time\tlate\twasted\tmisses\tsubmitted\tskipped cached\tdropped\tinflight max\tdevice MiB\t")
 	for _, r := range rep.Runs {
 		state := "warm"
 		if r.Cold {
 			state = "cold"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%.1f\t\n", r.Policy, r.Round, r.Backend, state,
-			ms(float64(r.WallNS)), ms(float64(r.StallNS)), r.P50US, r.P99US, r.Prefetched, r.Used, r.Wasted, missText(r),
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%.1f\t\n", r.Policy, r.Round, r.Backend, state,
+			ms(float64(r.WallNS)), ms(float64(r.StallNS)), r.P50US, r.P99US, effectText(r, r.Prefetched), effectText(r, r.UsedInTime), effectText(r, r.Late), effectText(r, r.Wasted), missText(r),
 			r.Counters.PagesSubmitted, r.Counters.PagesCached, r.Counters.Dropped, r.Counters.InFlightMax, float64(r.DeviceReadBytes)/(1<<20))
 	}
 	tw.Flush()
 	fmt.Fprintln(bw, "\nSummary (median [min..max] over rounds):")
 	tw = tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\trounds\twall\tstall\tp50 µs\tp99 µs\tprefetched\tused\twasted\tdropped\tspeedup\tpredicted\t")
+	fmt.Fprintln(tw, "policy\trounds\twall\tstall\tp50 µs\tp99 µs\tprefetched\tin time\tlate\twasted\tdropped\tspeedup\tpredicted\t")
 	for _, p := range rep.Summary.Policies {
 		sp, pred := "-", "-"
 		if p.Speedup > 0 {
@@ -200,9 +228,9 @@ func (rep *Report) WriteText(w io.Writer) error {
 		if p.Predicted > 0 {
 			pred = fmt.Sprintf("%.2f×", p.Predicted)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Policy, p.Rounds,
-			strings.TrimSuffix(spreadMS(p.WallNS), ""), spreadMS(p.StallNS), spreadUS(p.P50US), spreadUS(p.P99US),
-			count(p.Prefetched), count(p.Used), count(p.Wasted), count(p.Dropped), sp, pred)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Policy, p.Rounds,
+			spreadMS(p.WallNS), spreadMS(p.StallNS), spreadUS(p.P50US), spreadUS(p.P99US),
+			count(p.Prefetched), count(p.UsedInTime), count(p.Late), count(p.Wasted), count(p.Dropped), sp, pred)
 	}
 	tw.Flush()
 	vias := map[string]bool{}
@@ -215,12 +243,52 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if rep.Summary.Predictor != "" {
 		fmt.Fprintf(bw, "\npredicted: %s\n", rep.Summary.Predictor)
 	}
+	if e := rep.Summary.TimingError; e != nil {
+		fmt.Fprintf(bw, "\ntiming: recorded wall %s, baseline replay wall (median) %s: timing error %.1f%%", ms(float64(rep.Summary.RecordedWallNS)), ms(rep.baselineWall()), 100**e)
+		if rep.Summary.TimingNote != "" {
+			fmt.Fprintf(bw, " (%s)", rep.Summary.TimingNote)
+		}
+		fmt.Fprintln(bw)
+	}
+	if rep.TimingFallback != "" {
+		fmt.Fprintf(bw, "\nnote: %s\n", rep.TimingFallback)
+	}
+	for _, r := range rep.Runs {
+		if res := r.Residue; res != nil {
+			fmt.Fprintf(bw, "\nresidue of %s round %d: %d of %d demanded pages (%.2f%%) stayed cached after eviction", r.Policy, r.Round, res.Pages, res.Demanded, 100*res.Fraction)
+			if res.Warmed > 0 {
+				fmt.Fprintf(bw, ", %d read in to match the first run", res.Warmed)
+			}
+			fmt.Fprintln(bw)
+			for _, f := range res.Files {
+				fmt.Fprintf(bw, "  %s: %d demanded pages (%d cached): %s\n", f.Path, f.Pages, f.Cached, f.Why)
+			}
+			if res.Extra > 0 {
+				fmt.Fprintf(bw, "warning: %s round %d: %d pages more than the first run's residue stayed cached; this run is warmer than the others\n", r.Policy, r.Round, res.Extra)
+			}
+		}
+	}
+	notes := map[string]bool{}
+	for _, r := range rep.Runs {
+		if r.EffectNote != "" && !notes[r.EffectNote] {
+			notes[r.EffectNote] = true
+			fmt.Fprintf(bw, "\n%s backend: %s\n", r.Backend, r.EffectNote)
+		}
+	}
 	for _, r := range rep.Runs {
 		for _, wmsg := range r.Warnings {
 			fmt.Fprintf(bw, "warning: %s round %d: %s\n", r.Policy, r.Round, wmsg)
 		}
 	}
 	return bw.Flush()
+}
+
+// effectText prints an effect counter, or "?" where the run has none.
+func effectText(r *Run, n uint64) string {
+	if r.EffectNote != "" {
+		return "?"
+	}
+	return strconv.FormatUint(n, 10)
 }
 
 func missText(r *Run) string {
@@ -319,4 +387,55 @@ func (r *Replayer) progress(st *runState, spec string, round int) func() {
 		close(stop)
 		<-done
 	}
+}
+
+// timing fills in the recorded wall and the timing error: how far the
+// baseline replay's wall is from the program's.
+func (rep *Report) timing(t *trace, opt *Options) {
+	s := &rep.Summary
+	s.RecordedWallNS = t.recordedWall
+	if !t.serviceTimes {
+		rep.TimingFallback = "this bundle lacks service times (format 1.0, or a recorder without them): think time counts from each access's start, " +
+			"so the recorded gaps hold the recorded service times too and a cold replay runs longer than the program; record it again with predictio record for a faithful baseline"
+	}
+	var base *PolicySummary
+	for i := range s.Policies {
+		if s.Policies[i].Policy == Baseline {
+			base = &s.Policies[i]
+		}
+	}
+	switch {
+	case s.RecordedWallNS == 0:
+		s.TimingNote = "the manifest has no recorded wall (timing.recorded_wall_ns)"
+		return
+	case opt.Timing != TimingRecorded:
+		s.TimingNote = "no timing error with --timing asap"
+		return
+	case opt.Speed != 1:
+		s.TimingNote = "no timing error with --speed other than 1"
+		return
+	case base == nil:
+		s.TimingNote = "no timing error without a baseline run"
+		return
+	}
+	e := math.Abs(base.WallNS.Median-float64(s.RecordedWallNS)) / float64(s.RecordedWallNS)
+	s.TimingError = &e
+	switch {
+	case opt.Backend == BackendDirect:
+		s.TimingNote = "direct backend: no kernel readahead, so its baseline differs from the program's by design; no target"
+	case opt.Root != "":
+		s.TimingNote = "files under --root (materialized) are laid out unlike the recorded ones; the target applies at the recorded paths"
+	default:
+		s.TimingTarget = true
+	}
+}
+
+// baselineWall is the baseline's median wall, or 0.
+func (rep *Report) baselineWall() float64 {
+	for _, p := range rep.Summary.Policies {
+		if p.Policy == Baseline {
+			return p.WallNS.Median
+		}
+	}
+	return 0
 }

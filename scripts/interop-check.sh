@@ -3,10 +3,14 @@
 # DuckDB reads the Parquet export, polars reads the zstd Arrow IPC tables and
 # the Parquet export, and both must agree with `predictio trace info --json`
 # and `predictio trace cat --format jsonl` on schema, row counts, aggregates
-# and first/last rows (interop/check.mjs). Bundles checked: testdata/btree
-# (hints with list<uint64> children), testdata/seq (two batches), a merge of
-# four testdata bundles (several comm values and files) and a CSV import whose
-# comm dictionary grows across batches (delta dictionaries in the stream).
+# and first/last rows (interop/check.mjs), and DuckDB must count the rows of
+# each kind by name (`WHERE kind_name = 'read'`) as predictio does. Bundles
+# checked: testdata/btree (format 1.0; hints with list<uint64> children),
+# testdata/seq (1.0; two batches), testdata/launch (1.1: every access kind,
+# service times, mappings, a path-only file), a merge of four testdata
+# bundles (1.1 from 1.0 inputs; several comm values and files) and a CSV
+# import whose comm dictionary grows across batches (delta dictionaries in
+# the stream).
 #
 # Needs node >= 20 and npm; installs interop/node_modules with `npm ci` from
 # the committed lockfile (needs registry.npmjs.org), and reuses it while
@@ -47,7 +51,7 @@ awk 'BEGIN { for (i = 0; i < 140000; i++)
 	"$work/grow.csv" -o "$work/comm-grows" >/dev/null
 
 cases=()
-for b in testdata/btree testdata/seq "$work/merged" "$work/comm-grows"; do
+for b in testdata/btree testdata/seq testdata/launch "$work/merged" "$work/comm-grows"; do
 	pq=$work/pq-$(basename "$b")
 	"$bin" trace export "$b" --parquet "$pq" >/dev/null
 	cases+=("$b=$pq")

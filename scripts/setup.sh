@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(clang llvm bpftool libbpf-dev fio sqlite3 lmdb-utils qemu-system-x86 busybox-static cpio e2fsprogs kmod gcc gcc-12 make xz-utils util-linux nodejs)
+pkgs=(clang llvm bpftool libbpf-dev fio sqlite3 lmdb-utils liblmdb-dev strace qemu-system-x86 busybox-static cpio e2fsprogs kmod gcc gcc-12 make xz-utils util-linux nodejs)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

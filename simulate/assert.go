@@ -22,19 +22,23 @@ var assertRE = regexp.MustCompile(`^\s*(.+)\.([a-z_]+)\s*(>=|<=|==|!=|>|<)\s*([-
 
 // metrics maps metric names usable in assertions to their value.
 var metrics = map[string]func(*Stats) float64{
-	"coverage":         func(s *Stats) float64 { return s.Coverage },
-	"accuracy":         func(s *Stats) float64 { return s.Accuracy },
-	"late":             func(s *Stats) float64 { return float64(s.Late) },
-	"io_amplification": func(s *Stats) float64 { return s.IOAmplification },
-	"stall_ns":         func(s *Stats) float64 { return float64(s.StallNS) },
-	"speedup":          func(s *Stats) float64 { return s.Speedup },
-	"demand":           func(s *Stats) float64 { return float64(s.Demand) },
-	"hits":             func(s *Stats) float64 { return float64(s.Hits) },
-	"misses":           func(s *Stats) float64 { return float64(s.Misses) },
-	"prefetched":       func(s *Stats) float64 { return float64(s.Prefetched) },
-	"used":             func(s *Stats) float64 { return float64(s.Used) },
-	"wasted":           func(s *Stats) float64 { return float64(s.Wasted) },
-	"pages_read":       func(s *Stats) float64 { return float64(s.PagesRead) },
+	"coverage":           func(s *Stats) float64 { return s.Coverage },
+	"accuracy":           func(s *Stats) float64 { return s.Accuracy },
+	"late":               func(s *Stats) float64 { return float64(s.Late) },
+	"pages_late":         func(s *Stats) float64 { return float64(s.Late) },
+	"io_amplification":   func(s *Stats) float64 { return s.IOAmplification },
+	"stall_ns":           func(s *Stats) float64 { return float64(s.StallNS) },
+	"speedup":            func(s *Stats) float64 { return s.Speedup },
+	"demand":             func(s *Stats) float64 { return float64(s.Demand) },
+	"hits":               func(s *Stats) float64 { return float64(s.Hits) },
+	"misses":             func(s *Stats) float64 { return float64(s.Misses) },
+	"prefetched":         func(s *Stats) float64 { return float64(s.Prefetched) },
+	"used":               func(s *Stats) float64 { return float64(s.Used) },
+	"pages_used_in_time": func(s *Stats) float64 { return float64(s.Used) },
+	"wasted":             func(s *Stats) float64 { return float64(s.Wasted) },
+	"pages_wasted":       func(s *Stats) float64 { return float64(s.Wasted) },
+	"wall_ns":            func(s *Stats) float64 { return float64(s.WallNS) },
+	"pages_read":         func(s *Stats) float64 { return float64(s.PagesRead) },
 	"hit_ratio": func(s *Stats) float64 {
 		if s.Demand == 0 {
 			return 0

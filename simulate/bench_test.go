@@ -1,6 +1,12 @@
 package simulate
 
 import (
+	"fmt"
+	"io"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -118,40 +124,107 @@ func BenchmarkTwoListReadahead(b *testing.B) {
 	}
 }
 
-// BenchmarkBundle replays a synthetic bundle from disk: reading, merging
-// and simulating with the LRU cache and the readahead baseline. ns/op is
-// per event.
-func BenchmarkBundle(b *testing.B) {
-	for _, pattern := range []string{"seq", "random"} {
-		b.Run(pattern, func(b *testing.B) {
-			dir := b.TempDir() + "/bundle"
-			const events = 1 << 20
-			if err := formats.Synth(dir, formats.SynthSpec{Pattern: pattern, Events: events, Files: 16}); err != nil {
+// benchBundles are the whole-run benchmark's traces, written once under
+// $PREDICTIO_SIMBENCH_DIR (default /var/tmp/predictio-simbench) and kept:
+// $PREDICTIO_SIMBENCH_EVENTS requests (default 10 M) over 1 Mi pages of
+// one file, uniform ("uniform": the bundle 'predictio trace synth -o DIR
+// --pattern random --events N --file-pages 1048576' writes) or Zipf 0.9
+// ("zipf": rank k has weight 1/k^0.9, ranks scattered over the file).
+func benchBundle(b *testing.B, trace string) string {
+	b.Helper()
+	events := 10_000_000
+	if v := os.Getenv("PREDICTIO_SIMBENCH_EVENTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			b.Fatalf("PREDICTIO_SIMBENCH_EVENTS=%q: want a positive number", v)
+		}
+		events = n
+	}
+	root := os.Getenv("PREDICTIO_SIMBENCH_DIR")
+	if root == "" {
+		root = "/var/tmp/predictio-simbench"
+	}
+	dir := filepath.Join(root, fmt.Sprintf("%s-%d", trace, events))
+	if _, err := os.Stat(filepath.Join(dir, formats.ManifestFile)); err == nil {
+		return dir
+	}
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	const pages = 1 << 20
+	switch trace {
+	case "uniform":
+		if err := formats.Synth(dir, formats.SynthSpec{Pattern: "random", Events: events, FilePages: pages}); err != nil {
+			b.Fatal(err)
+		}
+	case "zipf":
+		w, err := formats.Create(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := w.AddFile(formats.File{ID: 1, Path: "/synth/zipf.dat", Size: pages * 4096}); err != nil {
+			b.Fatal(err)
+		}
+		rng := rand.New(rand.NewSource(9))
+		a := formats.Access{PID: 1, TID: 1, Comm: "zipf", FileID: 1, NPages: 1, Kind: formats.KindRead}
+		for i, p := range zipfPages(rng, events, pages, 0.9) {
+			a.TS, a.FirstPage = 1e12+uint64(i)*2000, p
+			if err := w.Append(&a); err != nil {
 				b.Fatal(err)
 			}
-			in, err := OpenInput(dir)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer in.Close()
-			cfg := Config{CacheBytes: 256 << 20, Device: Presets["nvme"], PageSize: in.PageSize, Env: in.Env()}
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu0 := cpuTime()
-			var n uint64
-			for n < uint64(b.N) {
-				src, err := in.Source()
-				if err != nil {
-					b.Fatal(err)
+		}
+		w.Manifest().Host.PageSize = 4096
+		if err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Logf("wrote %s", dir)
+	return dir
+}
+
+// BenchmarkWholeRun is simulate's whole run on a 10 M-request bundle, as
+// 'predictio simulate' does it: open the bundle, read it, simulate, report
+// (all but starting the process). lru is the LRU-only lane (--no-readahead
+// --no-oracle), 64 Ki pages of cache; default adds the readahead baseline
+// and the streamed oracle. One op is one whole run; Mreq/s counts
+// requests. Run with -cpu 1,2 for one core and two.
+func BenchmarkWholeRun(b *testing.B) {
+	for _, trace := range []string{"uniform", "zipf"} {
+		for _, lanes := range []string{"lru", "default"} {
+			b.Run(trace+"/"+lanes, func(b *testing.B) {
+				dir := benchBundle(b, trace)
+				b.ReportAllocs()
+				b.ResetTimer()
+				cpu0 := cpuTime()
+				var n uint64
+				for range b.N {
+					in, err := OpenInput(dir)
+					if err != nil {
+						b.Fatal(err)
+					}
+					cfg := Config{CacheBytes: 256 << 20, Device: Presets["nvme"], PageSize: in.PageSize, Env: in.Env(),
+						NoReadahead: lanes == "lru", Oracle: lanes == "default"}
+					src, err := in.Source()
+					if err != nil {
+						b.Fatal(err)
+					}
+					r, err := Run(cfg, src)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := WriteTable(io.Discard, r); err != nil {
+						b.Fatal(err)
+					}
+					src.Close()
+					in.Close()
+					n += r.Events
 				}
-				r, err := Run(cfg, src)
-				src.Close()
-				if err != nil {
-					b.Fatal(err)
-				}
-				n += r.Events
-			}
-			reportRates(b, n, cpuTime()-cpu0)
-		})
+				b.StopTimer()
+				b.ReportMetric(float64(n)/b.Elapsed().Seconds()/1e6, "Mreq/s")
+				b.ReportMetric(float64(n)/(cpuTime()-cpu0).Seconds()/1e6, "Mreq/cpu-s")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
 	}
 }

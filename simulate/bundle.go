@@ -24,14 +24,14 @@ const maxDenseFileID = 1 << 20
 
 // OpenInput opens the bundle in dir and reads its file table.
 func OpenInput(dir string) (*Input, error) {
-	b, err := formats.Open(dir)
+	b, err := formats.Open(dir) // its errors name the bundle
 	if err != nil {
-		return nil, fmt.Errorf("open bundle: %w", err)
+		return nil, err
 	}
 	files, err := b.Files()
 	if err != nil {
 		b.Close()
-		return nil, fmt.Errorf("read files of %s: %w", dir, err)
+		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	// Rows whose file is missing have no size or identity (issue 17).
 	if err := b.CheckReferences(); err != nil {
@@ -91,17 +91,34 @@ func (in *Input) FileKey(file uint32) (policies.FileKey, bool) {
 }
 
 // Env returns the policy environment of the bundle: page size, file sizes
-// and identities, and the bundle's files for launch profiles.
+// and identities, the kernel it was recorded on (when its release parses)
+// for the readahead model, and the bundle's files for launch profiles.
 func (in *Input) Env() policies.Env {
-	return policies.Env{PageSize: in.PageSize, FilePages: in.FilePages, FileKey: in.FileKey,
+	env := policies.Env{PageSize: in.PageSize, FilePages: in.FilePages, FileKey: in.FileKey,
 		LaunchFile: policies.BundleLaunchFiles(in.Files)}
+	if k := in.Bundle.Manifest().Host.KernelRelease; k != "" {
+		if _, err := policies.ParseKernelVersion(k); err == nil {
+			env.Kernel = k
+		}
+	}
+	return env
+}
+
+// Paths returns the recorded path of every file that has one, by file id.
+func (in *Input) Paths() map[uint32]string {
+	m := make(map[uint32]string, len(in.keys))
+	for id, k := range in.keys {
+		m[id] = k.Path
+	}
+	return m
 }
 
 // Source streams the bundle's events.
 func (in *Input) Source() (Source, error) { return BundleSource(in.Bundle) }
 
-// Future reads the bundle's demand accesses for the oracle. Unlike the
-// simulation itself, it holds every demand page in memory: 8 bytes each.
+// Future reads the bundle's demand accesses for the oracle into a
+// materialized Future, which holds every demand page in memory: 8 bytes
+// each. Run streams the future instead when Env.Future is left nil.
 func (in *Input) Future() (*policies.Future, error) {
 	cur, err := in.Bundle.Accesses()
 	if err != nil {

@@ -1,9 +1,11 @@
 package simulate
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -16,7 +18,10 @@ import (
 // min(QueueDepth/(LatencyNS+x), 1/x) requests per ns, x the transfer time of
 // one page.
 type Device struct {
-	Name        string  `json:"name"`
+	Name string `json:"name"`
+	// Source says where the figures come from: a preset, a profile file,
+	// this machine's cached profile (with its date).
+	Source      string  `json:"source,omitempty"`
 	LatencyNS   int64   `json:"latency_ns"`    // per-request access latency, excluding transfer
 	BytesPerSec float64 `json:"bytes_per_sec"` // sequential transfer bandwidth shared by all requests
 	QueueDepth  int     `json:"queue_depth"`   // requests served in parallel
@@ -41,7 +46,7 @@ const (
 func derive(name string, randBPS, seqBPS float64, qd int) Device {
 	per := float64(qd) * 4096 / randBPS * 1e9 // ns per request at depth qd
 	xfer := 4096 / seqBPS * 1e9
-	return Device{Name: name, LatencyNS: int64(math.Round(per - xfer)), BytesPerSec: seqBPS, QueueDepth: qd}
+	return Device{Name: name, Source: "preset", LatencyNS: int64(math.Round(per - xfer)), BytesPerSec: seqBPS, QueueDepth: qd}
 }
 
 // Presets are the built-in devices, by name.
@@ -93,7 +98,11 @@ func DeviceFromProfile(p *formats.DeviceProfile) (Device, error) {
 	if name == "" {
 		name = "profile"
 	}
-	return Device{Name: name, LatencyNS: int64(lat), BytesPerSec: p.SeqReadBytesPerSec, QueueDepth: p.QueueDepth}, nil
+	src := "device profile"
+	if !p.MeasuredAt.IsZero() {
+		src += " measured " + p.MeasuredAt.UTC().Format("2006-01-02")
+	}
+	return Device{Name: name, Source: src, LatencyNS: int64(lat), BytesPerSec: p.SeqReadBytesPerSec, QueueDepth: p.QueueDepth}, nil
 }
 
 func (d Device) validate() error {
@@ -120,47 +129,187 @@ func (d Device) RandReadBytesPerSec() float64 {
 	return 4096 / perReq * 1e9
 }
 
-// deviceState is the model's queue. Requests complete in submission order
-// (the shared channel is FIFO), so the slot that frees first is always the
-// one of the oldest outstanding request: a ring of completion times.
+// deviceState is the model's queue, shared by every thread of a lane.
+//
+// Threads have their own clocks, so requests may arrive out of time order:
+// one thread's request at t can be submitted after another's at t' > t.
+// The model therefore keeps time-indexed state. slots holds when each of
+// the QueueDepth service slots frees, sorted, and a request takes the one
+// that frees first. busy holds the transfer channel's busy spans, sorted
+// and disjoint: a request's pages cross the channel in the earliest idle
+// time from its transfer start on, filling gaps that requests submitted
+// earlier left before later ones, and spilling over several gaps if need
+// be. With submissions in time order (one thread) this is the FIFO channel
+// of the model's description, and the spans stay one.
 type deviceState struct {
-	latency  int64
-	nsPerPg  float64
-	slots    []int64 // completion times, oldest at head
-	head     int
-	channel  int64
-	requests uint64
-	pages    uint64
-	busyNS   int64
+	latency int64
+	nsPerPg float64
+	onePage int64   // transfer time of one page
+	slots   []int64 // free times, sorted from slots[head] on (a ring)
+	head    int
+	busy    []span // channel busy spans, sorted, disjoint
+	floor   int64  // time before which the channel counts as busy (spans dropped)
 }
 
+// span is a busy interval [start, end) of the transfer channel.
+type span struct{ start, end int64 }
+
+// maxSpans bounds the channel's remembered spans; older ones are dropped
+// and the time before them counts as busy.
+const maxSpans = 256
+
 func newDeviceState(d Device, pageSize int) *deviceState {
-	return &deviceState{
+	s := &deviceState{
 		latency: d.LatencyNS,
 		nsPerPg: float64(pageSize) / d.BytesPerSec * 1e9,
 		slots:   make([]int64, d.QueueDepth),
 	}
+	s.onePage = int64(s.nsPerPg + 0.5)
+	return s
 }
 
 // submit issues a read of n pages at time now and returns its completion
 // time.
 func (s *deviceState) submit(now int64, n uint64) int64 {
-	start := now
-	if free := s.slots[s.head]; free > start {
-		start = free
+	start := max(now, s.slots[s.head])
+	x := start + s.latency
+	d := s.onePage
+	if n != 1 {
+		d = int64(float64(n)*s.nsPerPg + 0.5)
 	}
-	xfer := start + s.latency
-	if s.channel > xfer {
-		xfer = s.channel
+	var done int64
+	if k := len(s.busy); k > 0 && x >= s.busy[k-1].start && x <= s.busy[k-1].end {
+		// In order, queued behind the last span: extend it.
+		done = s.busy[k-1].end + d
+		s.busy[k-1].end = done
+	} else {
+		done = s.transfer(x, d)
 	}
-	done := xfer + int64(float64(n)*s.nsPerPg+0.5)
-	s.channel = done
-	s.slots[s.head] = done
-	if s.head++; s.head == len(s.slots) {
+	if q := len(s.slots); q == 1 {
+		s.slots[0] = done
+	} else if last := s.head - 1; last >= 0 && s.slots[last] <= done || last < 0 && s.slots[q-1] <= done {
+		// The latest completion so far: it takes the popped slot's place
+		// at the end of the ring.
+		s.slots[s.head] = done
+		if s.head++; s.head == q {
+			s.head = 0
+		}
+	} else {
+		s.free(done)
+	}
+	return done
+}
+
+// submitOne is submit of one page, with the in-order cases inline.
+func (s *deviceState) submitOne(now int64) int64 {
+	start := max(now, s.slots[s.head])
+	x := start + s.latency
+	k := len(s.busy)
+	if k == 0 || x < s.busy[k-1].start {
+		return s.submit(now, 1)
+	}
+	last := &s.busy[k-1]
+	var done int64
+	if x <= last.end {
+		done = last.end + s.onePage
+		last.end = done
+	} else {
+		done = x + s.onePage
+		s.busy = append(s.busy, span{x, done})
+		if k >= 2*maxSpans {
+			s.trim()
+		}
+	}
+	q := len(s.slots)
+	if j := s.head - 1; q > 1 && (j >= 0 && s.slots[j] <= done || j < 0 && s.slots[q-1] <= done) {
+		s.slots[s.head] = done
+		if s.head++; s.head == q {
+			s.head = 0
+		}
+		return done
+	}
+	if q == 1 {
+		s.slots[0] = done
+		return done
+	}
+	s.free(done)
+	return done
+}
+
+// free replaces the slot that freed first with one that frees at done,
+// keeping the ring sorted.
+func (s *deviceState) free(done int64) {
+	q := len(s.slots)
+	i := s.head // the popped slot: logically the last one now
+	if s.head++; s.head == q {
 		s.head = 0
 	}
-	s.requests++
-	s.pages += n
-	s.busyNS += done - start
-	return done
+	s.slots[i] = done
+	for k := q - 1; k > 0; k-- { // bubble back while the previous is later
+		j := i - 1
+		if j < 0 {
+			j = q - 1
+		}
+		if s.slots[j] <= done {
+			return
+		}
+		s.slots[i], s.slots[j] = s.slots[j], done
+		i = j
+	}
+}
+
+// transfer moves d ns of pages across the channel from time x on and
+// returns when the last of them has crossed.
+func (s *deviceState) transfer(x, d int64) int64 {
+	x = max(x, s.floor)
+	b := s.busy
+	n := len(b)
+	if n == 0 || x >= b[n-1].start {
+		// In order: after, or queued behind, the last span.
+		cur := x
+		if n > 0 {
+			cur = max(x, b[n-1].end)
+		}
+		s.extend(cur, d)
+		return cur + d
+	}
+	// Out of order: fill the gaps from the first span ending after x.
+	i, _ := slices.BinarySearchFunc(b, x, func(sp span, t int64) int { return cmp.Compare(sp.end, t+1) })
+	cur, rem := x, d
+	for i < len(s.busy) {
+		sp := s.busy[i]
+		if cur < sp.start {
+			use := min(rem, sp.start-cur)
+			s.busy = slices.Insert(s.busy, i, span{cur, cur + use})
+			i++
+			cur += use
+			if rem -= use; rem == 0 {
+				s.trim()
+				return cur
+			}
+		}
+		cur = max(cur, sp.end)
+		i++
+	}
+	s.extend(cur, rem)
+	return cur + rem
+}
+
+// extend adds [cur, cur+d) at the end of the channel's spans.
+func (s *deviceState) extend(cur, d int64) {
+	if n := len(s.busy); n > 0 && s.busy[n-1].end == cur {
+		s.busy[n-1].end += d
+		return
+	}
+	s.busy = append(s.busy, span{cur, cur + d})
+	s.trim()
+}
+
+// trim drops the oldest spans beyond maxSpans, amortized: the time before
+// the newest maxSpans spans then counts as busy.
+func (s *deviceState) trim() {
+	if n := len(s.busy); n > 2*maxSpans {
+		s.floor = max(s.floor, s.busy[n-maxSpans-1].end)
+		s.busy = s.busy[:copy(s.busy, s.busy[n-maxSpans:])]
+	}
 }

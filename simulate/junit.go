@@ -75,8 +75,8 @@ func WriteJUnit(w io.Writer, suite string, r *Report, results []Result) error {
 		s.Cases = append(s.Cases, junitCase{
 			Name:      st.Name,
 			Classname: "predictio.simulate.policy",
-			SystemOut: fmt.Sprintf("spec=%s coverage=%.4f accuracy=%.4f late=%d io_amplification=%.4f stall_ns=%d speedup=%.4f",
-				st.Spec, st.Coverage, st.Accuracy, st.Late, st.IOAmplification, st.StallNS, st.Speedup),
+			SystemOut: fmt.Sprintf("spec=%s coverage=%.4f accuracy=%.4f pages_used_in_time=%d pages_late=%d pages_wasted=%d io_amplification=%.4f stall_ns=%d wall_ns=%d speedup=%.4f",
+				st.Spec, st.Coverage, st.Accuracy, st.Used, st.Late, st.Wasted, st.IOAmplification, st.StallNS, st.WallNS, st.Speedup),
 		})
 	}
 	s.Tests = len(s.Cases)

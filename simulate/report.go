@@ -50,20 +50,42 @@ func FormatSize(b int64) string {
 	return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64) + units[i]
 }
 
-// WriteTable writes r as an aligned table.
+// WriteTable writes r as an aligned table. Counts are pages; used is
+// used in time, late and wasted are the other two effects of a prefetched
+// page; wall is the predicted makespan and speedup the baseline's wall
+// over the lane's.
 func WriteTable(w io.Writer, r *Report) error {
-	fmt.Fprintf(w, "events %d (%.1f M/s), cache %s %s, device %s, readahead %v\n",
-		r.Events, r.EventsPerSec/1e6, FormatSize(r.CacheBytes), r.CacheModel, r.Device.Name, onOff(r.Readahead))
+	cal := "uncalibrated"
+	if r.PredictedCalibrated {
+		cal = "measured"
+	}
+	threads := fmt.Sprintf("%d threads", r.Threads)
+	if r.Threads == 1 {
+		threads = "1 thread"
+	}
+	fmt.Fprintf(w, "events %d (%.1f M/s), cache %s %s, device %s (%s), readahead %v, %s, think time: %s\n",
+		r.Events, r.EventsPerSec/1e6, FormatSize(r.CacheBytes), r.CacheModel, r.Device.Name, cal, onOff(r.Readahead), threads, r.ThinkTime)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tdemand\thits\tmisses\tprefetched\tused\twasted\tlate\tcoverage\taccuracy\tio_amp\tstall\tspeedup\t")
+	fmt.Fprintln(tw, "policy\tdemand\thits\tmisses\tprefetched\tused\tlate\twasted\tcoverage\taccuracy\tio_amp\tstall\twall\tspeedup\t")
 	for i := range r.Policies {
 		s := &r.Policies[i]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%s\t%.3f\t\n",
-			s.Name, s.Demand, s.Hits, s.Misses, s.Prefetched, s.Used, s.Wasted, s.Late,
-			s.Coverage, s.Accuracy, s.IOAmplification, time.Duration(s.StallNS).Round(time.Microsecond), s.Speedup)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%s\t%s\t%.3f\t\n",
+			s.Name, s.Demand, s.Hits, s.Misses, s.Prefetched, s.Used, s.Late, s.Wasted,
+			s.Coverage, s.Accuracy, s.IOAmplification, dur(s.StallNS), dur(s.WallNS), s.Speedup)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.ReadaheadParams != "" && r.Readahead {
+		fmt.Fprintf(w, "%s\n", r.ReadaheadParams)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	return nil
 }
+
+func dur(ns int64) string { return time.Duration(ns).Round(time.Microsecond).String() }
 
 func onOff(b bool) string {
 	if b {
@@ -75,12 +97,12 @@ func onOff(b bool) string {
 // WriteCurve writes a sweep as one row per cache size and policy.
 func WriteCurve(w io.Writer, reports []*Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "cache\tpolicy\tmisses\tcoverage\taccuracy\tio_amp\tstall\tspeedup\t")
+	fmt.Fprintln(tw, "cache\tpolicy\tmisses\tcoverage\taccuracy\tio_amp\tstall\twall\tspeedup\t")
 	for _, r := range reports {
 		for i := range r.Policies {
 			s := &r.Policies[i]
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%s\t%.3f\t\n", FormatSize(r.CacheBytes), s.Name, s.Misses,
-				s.Coverage, s.Accuracy, s.IOAmplification, time.Duration(s.StallNS).Round(time.Microsecond), s.Speedup)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%s\t%s\t%.3f\t\n", FormatSize(r.CacheBytes), s.Name, s.Misses,
+				s.Coverage, s.Accuracy, s.IOAmplification, dur(s.StallNS), dur(s.WallNS), s.Speedup)
 		}
 	}
 	return tw.Flush()

@@ -1,7 +1,9 @@
 // Package simulate scores prefetch policies offline: it replays a bundle's
-// events in timestamp order through the Linux readahead baseline, the chosen
-// policies, a page cache and a device model, and reports coverage, accuracy,
-// timeliness, I/O amplification and stall time (docs/simulate.md).
+// events through the Linux readahead baseline, the chosen policies, a page
+// cache and a device model shared by the recorded program's threads, each
+// on its own clock, and reports coverage, accuracy, the effect of every
+// prefetched page (used in time, late, wasted), I/O amplification, stall
+// and the predicted wall time (docs/simulate.md).
 package simulate
 
 import (
@@ -10,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/policies"
 )
 
@@ -23,6 +26,12 @@ type Config struct {
 	CacheModel CacheModel
 	// Device is the storage model.
 	Device Device
+	// Calibrated says Device was measured (a device profile); reports
+	// carry it as predicted_calibrated.
+	Calibrated bool
+	// ReadaheadParams says where the readahead model's parameters came
+	// from (MachineReadahead.Summary), for reports.
+	ReadaheadParams string
 	// NoReadahead turns the Linux readahead baseline off in every lane.
 	NoReadahead bool
 	// ReadaheadSpec configures the baseline; "" means "readahead".
@@ -31,7 +40,9 @@ type Config struct {
 	// the baseline.
 	Policies []string
 	// Oracle adds a lane with OracleSpec ("" means "oracle"), the upper
-	// bound. Env.Future must be set for it.
+	// bound, unless Policies already hold that spec. Run streams the
+	// oracle's future from its source when Env.Future is nil; New and Step
+	// need Env.Future set.
 	Oracle     bool
 	OracleSpec string
 	// Env is what policies may know; Resident is set per lane to that
@@ -39,6 +50,13 @@ type Config struct {
 	Env policies.Env
 	// Build constructs a policy from a spec; nil means policies.Build.
 	Build func(spec string, env policies.Env) (policies.Policy, error)
+	// Speed divides recorded think times, as replay --speed does; 0
+	// means 1.
+	Speed float64
+	// NoThink drops think time, as replay --timing asap does: each thread
+	// starts at once and issues its next access when the previous one
+	// completes.
+	NoThink bool
 }
 
 func (c *Config) pageSize() int {
@@ -51,14 +69,11 @@ func (c *Config) pageSize() int {
 // CapacityPages is the cache capacity in pages.
 func (c *Config) CapacityPages() int {
 	n := c.CacheBytes / int64(c.pageSize())
-	if n < 1 {
-		n = 1
-	}
-	return int(n)
+	return int(min(max(n, 1), MaxCachePages))
 }
 
 // Stats are the results of one lane: the baseline, a policy or the oracle.
-// Counts are in pages.
+// Counts are in pages; times are simulated nanoseconds.
 type Stats struct {
 	Name string `json:"name"`
 	Spec string `json:"spec"` // the lane's policy; the readahead spec (or "none") for the baseline
@@ -68,20 +83,44 @@ type Stats struct {
 	Hits       uint64 `json:"hits"`            // demanded pages found cached or in flight
 	Misses     uint64 `json:"misses"`          // demanded pages not in the cache
 	Prefetched uint64 `json:"prefetched"`      // pages read by prefetch (not demand) I/O
-	Used       uint64 `json:"used"`            // prefetched pages demanded later
-	Wasted     uint64 `json:"wasted"`          // prefetched pages evicted unused
-	Unused     uint64 `json:"unused"`          // prefetched pages still unused at the end
-	Late       uint64 `json:"late"`            // used pages still in flight when demanded
-	PagesRead  uint64 `json:"pages_read"`      // all pages read from the device
-	Requests   uint64 `json:"requests"`        // device requests
+	// Every prefetched page ends in exactly one of these three.
+	Used          uint64 `json:"pages_used_in_time"`   // first demanded after its read completed
+	Late          uint64 `json:"pages_late"`           // first demanded while its read was in flight: the demand waited for the rest
+	Wasted        uint64 `json:"pages_wasted"`         // never demanded: evicted unused, or unused at the end
+	WastedEvicted uint64 `json:"pages_wasted_evicted"` // of Wasted, those evicted before the end
+	PagesRead     uint64 `json:"pages_read"`           // all pages read from the device
+	Requests      uint64 `json:"requests"`             // device requests
 
 	Coverage        float64 `json:"coverage"`         // (baseline misses - misses) / baseline misses
-	Accuracy        float64 `json:"accuracy"`         // used / prefetched
+	Accuracy        float64 `json:"accuracy"`         // (used in time + late) / prefetched
 	IOAmplification float64 `json:"io_amplification"` // pages read / pages demanded
-	StallNS         int64   `json:"stall_ns"`         // time demand accesses waited for the device
-	RuntimeNS       int64   `json:"runtime_ns"`       // trace span plus stall
-	Speedup         float64 `json:"speedup"`          // baseline runtime / runtime
+	StallNS         int64   `json:"stall_ns"`         // time demand accesses waited for the device, summed over threads
+	ThinkNS         int64   `json:"think_ns"`         // think time, summed over threads
+	ServiceNS       int64   `json:"recorded_service_ns"`
+	// WallNS is the simulated makespan: from the first event to the end of
+	// the last thread's last operation, think plus service time, each
+	// counted once.
+	WallNS  int64   `json:"wall_ns"`
+	Speedup float64 `json:"speedup"` // baseline wall_ns / wall_ns
+	// The prediction, under the names replay's report uses: the same as
+	// WallNS and Speedup.
+	PredictedWallNS  int64   `json:"predicted_wall_ns"`
+	PredictedSpeedup float64 `json:"predicted_speedup"`
 }
+
+// Think time sources, Report.ThinkTime.
+const (
+	// ThinkServiceTimes: think time runs from an operation's recorded
+	// completion (end_ns) to the thread's next start.
+	ThinkServiceTimes = "service_times"
+	// ThinkGaps: think time is the gap between a thread's recorded
+	// accesses, service included.
+	ThinkGaps = "gaps"
+	// ThinkMixed: some rows had service times, some not.
+	ThinkMixed = "mixed"
+	// ThinkNone: no think time (Config.NoThink).
+	ThinkNone = "none"
+)
 
 // Report is the outcome of a simulation.
 type Report struct {
@@ -93,6 +132,16 @@ type Report struct {
 	Device       Device  `json:"device"`
 	Readahead    bool    `json:"readahead"`
 	PageSize     int     `json:"page_size"`
+	Threads      int     `json:"threads"`
+	// ThinkTime says where think time came from: service_times, gaps,
+	// mixed or none; Notes say what that means for the results.
+	ThinkTime string   `json:"think_time"`
+	Notes     []string `json:"notes,omitempty"`
+	// PredictedCalibrated is true when the device model was measured
+	// (Config.Calibrated).
+	PredictedCalibrated bool `json:"predicted_calibrated"`
+	// ReadaheadParams says where the readahead parameters came from.
+	ReadaheadParams string `json:"readahead_params,omitempty"`
 	// Policies holds the baseline first, then one entry per policy, then
 	// the oracle.
 	Policies []Stats `json:"policies"`
@@ -116,76 +165,171 @@ type Simulator struct {
 	started bool
 	ts0     uint64
 	start   time.Time
+	// Rows with and without service times, for Report.ThinkTime.
+	timed, untimed uint64
+	// stream is set by Run: lanes whose policies use a future they were
+	// given feed it from the batches ahead.
+	stream bool
+	rows   uint64 // access rows seen, for errors
 }
 
 // BaselineName is the lane name of the baseline.
 const BaselineName = "baseline"
 
 // New builds a simulator for cfg, with one lane for the baseline, one per
-// policy and one for the oracle.
-func New(cfg Config) (*Simulator, error) {
+// policy and one for the oracle. Events are then fed with Step.
+func New(cfg Config) (*Simulator, error) { return newSimulator(cfg, false) }
+
+func newSimulator(cfg Config, stream bool) (*Simulator, error) {
 	if cfg.CacheBytes <= 0 {
 		return nil, errors.New("configure simulator: cache size must be positive, e.g. --cache 256MiB")
 	}
 	if err := cfg.Device.validate(); err != nil {
 		return nil, fmt.Errorf("configure simulator: %w", err)
 	}
-	s := &Simulator{cfg: cfg}
-	type laneSpec struct{ name, spec string }
-	specs := []laneSpec{{BaselineName, ""}}
-	baseSpec := "none"
-	if !cfg.NoReadahead {
-		baseSpec = cfg.ReadaheadSpec
-		if baseSpec == "" {
-			baseSpec = "readahead"
-		}
+	if cfg.Speed < 0 {
+		return nil, fmt.Errorf("configure simulator: speed %v must not be negative", cfg.Speed)
 	}
-	seen := map[string]bool{BaselineName: true}
-	add := func(spec string) {
-		name := policies.SpecName(spec)
-		if seen[name] {
-			name = strings.TrimSpace(spec)
-		}
-		seen[name] = true
-		specs = append(specs, laneSpec{name, spec})
-	}
-	for _, p := range cfg.Policies {
-		add(p)
-	}
-	if cfg.Oracle {
-		spec := cfg.OracleSpec
-		if spec == "" {
-			spec = "oracle"
-		}
-		add(spec)
-	}
-	for _, ls := range specs {
+	s := &Simulator{cfg: cfg, stream: stream}
+	for _, ls := range laneSpecs(&cfg) {
 		l, err := s.newLane(ls.name, ls.spec)
 		if err != nil {
 			return nil, err
 		}
 		s.lanes = append(s.lanes, l)
 	}
-	s.lanes[0].display = baseSpec
+	s.lanes[0].display = "none"
+	if !cfg.NoReadahead {
+		s.lanes[0].display = cmpOr(cfg.ReadaheadSpec, "readahead")
+	}
 	return s, nil
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+type laneSpec struct{ name, spec string }
+
+// laneSpecs names the lanes of cfg: the baseline, one per distinct policy
+// spec, and the oracle unless a policy lane already runs the same spec. A
+// lane is named by its policy's name, or by its whole spec where several
+// lanes run policies of one name.
+func laneSpecs(cfg *Config) []laneSpec {
+	var specs []string
+	seen := map[string]bool{}
+	add := func(spec string) {
+		if spec = strings.TrimSpace(spec); !seen[spec] {
+			seen[spec] = true
+			specs = append(specs, spec)
+		}
+	}
+	for _, p := range cfg.Policies {
+		add(p)
+	}
+	if cfg.Oracle {
+		add(cmpOr(cfg.OracleSpec, "oracle"))
+	}
+	names := map[string]int{BaselineName: 1}
+	for _, spec := range specs {
+		names[policies.SpecName(spec)]++
+	}
+	out := []laneSpec{{BaselineName, ""}}
+	for _, spec := range specs {
+		name := policies.SpecName(spec)
+		if names[name] > 1 {
+			name = spec
+		}
+		out = append(out, laneSpec{name, spec})
+	}
+	return out
+}
+
+// maxReadPages bounds one demand access: Linux returns at most MAX_RW_COUNT
+// (2 GiB less a page) from one read, 524287 pages of 4 KiB. A row beyond it
+// is corrupt or hostile, and simulating its pages one by one could run for
+// minutes.
+const maxReadPages = (1<<31 - 4096) / 4096
+
+// checkAccess validates the fields of an access the simulator relies on.
+func checkAccess(ev *policies.Event) error {
+	first, n := ev.Access.Page, max(uint64(ev.Access.NPages), 1)
+	switch {
+	case ev.File > maxFile:
+		return fmt.Errorf("field file_id is %d, beyond the supported 2^24", ev.File)
+	case first > maxPage || n > maxPage-first:
+		return fmt.Errorf("fields first_page %d + npages %d reach beyond the supported 2^40 pages", first, n)
+	case n > maxReadPages && policies.IsDemand(ev.Access.Kind):
+		return fmt.Errorf("field npages is %d, more than one %s can return (%d pages, Linux MAX_RW_COUNT); the bundle is corrupt",
+			n, ev.Access.Kind, maxReadPages)
+	}
+	return nil
+}
+
+// accessError wraps a checkAccess error with the access row and its file.
+func (s *Simulator) accessError(row uint64, ev *policies.Event, err error) error {
+	file := fmt.Sprintf("file_id %d", ev.File)
+	if s.cfg.Env.FileKey != nil {
+		if k, ok := s.cfg.Env.FileKey(ev.File); ok && k.Path != "" {
+			file += " " + k.Path
+		}
+	}
+	return fmt.Errorf("simulate access row %d (%s, page %d): %w", row, file, ev.Access.Page, err)
+}
+
+// begin notes the trace start at the first event.
+func (s *Simulator) begin(ts uint64) {
+	if !s.started {
+		s.started = true
+		s.ts0 = ts
+		s.start = time.Now()
+	}
+}
+
+// rel returns ev's trace start and end relative to the first event; end
+// is -1 where unknown.
+func (s *Simulator) rel(ev *policies.Event) (t, e int64) {
+	if ev.TS > s.ts0 {
+		t = int64(ev.TS - s.ts0)
+	}
+	e = -1
+	if ev.Kind == policies.EventFileAccess && ev.Access.End >= ev.TS && ev.Access.End != 0 {
+		e = int64(ev.Access.End - s.ts0)
+	}
+	return t, e
+}
+
+// count tallies the rows with and without service times.
+func (s *Simulator) count(ev *policies.Event) {
+	if ev.Kind != policies.EventFileAccess {
+		return
+	}
+	if k := ev.Access.Kind; policies.IsDemand(k) || isMetadata(k) {
+		if ev.Access.End != 0 {
+			s.timed++
+		} else {
+			s.untimed++
+		}
+	}
 }
 
 // Step feeds one event to every lane.
 func (s *Simulator) Step(ev *policies.Event) error {
-	if !s.started {
-		s.started = true
-		s.ts0 = ev.TS
-		s.start = time.Now()
-	}
+	s.begin(ev.TS)
 	s.events++
-	var t int64
-	if ev.TS > s.ts0 {
-		t = int64(ev.TS - s.ts0)
-	}
-	for _, l := range s.lanes {
-		if err := l.step(ev, t); err != nil {
-			return err
+	if ev.Kind == policies.EventFileAccess {
+		if err := checkAccess(ev); err != nil {
+			return s.accessError(s.rows, ev, err)
 		}
+		s.rows++
+	}
+	s.count(ev)
+	t, e := s.rel(ev)
+	for _, l := range s.lanes {
+		l.step(ev, t, e)
 	}
 	return nil
 }
@@ -194,13 +338,17 @@ func (s *Simulator) Step(ev *policies.Event) error {
 // the baseline lane.
 func (s *Simulator) Report() *Report {
 	r := &Report{
-		Events:     s.events,
-		CacheBytes: int64(s.cfg.CapacityPages()) * int64(s.cfg.pageSize()),
-		CacheModel: s.cfg.CacheModel.String(),
-		Device:     s.cfg.Device,
-		Readahead:  !s.cfg.NoReadahead,
-		PageSize:   s.cfg.pageSize(),
+		Events:              s.events,
+		CacheBytes:          int64(s.cfg.CapacityPages()) * int64(s.cfg.pageSize()),
+		CacheModel:          s.cfg.CacheModel.String(),
+		Device:              s.cfg.Device,
+		Readahead:           !s.cfg.NoReadahead,
+		PageSize:            s.cfg.pageSize(),
+		Threads:             len(s.lanes[0].threads.th),
+		PredictedCalibrated: s.cfg.Calibrated,
+		ReadaheadParams:     s.cfg.ReadaheadParams,
 	}
+	r.ThinkTime, r.Notes = s.thinkTime()
 	if s.started {
 		r.ElapsedNS = int64(time.Since(s.start))
 		if r.ElapsedNS > 0 {
@@ -216,37 +364,57 @@ func (s *Simulator) Report() *Report {
 		if base.Misses > 0 {
 			st.Coverage = (float64(base.Misses) - float64(st.Misses)) / float64(base.Misses)
 		}
-		if st.RuntimeNS > 0 {
-			st.Speedup = float64(base.RuntimeNS) / float64(st.RuntimeNS)
-		} else {
-			st.Speedup = 1
+		st.Speedup = 1
+		if st.WallNS > 0 {
+			st.Speedup = float64(base.WallNS) / float64(st.WallNS)
 		}
+		st.PredictedWallNS, st.PredictedSpeedup = st.WallNS, st.Speedup
 	}
 	return r
 }
 
+// thinkTime says where think time came from and what it means.
+func (s *Simulator) thinkTime() (string, []string) {
+	switch {
+	case s.cfg.NoThink:
+		return ThinkNone, nil
+	case s.untimed == 0 && s.timed > 0:
+		return ThinkServiceTimes, nil
+	case s.timed == 0:
+		return ThinkGaps, []string{s.gapsNote()}
+	}
+	return ThinkMixed, []string{fmt.Sprintf("%d of %d demand and metadata rows lack service times (end_ns); for them %s", s.untimed, s.timed+s.untimed, s.gapsNote())}
+}
+
+// gapsNote is the caveat of gap-based think time; for a bundle recorded on
+// a real kernel (Env.Kernel), what the kernel's timestamps hold.
+func (s *Simulator) gapsNote() string {
+	n := "think time is the gap between a thread's accesses, since the bundle has no service times (end_ns, format 1.1): a gap also holds the time the access before it took"
+	if k := s.cfg.Env.Kernel; k != "" {
+		n += fmt.Sprintf(". Recorded on Linux %s, where a read's row is stamped after its I/O wait (filemap:mm_filemap_get_pages), "+
+			"so a read that missed when recorded is charged its wait twice: wall_ns and stall are upper bounds and speedups are diluted; "+
+			"record the program again with this predictio for service times", k)
+	}
+	return n
+}
+
 // Run feeds all of src to a new simulator for cfg and returns its report.
+// Reading the source and every lane run in goroutines of their own,
+// connected by batches of events, so that decoding and simulating use
+// several cores.
 func Run(cfg Config, src Source) (*Report, error) {
-	s, err := New(cfg)
+	s, err := newSimulator(cfg, true)
 	if err != nil {
 		return nil, err
 	}
-	for src.Next() {
-		if err := s.Step(src.Event()); err != nil {
-			return nil, err
-		}
-	}
-	if err := src.Err(); err != nil {
-		return nil, fmt.Errorf("read events: %w", err)
+	if err := s.run(src); err != nil {
+		return nil, err
 	}
 	return s.Report(), nil
 }
 
-// maxAccessPages bounds one demand access (64 GiB of 4 KiB pages), so that
-// a corrupt npages cannot stall the simulation.
-const maxAccessPages = 1 << 24
-
-// lane is one policy configuration with its own cache, device and clock.
+// lane is one policy configuration with its own cache, device, thread
+// clocks and policy instances.
 type lane struct {
 	name, spec string
 	display    string // spec shown in reports, when it differs from spec
@@ -257,10 +425,9 @@ type lane struct {
 	filePages  func(uint32) uint64
 	emit       policies.Emit
 	emitAbsent policies.Emit // submitAbsent, for the readahead model
-
-	now       int64 // simulated time of the current event
-	lastTrace int64 // trace time of the previous event
-	stall     int64
+	speed      float64       // think time divisor; 0: no think time
+	threads    threadTable
+	now        int64 // simulated time of the event being served
 
 	// The demand access being served: pages the lane inserts inside it
 	// are demand reads, not prefetches.
@@ -269,17 +436,34 @@ type lane struct {
 	inDemand       bool
 	demandWait     int64 // latest completion of a demand page read
 
+	// fut is the streamed future this lane's policies read, fed from the
+	// batches ahead (Run only); nil when none.
+	fut        *policies.Future
+	demand     uint64 // demand accesses served, the future's cursor
+	futureHeld uint64 // most pages fut held
+	ev         policies.Event
+
 	st Stats
 }
 
 func (s *Simulator) newLane(name, spec string) (*lane, error) {
-	l := &lane{name: name, spec: spec}
-	l.cache = newPageCache(s.cfg.CacheModel, s.cfg.CapacityPages())
-	l.dev = newDeviceState(s.cfg.Device, s.cfg.pageSize())
+	l := &lane{name: name, spec: spec, speed: 1}
+	switch {
+	case s.cfg.NoThink:
+		l.speed = 0
+	case s.cfg.Speed > 0:
+		l.speed = s.cfg.Speed
+	}
+	l.threads.init()
 	env := s.cfg.Env
 	env.PageSize = s.cfg.pageSize()
+	l.cache = newPageCache(s.cfg.CacheModel, s.cfg.CapacityPages(), env.FilePages)
+	l.dev = newDeviceState(s.cfg.Device, s.cfg.pageSize())
 	env.Resident = func(file uint32, page uint64) bool {
-		return page <= maxPage && file <= maxFile && l.cache.lookup(pageKey(file, page)) >= 0
+		return page <= maxPage && file <= maxFile && l.cache.lookup(file, page) >= 0
+	}
+	if env.Future == nil && s.stream {
+		env.Future = policies.NewStreamFuture()
 	}
 	l.filePages = env.FilePages
 	build := s.cfg.Build
@@ -288,11 +472,7 @@ func (s *Simulator) newLane(name, spec string) (*lane, error) {
 	}
 	var ps []policies.Policy
 	if !s.cfg.NoReadahead {
-		raSpec := s.cfg.ReadaheadSpec
-		if raSpec == "" {
-			raSpec = "readahead"
-		}
-		ra, err := build(raSpec, env)
+		ra, err := build(cmpOr(s.cfg.ReadaheadSpec, "readahead"), env)
 		if err != nil {
 			return nil, fmt.Errorf("configure baseline: %w", err)
 		}
@@ -312,51 +492,113 @@ func (s *Simulator) newLane(name, spec string) (*lane, error) {
 	if len(ps) > 0 {
 		l.disp = policies.NewDispatcher(ps...)
 	}
+	if env.Future != nil && env.Future.Streaming() && env.Future.Attached() {
+		l.fut = env.Future
+	}
 	l.emit = l.submit
 	l.emitAbsent = l.submitAbsent
 	return l, nil
 }
 
-// step serves one event at trace time t (ns since the first event).
-func (l *lane) step(ev *policies.Event, t int64) error {
-	if t < l.lastTrace {
-		t = l.lastTrace // out of order: no negative think time
+// threadID is the clock an event runs on: its thread, or its process when
+// the thread is unknown (hints of format 1.0 carry only a pid).
+func threadID(ev *policies.Event) uint32 {
+	if ev.TID != 0 {
+		return ev.TID
 	}
-	l.lastTrace = t
-	l.now = t + l.stall
-	switch ev.Kind {
-	case policies.EventFileAccess:
-		// Map rows are demand too (policies.IsDemand): a mapped page
-		// missing from the simulated cache is a miss and is read on
-		// demand. The readahead model sees them through MapPages only
-		// (mmap_miss bookkeeping), never as a read, since the kernel
-		// maps only pages already cached.
-		if policies.IsDemand(ev.Access.Kind) {
-			return l.demand(ev)
-		}
-		return nil
-	case 0:
-		return nil
-	}
-	l.dispatch(ev)
-	return nil
+	return ev.PID
 }
 
-func (l *lane) demand(ev *policies.Event) error {
-	n := uint64(ev.Access.NPages)
-	if n == 0 {
-		n = 1
+// step serves one event at trace time t (ns since the first event), with
+// recorded end e (-1 unknown).
+func (l *lane) step(ev *policies.Event, t, e int64) {
+	switch ev.Kind {
+	case policies.EventFileAccess:
+		k := ev.Access.Kind
+		switch {
+		case policies.IsDemand(k):
+			// Map rows are demand too (policies.IsDemand): a mapped page
+			// missing from the simulated cache is a miss and is read on
+			// demand. The readahead model sees them through MapPages
+			// only (mmap_miss bookkeeping), never as a read, since the
+			// kernel maps only pages already cached.
+			th := l.threads.get(threadID(ev))
+			l.now = l.begin(th, t, e, ev.Access.Op)
+			l.serve(ev)
+			th.clock = l.now
+			l.demand++
+		case isMetadata(k):
+			th := l.threads.get(threadID(ev))
+			now := l.begin(th, t, e, ev.Access.Op)
+			if e > t {
+				now += e - t
+				l.st.ServiceNS += e - t
+			}
+			th.clock = now
+		}
+	case 0:
+	default:
+		l.now = scale(t, l.speed)
+		if th := l.threads.find(threadID(ev)); th != nil {
+			l.now = th.at(t, l.speed)
+		}
+		l.dispatch(ev)
 	}
+}
+
+// isMetadata reports whether k is one of format 1.1's operations without
+// data pages (open, stat, readdir, exec, mmap): their recorded duration is
+// service time the device model does not serve.
+func isMetadata(k formats.AccessKind) bool {
+	switch k {
+	case formats.KindOpen, formats.KindStat, formats.KindReaddir, formats.KindExec, formats.KindMmap:
+		return true
+	}
+	return false
+}
+
+// begin returns when the operation of a row at trace time t starts on th's
+// clock: after the thread's previous operation completed plus its think
+// time (from that operation's recorded end, or start where the end is
+// unknown), divided by the speed. Later rows of one operation (same op)
+// continue it without think time.
+func (l *lane) begin(th *thread, t, e int64, op uint64) int64 {
+	var now int64
+	switch {
+	case !th.started:
+		th.started = true
+		now = scale(t, l.speed)
+	case op != 0 && op == th.op:
+		now = th.clock
+	default:
+		think := scale(max(t-th.ref, 0), l.speed)
+		l.st.ThinkNS += think
+		now = th.clock + think
+	}
+	th.op = op
+	th.ref = t
+	if e >= t {
+		th.ref = e
+	}
+	return now
+}
+
+// scale divides a recorded duration by speed; speed 0 drops it.
+func scale(d int64, speed float64) int64 {
+	switch speed {
+	case 1:
+		return d
+	case 0:
+		return 0
+	}
+	return int64(float64(d) / speed)
+}
+
+// serve serves one demand access at l.now and moves l.now to its
+// completion.
+func (l *lane) serve(ev *policies.Event) {
+	n := max(uint64(ev.Access.NPages), 1)
 	first := ev.Access.Page
-	if first > maxPage || n > maxPage-first {
-		return fmt.Errorf("simulate access: file %d page %d+%d is beyond the supported 2^40 pages", ev.File, first, n)
-	}
-	if n > maxAccessPages {
-		return fmt.Errorf("simulate access: file %d page %d: npages %d exceeds %d; the bundle is corrupt", ev.File, first, n, maxAccessPages)
-	}
-	if ev.File > maxFile {
-		return fmt.Errorf("simulate access: file id %d exceeds the supported 2^24", ev.File)
-	}
 	file := ev.File
 	l.st.Accesses++
 	l.st.Demand += n
@@ -365,7 +607,7 @@ func (l *lane) demand(ev *policies.Event) error {
 	var missing uint64
 	var wait int64
 	for p := first; p < first+n; p++ {
-		idx := l.cache.lookup(pageKey(file, p))
+		idx := l.cache.lookup(file, p)
 		if idx < 0 {
 			missing++
 			continue
@@ -374,49 +616,57 @@ func (l *lane) demand(ev *policies.Event) error {
 		l.st.Hits++
 		if e.flags&flagPrefetched != 0 {
 			e.flags &^= flagPrefetched
-			l.st.Used++
 			if e.ready > l.now {
 				l.st.Late++
+			} else {
+				l.st.Used++
 			}
 		}
-		if e.ready > wait {
-			wait = e.ready
-		}
+		wait = max(wait, e.ready)
 		l.cache.touch(idx)
 	}
 	l.st.Misses += missing
 	l.curFile, l.curFirst, l.curN, l.inDemand = file, first, n, true
 	l.demandWait = 0
-	l.dispatch(ev)
-	if missing > 0 {
-		// Demand-read the pages no policy brought in, in contiguous runs.
-		var runStart, runLen uint64
-		for p := first; p < first+n; p++ {
-			if l.cache.lookup(pageKey(file, p)) < 0 {
-				if runLen == 0 {
-					runStart = p
-				}
-				runLen++
-				continue
+	hasPolicies := l.ra != nil || l.disp != nil
+	if hasPolicies {
+		l.dispatch(ev)
+	}
+	switch {
+	case missing == 0:
+	case missing == n && !hasPolicies:
+		l.read(file, first, n) // nothing was cached, and nothing read since
+	default:
+		l.readMissing(file, first, n)
+	}
+	l.inDemand = false
+	wait = max(wait, l.demandWait)
+	if wait > l.now {
+		l.st.StallNS += wait - l.now
+		l.now = wait
+	}
+}
+
+// readMissing demand-reads the pages of [first, first+n) that no policy
+// brought in, in contiguous runs.
+func (l *lane) readMissing(file uint32, first, n uint64) {
+	var runStart, runLen uint64
+	for p := first; p < first+n; p++ {
+		if l.cache.lookup(file, p) < 0 {
+			if runLen == 0 {
+				runStart = p
 			}
-			if runLen > 0 {
-				l.read(file, runStart, runLen)
-				runLen = 0
-			}
+			runLen++
+			continue
 		}
 		if runLen > 0 {
 			l.read(file, runStart, runLen)
+			runLen = 0
 		}
 	}
-	l.inDemand = false
-	if l.demandWait > wait {
-		wait = l.demandWait
+	if runLen > 0 {
+		l.read(file, runStart, runLen)
 	}
-	if wait > l.now {
-		l.stall += wait - l.now
-		l.now = wait
-	}
-	return nil
 }
 
 // fileEnd returns the number of pages of file, or 0 where unknown.
@@ -452,7 +702,7 @@ func (l *lane) submit(req *policies.Request) {
 		first, last := clipRange(r, eof)
 		var runStart, runLen uint64
 		for p := first; p < last; p++ {
-			if l.cache.lookup(pageKey(req.File, p)) >= 0 {
+			if l.cache.lookup(req.File, p) >= 0 {
 				if runLen > 0 {
 					l.read(req.File, runStart, runLen)
 					runLen = 0
@@ -525,31 +775,86 @@ func (l *lane) read(file uint32, first, n uint64) {
 		if p >= dlo && p < dhi {
 			flags = flagReferenced
 		}
-		l.cache.insert(pageKey(file, p), done, flags)
+		l.cache.insert(file, p, done, flags)
 	}
 }
 
 func (l *lane) stats() Stats {
 	st := l.st
-	st.Wasted = l.cache.wasted
 	st.Name = l.name
 	st.Spec = l.spec
 	if l.display != "" {
 		st.Spec = l.display
 	}
-	st.Unused = 0
+	st.WastedEvicted = l.cache.wasted
+	st.Wasted = l.cache.wasted
 	l.cache.forEach(func(e *entry) {
 		if e.flags&flagPrefetched != 0 {
-			st.Unused++
+			st.Wasted++
 		}
 	})
 	if st.Prefetched > 0 {
-		st.Accuracy = float64(st.Used) / float64(st.Prefetched)
+		st.Accuracy = float64(st.Used+st.Late) / float64(st.Prefetched)
 	}
 	if st.Demand > 0 {
 		st.IOAmplification = float64(st.PagesRead) / float64(st.Demand)
 	}
-	st.StallNS = l.stall
-	st.RuntimeNS = l.lastTrace + l.stall
+	for i := range l.threads.th {
+		st.WallNS = max(st.WallNS, l.threads.th[i].clock)
+	}
 	return st
+}
+
+// thread is one recorded thread's clock.
+type thread struct {
+	clock   int64  // simulated time its last operation completed
+	ref     int64  // trace time its think time runs from
+	op      uint64 // operation id of its last row
+	started bool
+}
+
+// at returns the simulated time of an event of th at trace time t that is
+// not an operation (a hint): the think time since its last operation.
+func (th *thread) at(t int64, speed float64) int64 {
+	return th.clock + scale(max(t-th.ref, 0), speed)
+}
+
+// threadTable maps thread ids to clocks.
+type threadTable struct {
+	ids    map[uint32]int32
+	th     []thread
+	lastID uint32
+	last   int32
+}
+
+func (t *threadTable) init() {
+	t.ids = map[uint32]int32{}
+	t.last = -1
+}
+
+// find returns the clock of thread id, or nil if it has none yet.
+func (t *threadTable) find(id uint32) *thread {
+	if t.last >= 0 && t.lastID == id {
+		return &t.th[t.last]
+	}
+	if i, ok := t.ids[id]; ok {
+		return &t.th[i]
+	}
+	return nil
+}
+
+// get returns the clock of thread id, adding one if need be. The pointer
+// is valid until the next get.
+func (t *threadTable) get(id uint32) *thread {
+	if t.last >= 0 && t.lastID == id {
+		return &t.th[t.last]
+	}
+	i, ok := t.ids[id]
+	if !ok {
+		i = int32(len(t.th))
+		t.th = append(t.th, thread{})
+		t.ids[id] = i
+	}
+	t.lastID, t.last = id, i
+	return &t.th[i]
 }

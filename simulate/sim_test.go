@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 
@@ -74,9 +75,10 @@ func TestPrefetchTimingLateAndStall(t *testing.T) {
 			if base.Misses != 10 || base.Hits != 0 || base.StallNS != tc.baseStall || base.PagesRead != 10 {
 				t.Errorf("baseline %+v", *base)
 			}
-			want := Stats{Accesses: 10, Demand: 10, Hits: 9, Misses: 1, Prefetched: 10, Used: 9, Unused: 1, Late: tc.late, PagesRead: 11, Requests: 11, StallNS: tc.stall}
+			want := Stats{Accesses: 10, Demand: 10, Hits: 9, Misses: 1, Prefetched: 10, Used: 9 - tc.late, Late: tc.late, Wasted: 1, PagesRead: 11, Requests: 11, StallNS: tc.stall, ThinkNS: int64(9 * tc.think)}
 			got := *next
-			got.Name, got.Spec, got.Coverage, got.Accuracy, got.IOAmplification, got.RuntimeNS, got.Speedup = "", "", 0, 0, 0, 0, 0
+			got.Name, got.Spec, got.Coverage, got.Accuracy, got.IOAmplification, got.WallNS, got.Speedup = "", "", 0, 0, 0, 0, 0
+			got.PredictedWallNS, got.PredictedSpeedup = 0, 0
 			if got != want {
 				t.Errorf("next:\n got %+v\nwant %+v", got, want)
 			}
@@ -84,7 +86,10 @@ func TestPrefetchTimingLateAndStall(t *testing.T) {
 				t.Errorf("next: coverage %v accuracy %v io_amp %v, want 0.9 0.9 1.1", next.Coverage, next.Accuracy, next.IOAmplification)
 			}
 			span := int64(9 * tc.think)
-			if want := float64(span+tc.baseStall) / float64(span+tc.stall); next.Speedup != want {
+			if next.WallNS != span+tc.stall || base.WallNS != span+tc.baseStall {
+				t.Errorf("wall %d and baseline wall %d, want span plus stall: %d and %d", next.WallNS, base.WallNS, span+tc.stall, span+tc.baseStall)
+			}
+			if want := float64(span+tc.baseStall) / float64(span+tc.stall); next.Speedup != want || next.PredictedSpeedup != want {
 				t.Errorf("speedup %v, want %v", next.Speedup, want)
 			}
 		})
@@ -100,7 +105,7 @@ func TestWastedPrefetchesAreCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := r.Lane("next")
-	if n.Misses != 6 || n.Prefetched != 6 || n.Used != 0 || n.Wasted+n.Unused != 6 || n.Wasted < 4 {
+	if n.Misses != 6 || n.Prefetched != 6 || n.Used+n.Late != 0 || n.Wasted != 6 || n.WastedEvicted < 4 {
 		t.Errorf("next %+v", *n)
 	}
 	if n.Coverage != 0 || n.Accuracy != 0 || n.IOAmplification != 2 {
@@ -129,7 +134,7 @@ func TestEndOfFileClipsRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := r.Lane("next"); n.Prefetched != 2 || n.Unused != 0 || n.Accuracy != 1 {
+	if n := r.Lane("next"); n.Prefetched != 2 || n.Wasted != 0 || n.Accuracy != 1 {
 		t.Errorf("next %+v: the prefetch of page 3 (EOF) must be clipped", *n)
 	}
 }
@@ -154,10 +159,19 @@ func TestReportJSONKeys(t *testing.T) {
 		}
 	}
 	p := m["policies"].([]any)[1].(map[string]any)
-	for _, k := range []string{"name", "coverage", "accuracy", "late", "io_amplification", "stall_ns", "speedup"} {
+	for _, k := range []string{"name", "coverage", "accuracy", "pages_used_in_time", "pages_late", "pages_wasted", "io_amplification",
+		"stall_ns", "wall_ns", "speedup", "predicted_wall_ns", "predicted_speedup"} {
 		if _, ok := p[k]; !ok {
 			t.Errorf("JSON policy lacks %q: %s", k, b)
 		}
+	}
+	for _, k := range []string{"used", "late", "wasted", "unused", "runtime_ns"} {
+		if _, ok := p[k]; ok {
+			t.Errorf("JSON policy still has the old key %q", k)
+		}
+	}
+	if _, ok := m["predicted_calibrated"]; !ok {
+		t.Errorf("JSON report lacks predicted_calibrated")
 	}
 }
 
@@ -179,7 +193,7 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("npages 2^31: err %v", err)
 	}
 	evs = reads(1<<24, 1, 5)
-	if _, err := Run(cfg, &SliceSource{Events: evs}); err == nil || !strings.Contains(err.Error(), "file id") {
+	if _, err := Run(cfg, &SliceSource{Events: evs}); err == nil || !strings.Contains(err.Error(), "file_id") {
 		t.Errorf("file 2^24: err %v", err)
 	}
 }
@@ -308,8 +322,8 @@ func TestInvariantsRandomStreams(t *testing.T) {
 			t.Errorf("seed %d: degenerate stream: %+v", seed, r.Policies)
 		}
 		for _, st := range r.Policies {
-			if st.Hits+st.Misses != st.Demand || st.Used+st.Wasted+st.Unused != st.Prefetched ||
-				st.Late > st.Used || st.StallNS < 0 || st.Coverage > 1 || st.PagesRead < st.Prefetched {
+			if st.Hits+st.Misses != st.Demand || st.Used+st.Late+st.Wasted != st.Prefetched || st.WastedEvicted > st.Wasted ||
+				st.StallNS < 0 || st.Coverage > 1 || st.PagesRead < st.Prefetched || st.WallNS < st.ThinkNS {
 				t.Errorf("seed %d cache %d %v: %s breaks an identity: %+v", seed, cfg.CacheBytes, cfg.CacheModel, st.Name, st)
 			}
 		}
@@ -344,5 +358,38 @@ func TestMapRowsAreDemand(t *testing.T) {
 	}
 	if b := r.Lane(BaselineName); b.Misses != 16 || b.PagesRead <= 16 {
 		t.Errorf("fault: %+v; want 16 misses and a readaround window of more than 16 pages read", *b)
+	}
+}
+
+// TestOracleLaneOnce: asking for the oracle as a policy does not add a
+// second, identical oracle lane (issue 15); a different oracle spec is a
+// lane of its own, named by its spec.
+func TestOracleLaneOnce(t *testing.T) {
+	fut := policies.NewFuture([]policies.FutureAccess{{File: 1, Page: 0, NPages: 1}})
+	for _, tc := range []struct {
+		policies []string
+		oracle   string
+		want     []string
+	}{
+		{[]string{"oracle"}, "", []string{BaselineName, "oracle"}},
+		{[]string{"oracle", "oracle"}, "", []string{BaselineName, "oracle"}},
+		{[]string{"oracle:n=8"}, "oracle:n=8", []string{BaselineName, "oracle"}},
+		{[]string{"oracle:n=8"}, "", []string{BaselineName, "oracle:n=8", "oracle"}},
+		{[]string{"next"}, "", []string{BaselineName, "next", "oracle"}},
+		{[]string{"next", "next "}, "", []string{BaselineName, "next", "oracle"}},
+	} {
+		cfg := Config{CacheBytes: 1 << 20, Device: testDevice, Policies: tc.policies, Oracle: true, OracleSpec: tc.oracle, Build: testBuild}
+		cfg.Env.Future = fut
+		r, err := Run(cfg, &SliceSource{Events: reads(1, 1000, 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, p := range r.Policies {
+			names = append(names, p.Name)
+		}
+		if !slices.Equal(names, tc.want) {
+			t.Errorf("policies %q, oracle %q: lanes %q, want %q", tc.policies, tc.oracle, names, tc.want)
+		}
 	}
 }

@@ -119,7 +119,7 @@ func (s *bundleSource) Next() bool {
 			s.hinted = false
 		}
 		ev.Kind, ev.TS, ev.PID, ev.TID, ev.File = policies.EventFileAccess, a.TS, a.PID, a.TID, a.FileID
-		ev.Access = policies.FileAccess{Kind: a.Kind, Page: a.FirstPage, NPages: a.NPages}
+		ev.Access = policies.AccessOf(a)
 		if a.Kind == formats.KindExec {
 			// The launch policy's trigger (Event.FromAccess).
 			ev.Kind, ev.Access = policies.EventProcessExec, policies.FileAccess{}
@@ -128,6 +128,63 @@ func (s *bundleSource) Next() bool {
 		return true
 	}
 	return false
+}
+
+// fill appends up to batchSize events to b: the accesses straight from
+// their cursor while no hint is due, the hints through Next.
+func (s *bundleSource) fill(b *batch) bool {
+	for len(b.evs) < batchSize {
+		if s.started && s.accOK && !s.hintOK && s.err == nil {
+			s.fillAccesses(b)
+			break
+		}
+		if !s.Next() {
+			break
+		}
+		b.add(&s.ev)
+	}
+	if err := s.acc.Err(); err != nil && s.err == nil {
+		s.err = err
+	}
+	return len(b.evs) > 0
+}
+
+// fillAccesses copies accesses into b without merging: no hint is left.
+// It also does Simulator.check's work for the rows it copies, up to the
+// first that check must look at closely (b.checked).
+func (s *bundleSource) fillAccesses(b *batch) {
+	n := len(b.evs)
+	evs := b.evs[:batchSize]
+	clean := b.checked == n
+	for n < batchSize {
+		if s.advanceAcc {
+			s.advanceAcc = false
+			if s.accOK = s.acc.Next(); !s.accOK {
+				break
+			}
+		}
+		a := s.acc.At()
+		se := &evs[n]
+		se.ts, se.pid, se.tid, se.file, se.hint = a.TS, a.PID, a.TID, a.FileID, -1
+		se.access = policies.AccessOf(a)
+		n++
+		s.advanceAcc = true
+		if clean {
+			if a.FileID > maxFile || a.FirstPage > maxPage-maxReadPages || a.NPages > maxReadPages {
+				clean = false
+				continue
+			}
+			if policies.IsDemand(a.Kind) || isMetadata(a.Kind) {
+				if se.access.End != 0 {
+					b.timed++
+				} else {
+					b.untimed++
+				}
+			}
+			b.checked = n
+		}
+	}
+	b.evs = evs[:n]
 }
 
 func (s *bundleSource) Event() *policies.Event { return &s.ev }

@@ -45,6 +45,24 @@ func (h HintRejects) Total() uint64 {
 	return h.Malformed + h.Truncated + h.Oversized + h.ForeignUID + h.NoCredentials + h.Unreadable + h.BadFile
 }
 
+// HintDrops are the hints senders dropped instead of blocking, as their
+// drop_report datagrams told the server (docs/hints.md). Reports are
+// accepted from the same senders as hints (the uid check); they are not
+// hints and are counted in neither Stats.Hints nor HintRejects.
+type HintDrops struct {
+	QueueFull uint64 // the server's socket queue was full: it fell behind, was stopped or stuck
+	NoServer  uint64 // nothing listened at the socket: before the server started, or while it restarted
+}
+
+// Total is the number of dropped hints.
+func (d HintDrops) Total() uint64 { return d.QueueFull + d.NoServer }
+
+// handle's results besides a rej* reason.
+const (
+	handledHint   = -1 // a hint, decoded into the row
+	handledReport = -2 // a drop report, counted
+)
+
 // hintServer receives hints on a Unix datagram socket.
 type hintServer struct {
 	fd      int
@@ -54,11 +72,14 @@ type hintServer struct {
 
 	accepted atomic.Uint64
 	rej      [nRej]atomic.Uint64
+	dropFull atomic.Uint64 // HintDrops.QueueFull
+	dropNone atomic.Uint64 // HintDrops.NoServer
 	quit     atomic.Bool
 	cpu      atomic.Uint64 // CPU ns of the serving thread, set when serve returns
 
 	// Used by the serve goroutine only.
 	paths  map[credKey]map[string]pathCheck
+	npaths int // entries in paths, at most maxPathChecks
 	groups map[uint32]procGroupsAt
 	// access checks paths with the kernel as the sender; nil where this
 	// process cannot switch a thread's credentials (accessErr says why),
@@ -84,6 +105,11 @@ type pathCheck struct {
 
 // pathCheckTTL is how long a (uid, path) check is reused.
 const pathCheckTTL = time.Second
+
+// maxPathChecks bounds the path-check cache over all senders, so that
+// neither a sender naming ever new paths nor many senders grow the
+// server's memory (a full cache is emptied and refills).
+const maxPathChecks = 65536
 
 func newHintServer(path string, src *Source, uids []uint32) (*hintServer, error) {
 	if st, err := os.Lstat(path); err == nil {
@@ -200,7 +226,14 @@ type mmsghdr struct {
 // hintBatch is how many datagrams one recvmmsg(2) may return.
 const hintBatch = 32
 
-// serve receives datagrams until stop; it never panics on bad input.
+// drainMax is how many datagrams serve still takes after stop: more than
+// the socket queue holds (hintQueue), so that every hint and drop report
+// queued before stop is counted, yet bounded, so that a sender that keeps
+// sending cannot hold serve.
+const drainMax = 2*hintQueue + hintBatch
+
+// serve receives datagrams until stop, then what is queued (at most
+// drainMax more); it never panics on bad input.
 func (s *hintServer) serve() {
 	runtime.LockOSThread()
 	boostThread()
@@ -227,18 +260,28 @@ func (s *hintServer) serve() {
 	// offset estimate's error (microseconds where reading the clocks is
 	// slow, as under emulation) and is raised to its predecessor's.
 	var last uint64
+	// After stop, left counts down the datagrams still taken without
+	// waiting (-1 before stop).
+	left := -1
 	for {
 		for i := range hdrs {
 			hdrs[i].hdr.SetControllen(oobLen)
 			hdrs[i].hdr.Flags = 0
 			hdrs[i].n = 0
 		}
+		flags := unix.MSG_CMSG_CLOEXEC | unix.MSG_WAITFORONE
+		if left >= 0 {
+			flags |= unix.MSG_DONTWAIT
+		}
 		n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&hdrs[0])), hintBatch,
-			unix.MSG_CMSG_CLOEXEC|unix.MSG_WAITFORONE, 0, 0)
+			uintptr(flags), 0, 0)
 		if errno != 0 {
 			if errno == unix.EAGAIN || errno == unix.EINTR {
-				if s.quit.Load() {
-					return
+				if left >= 0 && errno == unix.EAGAIN {
+					return // stopped, and the queue is empty
+				}
+				if left < 0 && s.quit.Load() {
+					left = drainMax
 				}
 				continue
 			}
@@ -264,18 +307,25 @@ func (s *hintServer) serve() {
 			for _, fd := range fds[:nfds] {
 				unix.Close(int(fd))
 			}
-			if rej >= 0 {
+			switch {
+			case rej >= 0:
 				s.rej[rej].Add(1)
-			} else {
+			case rej == handledHint:
 				rows = append(rows, h)
 			}
 		}
 		if len(rows) > 0 && s.src.deliverHints(rows) {
 			s.accepted.Add(uint64(len(rows)))
 		}
-		// A client that keeps sending never lets the receive time out.
-		if s.quit.Load() {
-			return
+		// A client that keeps sending never lets the receive time out:
+		// stop is checked between batches too, and the drain is bounded.
+		switch {
+		case left >= 0:
+			if left -= int(n); left <= 0 {
+				return
+			}
+		case s.quit.Load():
+			left = drainMax
 		}
 	}
 }
@@ -317,8 +367,8 @@ func parseControl(oob []byte, fds *[16]int32) (cred *unix.Ucred, nfds int, realt
 	return cred, nfds, realtimeNS
 }
 
-// handle checks and decodes one datagram into h; it returns a rej* reason
-// or -1.
+// handle checks and decodes one datagram into h; it returns a rej* reason,
+// handledHint, or handledReport for a drop report (counted here).
 func (s *hintServer) handle(buf []byte, n int, flags int32, cred *unix.Ucred, fds []int32, ts uint64, msg *hints.Message, h *formats.Hint) int {
 	if cred == nil {
 		return rejNoCreds
@@ -340,6 +390,14 @@ func (s *hintServer) handle(buf []byte, n int, flags int32, cred *unix.Ucred, fd
 			return rejOversized
 		}
 		return rejMalformed
+	}
+	if msg.Kind == hints.KindDropReport {
+		if len(fds) != 0 {
+			return rejBadFile
+		}
+		addSaturating(&s.dropFull, msg.QueueFull)
+		addSaturating(&s.dropNone, msg.NoServer)
+		return handledReport
 	}
 	var fe *fileEntry
 	if msg.Flags&hints.FlagFD != 0 {
@@ -386,7 +444,23 @@ func (s *hintServer) handle(buf []byte, n int, flags int32, cred *unix.Ucred, fd
 	case hints.KindLayerStart:
 		h.Position = msg.Layer
 	}
-	return -1
+	return handledHint
+}
+
+// addSaturating adds v to c, stopping at the largest uint64: counts a
+// sender reports are its claim, and must not wrap the total around. Only
+// the serve goroutine adds.
+func addSaturating(c *atomic.Uint64, v uint64) {
+	old := c.Load()
+	if old+v < old {
+		c.Store(^uint64(0))
+		return
+	}
+	c.Store(old + v)
+}
+
+func (s *hintServer) drops() HintDrops {
+	return HintDrops{QueueFull: s.dropFull.Load(), NoServer: s.dropNone.Load()}
 }
 
 // checkPath resolves a hint's path for the sender, with a short-lived cache.
@@ -394,9 +468,6 @@ func (s *hintServer) checkPath(cred *unix.Ucred, path []byte) (*fileEntry, int) 
 	ck := credKey{pid: uint32(cred.Pid), uid: cred.Uid, gid: cred.Gid}
 	byPath := s.paths[ck]
 	if byPath == nil {
-		if len(s.paths) > 4096 {
-			clear(s.paths)
-		}
 		byPath = make(map[string]pathCheck)
 		s.paths[ck] = byPath
 	}
@@ -419,8 +490,14 @@ func (s *hintServer) checkPath(cred *unix.Ucred, path []byte) (*fileEntry, int) 
 			c.entry = s.src.files.add(key, 0, p)
 		}
 	}
-	if len(byPath) > 65536 {
-		clear(byPath)
+	if _, ok := byPath[p]; !ok {
+		if s.npaths >= maxPathChecks {
+			clear(s.paths)
+			s.npaths = 0
+			byPath = make(map[string]pathCheck)
+			s.paths[ck] = byPath
+		}
+		s.npaths++
 	}
 	byPath[p] = c
 	return c.entry, c.rej

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/predictio/predictio/hints"
 )
 
 // TestHintServeStopsUnderLoad checks that stop ends serve while a client
@@ -200,4 +203,127 @@ func testSource() *Source {
 	s := &Source{files: newFileTable(filter{}, nil, ""), failed: make(chan struct{})}
 	s.consumer = ConsumerFunc(func(*Batch) error { return nil })
 	return s
+}
+
+// TestHintDropReports checks that the server adds up the senders' drop
+// reports (docs/hints.md, drop_report) from allowed senders, keeps them out
+// of the hint and reject counts, and rejects reports from a foreign uid or
+// with a descriptor attached.
+func TestHintDropReports(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to forge another uid in SCM_CREDENTIALS")
+	}
+	sock := filepath.Join(t.TempDir(), "hints.sock")
+	s, err := newHintServer(sock, testSource(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	served := make(chan struct{})
+	go func() { s.serve(); close(served) }()
+
+	send := func(b []byte, uid uint32, withFD bool) {
+		t.Helper()
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		var oob []byte
+		if uid != 0 {
+			oob = unix.UnixCredentials(&unix.Ucred{Pid: int32(os.Getpid()), Uid: uid, Gid: uid})
+		}
+		if withFD {
+			oob = append(oob, unix.UnixRights(0)...)
+		}
+		if err := unix.Sendmsg(fd, b, oob, &unix.SockaddrUnix{Name: sock}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(hints.AppendDropReport(nil, 5, 2), 0, false)
+	send(hints.AppendDropReport(nil, 10, 0), 0, false)
+	send(hints.AppendDropReport(nil, 1000, 1000), 12345, false) // foreign uid
+	send(hints.AppendDropReport(nil, 1000, 1000), 0, true)      // with a descriptor
+	fdFlag := hints.AppendDropReport(nil, 1000, 1000)
+	fdFlag[6] = byte(hints.FlagFD)
+	send(fdFlag, 0, false)
+	send(hints.AppendDropReport(nil, ^uint64(0), 0), 0, false) // saturates, does not wrap
+
+	// The queue is FIFO: the last report counted means all were handled.
+	want := HintDrops{QueueFull: ^uint64(0), NoServer: 2}
+	for deadline := time.Now().Add(5 * time.Second); s.drops() != want && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.stop()
+	<-served
+	if got := s.drops(); got != want {
+		t.Errorf("drops %+v, want %+v", got, want)
+	}
+	if got, want := s.rejects(), (HintRejects{ForeignUID: 1, BadFile: 1, Malformed: 1}); got != want {
+		t.Errorf("rejects %+v, want %+v", got, want)
+	}
+	if n := s.accepted.Load(); n != 0 {
+		t.Errorf("%d reports counted as hints", n)
+	}
+}
+
+// TestHintPathCacheBounded checks that the path-check cache stays within
+// maxPathChecks entries over all senders, however many paths they name.
+func TestHintPathCacheBounded(t *testing.T) {
+	s, err := newHintServer(filepath.Join(t.TempDir(), "hints.sock"), testSource(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	for i := range maxPathChecks + 1000 {
+		cred := &unix.Ucred{Pid: int32(i % 7), Uid: 0, Gid: 0}
+		if _, rej := s.checkPath(cred, []byte("/nonexistent/predictio/"+strconv.Itoa(i))); rej != rejBadFile {
+			t.Fatalf("missing path %d: %d, want rejBadFile", i, rej)
+		}
+	}
+	n := 0
+	for _, byPath := range s.paths {
+		n += len(byPath)
+	}
+	if n != s.npaths || n > maxPathChecks || n == 0 {
+		t.Errorf("cache holds %d entries (counted %d), want 1..%d", n, s.npaths, maxPathChecks)
+	}
+}
+
+// TestHintServeDrainsAtStop queues drop reports before serve runs, stops
+// the server, and checks that serve still counts every one of them: what
+// was sent before a recording stopped is in it.
+func TestHintServeDrainsAtStop(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "hints.sock")
+	s, err := newHintServer(sock, testSource(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	queued := uint64(0)
+	for range hintQueue {
+		if unix.Sendto(fd, hints.AppendDropReport(nil, 1, 0), unix.MSG_DONTWAIT, &unix.SockaddrUnix{Name: sock}) != nil {
+			break
+		}
+		queued++
+	}
+	if queued <= hintBatch {
+		t.Skipf("the socket queues only %d datagrams (net.unix.max_dgram_qlen; raising it needs root)", queued)
+	}
+	s.stop()
+	done := make(chan struct{})
+	go func() { s.serve(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("serve did not return after stop")
+	}
+	if got := s.drops().QueueFull; got != queued {
+		t.Errorf("serve counted %d of the %d drop reports queued before stop", got, queued)
+	}
 }

@@ -94,6 +94,7 @@ type Stats struct {
 	OpenDropped    uint64 // open events lost (paths may stay unresolved)
 	Hints          uint64 // hints delivered
 	HintRejects    HintRejects
+	HintDrops      HintDrops     // hints the senders dropped, from their drop reports
 	Files          int           // file ids assigned
 	ReaderCPU      time.Duration // CPU time of the ring reader's thread (after Stop)
 	DecoderCPU     time.Duration // CPU time of the decoder's thread (after Stop; Batched only)
@@ -417,6 +418,7 @@ func (s *Source) Stats() Stats {
 	if s.hints != nil {
 		st.Hints = s.hints.accepted.Load()
 		st.HintRejects = s.hints.rejects()
+		st.HintDrops = s.hints.drops()
 		st.HintCPU = time.Duration(s.hints.cpu.Load())
 	}
 	return st

@@ -17,7 +17,7 @@ func BenchmarkInfo(b *testing.B) {
 		b.Fatal(err)
 	}
 	for f := uint32(0); f < 16; f++ {
-		w.AddFile(formats.File{ID: f, Path: "/f"})
+		w.AddFile(formats.File{ID: f, Ino: uint64(f + 1), Path: "/f"})
 	}
 	a := formats.Access{PID: 1, TID: 1, Comm: "bench", NPages: 1, Kind: formats.KindRead}
 	for i := 0; i < n; i++ {

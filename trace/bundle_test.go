@@ -69,7 +69,7 @@ func makeBundle(t *testing.T, spec bundleSpec) string {
 		m.Start.MonotonicNS, m.End.MonotonicNS = first, last
 	}
 	m.Start.Wall = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	m.Counters = formats.Counters{Events: uint64(len(spec.accesses)), Hints: uint64(len(spec.hints)), Files: uint64(len(spec.files)), DroppedEvents: 7}
+	m.Counters = formats.Counters{Events: uint64(len(spec.accesses)), Hints: uint64(len(spec.hints)), Files: uint64(len(spec.files)), DroppedEvents: 7, DroppedHints: 3}
 	if spec.edit != nil {
 		spec.edit(m)
 	}
@@ -450,7 +450,7 @@ func TestMerge(t *testing.T) {
 		t.Errorf("merged hints %+v", hs)
 	}
 	m := manifestOf(t, out)
-	if m.Counters.DroppedEvents != 14 || m.Recording.Source != "merge" || !strings.Contains(strings.Join(m.Notes, "\n"), db) || !strings.Contains(strings.Join(m.Notes, "\n"), "another host") {
+	if m.Counters.DroppedEvents != 14 || m.Counters.DroppedHints != 6 || m.Recording.Source != "merge" || !strings.Contains(strings.Join(m.Notes, "\n"), db) || !strings.Contains(strings.Join(m.Notes, "\n"), "another host") {
 		t.Errorf("manifest %+v", m)
 	}
 	if _, err := Merge(filepath.Join(t.TempDir(), "x"), nil); !errors.Is(err, ErrUsage) {

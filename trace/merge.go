@@ -215,12 +215,16 @@ func Merge(out string, ins []string, opts ...formats.OpenOption) (*MergeReport, 
 			}
 			m.Counters.DroppedEvents += src.Counters.DroppedEvents
 			m.Counters.RejectedHints += src.Counters.RejectedHints
+			m.Counters.DroppedHints += src.Counters.DroppedHints
 			m.Filesystems = mergeFilesystems(m.Filesystems, src.Filesystems)
 			if src.Host.KernelRelease != m.Host.KernelRelease || src.Host.Hostname != m.Host.Hostname || src.Host.PageSize != m.Host.PageSize {
 				m.Notes = append(m.Notes, fmt.Sprintf("source %d was recorded on another host (%s, kernel %s, page size %d); host is that of source 0", i, orDash(src.Host.Hostname), orDash(src.Host.KernelRelease), src.Host.PageSize))
 			}
 		}
 		m.Notes = append(m.Notes, fmt.Sprintf("merged source %d: %s (source %s, %d events, %d hints, %s)", i, ins[i], orDash(src.Recording.Source), src.Counters.Events, src.Counters.Hints, wallOrDash(src.Start.Wall)))
+		if b.Integrity() == formats.IntegritySkipped {
+			m.Notes = append(m.Notes, noVerifyNote(ins[i]))
+		}
 		for _, n := range src.Notes {
 			m.Notes = append(m.Notes, "source "+strconv.Itoa(i)+": "+n)
 		}

@@ -83,6 +83,9 @@ func rewrite(in, out string, rw rewriter, opts []formats.OpenOption) (copyCounts
 	}
 	copyManifest(w.Manifest(), b.Manifest())
 	m := w.Manifest()
+	if b.Integrity() == formats.IntegritySkipped {
+		m.Notes = append(m.Notes, noVerifyNote(in))
+	}
 	m.ToolVersion = ToolVersion
 	m.Counters.Events, m.Counters.Hints, m.Counters.Files = cc.Events, cc.Hints, cc.Files
 	if rw.manifest != nil {
@@ -110,4 +113,9 @@ func copyManifest(dst, src *formats.Manifest) {
 	if !src.Complete {
 		dst.Notes = append(dst.Notes, "copied from an incomplete (repaired) bundle")
 	}
+}
+
+// noVerifyNote is the manifest note of a bundle copied with NoVerify.
+func noVerifyNote(in string) string {
+	return "copied from " + in + " without integrity checks (--no-verify): damaged source data would have been copied as it was"
 }

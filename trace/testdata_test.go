@@ -12,7 +12,7 @@ import (
 // that verifies.
 func TestTestdata(t *testing.T) {
 	root := filepath.Join("..", "testdata")
-	for _, name := range []string{"seq", "stride", "random", "btree", "sparse-run1", "sparse-run2", "sparse-run3", "sparse-run4", "fio-bundle", "msr-bundle"} {
+	for _, name := range []string{"seq", "stride", "random", "btree", "sparse-run1", "sparse-run2", "sparse-run3", "sparse-run4", "fio-bundle", "msr-bundle", "launch"} {
 		dir := filepath.Join(root, name)
 		if errs := formats.Verify(dir); len(errs) > 0 {
 			t.Errorf("%s: %v (regenerate with scripts/make-testdata.sh)", dir, errs)
@@ -21,6 +21,12 @@ func TestTestdata(t *testing.T) {
 		s, err := Info(dir, 1)
 		if err != nil || s.Events == 0 {
 			t.Errorf("%s: info %+v, %v", dir, s, err)
+			continue
+		}
+		// launch is the format 1.1 bundle; the others stay 1.0 to test that
+		// 1.0 bundles still read (scripts/make-testdata.sh keeps them).
+		if want := map[bool]string{true: "1.1.0", false: "1.0.0"}[name == "launch"]; s.FormatVersion != want {
+			t.Errorf("%s: format %s, want %s", dir, s.FormatVersion, want)
 		}
 	}
 	for _, tc := range []struct {

@@ -203,6 +203,11 @@ func benchDevice(c *command, args []string) int {
 		return fail(1, err)
 	}
 	b = append(b, '\n')
+	if cached, err := bench.SaveProfile(p, *file); err != nil {
+		fmt.Fprintf(os.Stderr, "predictio: warning: %v\n", err)
+	} else {
+		fmt.Fprintf(os.Stderr, "cached in %s: simulate and replay predict with it for files on this device\n", cached)
+	}
 	if *out == "" {
 		os.Stdout.Write(b)
 		return 0
@@ -210,6 +215,6 @@ func benchDevice(c *command, args []string) int {
 	if err := os.WriteFile(*out, b, 0o644); err != nil {
 		return fail(1, fmt.Errorf("bench device: write profile: %w", err))
 	}
-	fmt.Fprintf(os.Stderr, "wrote %s; use it with 'predictio simulate --device-profile %s BUNDLE'\n", *out, *out)
+	fmt.Fprintf(os.Stderr, "wrote %s; use it elsewhere with 'predictio simulate --device-profile %s BUNDLE'\n", *out, *out)
 	return 0
 }

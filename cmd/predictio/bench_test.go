@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/predictio/predictio/bench"
 	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/internal/testenv"
 	"golang.org/x/sys/unix"
@@ -91,6 +92,7 @@ func TestBenchEngineCLI(t *testing.T) {
 
 func TestBenchDeviceCLI(t *testing.T) {
 	dir := benchScratch(t)
+	t.Setenv(bench.ProfileCacheEnv, t.TempDir()) // not this machine's real cache
 	out := filepath.Join(dir, "dev.json")
 	if _, code := benchCLI(t, "device", "--file", filepath.Join(dir, "dev.dat"), "--size", "64M", "--duration", "450ms", "-o", out); code != 0 {
 		t.Fatalf("exit %d", code)
@@ -105,5 +107,13 @@ func TestBenchDeviceCLI(t *testing.T) {
 	}
 	if p.Version != formats.DeviceProfileVersion || p.ReadLatencyNS == 0 || p.SeqReadBytesPerSec <= 0 || p.QueueDepth != 32 {
 		t.Fatalf("profile %+v", p)
+	}
+	// It is cached for the device, for simulate and replay to find.
+	c, err := bench.LookupProfile(dir)
+	if err != nil {
+		t.Fatalf("profile not cached: %v", err)
+	}
+	if c.Profile.ReadLatencyNS != p.ReadLatencyNS || !c.Profile.MeasuredAt.Equal(p.MeasuredAt) {
+		t.Errorf("cached %+v, measured %+v", c.Profile, p)
 	}
 }

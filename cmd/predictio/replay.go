@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -50,6 +49,7 @@ func runReplay(c *command, args []string) int {
 		profile   string
 		device    string
 		noPredict bool
+		measure   bool
 		progress  string
 	)
 	fs.StringVar(&opt.Root, "root", "", "replay the files under `DIR` (as written by 'replay materialize') instead of at their recorded paths")
@@ -63,6 +63,8 @@ func runReplay(c *command, args []string) int {
 	fs.StringVar(&model, "model", "", "trained markov model `FILE` ('predictio train markov')")
 	fs.BoolVar(&opt.Warm, "warm", false, "do not evict the files before each run: runs are warm and reported warm (kernel, none)")
 	fs.BoolVar(&opt.DropCaches, "drop-caches", false, "also write /proc/sys/vm/drop_caches before each cold run (root)")
+	fs.Float64Var(&opt.MaxResidue, "max-residue", replay.DefaultMaxResidue, "refuse a cold run when more than this `SHARE` (0..1] of the demanded pages stays cached after eviction (mapped or locked by other processes, dirty); every run starts with the first run's residue")
+	fs.BoolVar(&opt.WarmMetadata, "warm-metadata", false, "do not drop dentries and inodes (drop_caches 2) before cold runs of bundles with metadata rows")
 	fs.IntVar(&opt.InFlight, "inflight", 8192, "kernel backend: most pages queued or being read ahead; excess requests are dropped")
 	fs.BoolVar(&opt.Readahead, "readahead", false, "kernel backend: use readahead(2) instead of io_uring FADVISE(WILLNEED)")
 	fs.StringVar(&cache, "cache", "65536", "direct backend: user-space cache size, in pages or with a unit (256MiB)")
@@ -71,13 +73,15 @@ func runReplay(c *command, args []string) int {
 	fs.BoolVar(&jsonOut, "json", false, "write the report as JSON")
 	fs.StringVar(&plotFile, "plot", "", "draw the latency CDF of each run spec into `FILE` (.png, .svg, .pdf)")
 	fs.StringVar(&profile, "device-profile", "", "device profile `FILE` ('predictio bench device') for the predicted speedup")
-	fs.StringVar(&device, "device", "", "device preset for the predicted speedup ("+strings.Join(simulate.PresetNames(), ", ")+"); default: this machine's measured figures")
+	fs.StringVar(&device, "device", "", "device preset for the predicted speedup ("+strings.Join(simulate.PresetNames(), ", ")+"); default: the cached profile of this machine's device holding the files")
+	fs.BoolVar(&measure, "measure-device", false, "when that device has no cached profile, measure one now ('bench device', about 30 s) and cache it")
 	fs.BoolVar(&noPredict, "no-predict", false, "do not compute simulate's predicted speedup")
 	fs.StringVar(&progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
 	limit(fs, "speed", 0.001, 1e6)
 	limit(fs, "repeat", 1, 10000)
 	limit(fs, "inflight", 1, 1<<24)
 	limit(fs, "qd", 1, 4096)
+	limit(fs, "max-residue", 1e-9, 1.0)
 	noVerify := addNoVerifyFlag(fs, os.Stderr)
 	if code, ok := parseInterspersed(fs, args); !ok {
 		return code
@@ -124,30 +128,12 @@ func runReplay(c *command, args []string) int {
 	default:
 		return fail(2, fmt.Errorf("replay: --progress %q: use auto, always or never", progress))
 	}
-	var dev simulate.Device
-	if !noPredict {
-		switch {
-		case profile != "":
-			b, err := os.ReadFile(profile)
-			if err != nil {
-				return fail(1, fmt.Errorf("replay: read device profile: %w", err))
-			}
-			var p formats.DeviceProfile
-			if err := json.Unmarshal(b, &p); err != nil {
-				return fail(1, fmt.Errorf("replay: parse device profile %s: %w", profile, err))
-			}
-			if dev, err = simulate.DeviceFromProfile(&p); err != nil {
-				return fail(1, fmt.Errorf("replay: %s: %w", profile, err))
-			}
-		case device != "":
-			if dev, err = simulate.Preset(device); err != nil {
-				return fail(2, err)
-			}
-		default:
-			p := replay.ThisMachine
-			if dev, err = simulate.DeviceFromProfile(&p); err != nil {
-				return fail(1, err)
-			}
+	if profile != "" && device != "" {
+		return fail(2, errors.New("replay: flags --device and --device-profile: use one"))
+	}
+	if device != "" {
+		if _, err := simulate.Preset(device); err != nil {
+			return fail(2, fmt.Errorf("replay: flag --device: %w", err))
 		}
 	}
 
@@ -162,7 +148,7 @@ func runReplay(c *command, args []string) int {
 		return fail(1, err)
 	}
 	if !noPredict {
-		if err := r.Predict(rep, dev); err != nil {
+		if err := predictReplay(r, rep, deviceFlags{profile: profile, preset: device, measure: measure}); err != nil {
 			fmt.Fprintf(os.Stderr, "predictio: warning: %v\n", err)
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/policies"
 	"github.com/predictio/predictio/simulate"
 )
@@ -23,7 +22,7 @@ func init() {
 	c := &command{
 		name:    "simulate",
 		summary: "score prefetch policies offline: replay a bundle through Linux readahead, the policies, a page cache and a device model",
-		usage: "predictio simulate [--policy SPEC]... [--cache SIZE] [--cache-model lru|2q] [--device nvme|sata-ssd|hdd | --device-profile FILE]\n" +
+		usage: "predictio simulate [--policy SPEC]... [--cache SIZE] [--cache-model lru|2q] [--device nvme|sata-ssd|hdd | --device-profile FILE | --measure-device]\n" +
 			"                   [--no-readahead] [--model FILE] [--no-oracle] [--json] [--assert EXPR]... [--junit FILE]\n" +
 			"                   [--sweep cache=SIZE,SIZE,...] [--plot FILE.svg|FILE.png] BUNDLE\n\n" +
 			"Policies: " + strings.Join(policies.Names(), ", ") + " (spec name[:key=value,...]; 'predictio simulate --policy help' lists parameters).\n" +
@@ -42,8 +41,8 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 	fs.Var(&specs, "policy", "policy spec to score, e.g. tree:window=8 (repeatable)")
 	cacheFlag := fs.String("cache", "256MiB", "page cache capacity")
 	cacheModel := fs.String("cache-model", "lru", "cache model: lru, or 2q (Linux-like active/inactive lists)")
-	device := fs.String("device", "nvme", "device preset: nvme, sata-ssd or hdd")
-	profile := fs.String("device-profile", "", "device profile JSON measured by 'predictio bench device' (overrides --device)")
+	var dev deviceFlags
+	dev.register(fs, "the device model")
 	noRA := fs.Bool("no-readahead", false, "turn the Linux readahead baseline off in every lane")
 	raSpec := fs.String("readahead", "readahead", "readahead baseline spec, e.g. readahead:kb=256")
 	modelFile := fs.String("model", "", "markov model trained by 'predictio train markov'")
@@ -92,16 +91,13 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 	if cfg.CacheModel, err = simulate.ParseCacheModel(*cacheModel); err != nil {
 		return usageErr(fmt.Errorf("flag --cache-model: %w", err))
 	}
-	if *profile != "" {
-		p, err := loadDeviceProfile(*profile)
-		if err != nil {
-			return failErr(err)
+	if dev.profile != "" && dev.preset != "" {
+		return usageErr(errors.New("flags --device and --device-profile: use one"))
+	}
+	if dev.preset != "" {
+		if _, err := simulate.Preset(dev.preset); err != nil {
+			return usageErr(fmt.Errorf("flag --device: %w", err))
 		}
-		if cfg.Device, err = simulate.DeviceFromProfile(p); err != nil {
-			return failErr(fmt.Errorf("%s: %w", *profile, err))
-		}
-	} else if cfg.Device, err = simulate.Preset(*device); err != nil {
-		return usageErr(fmt.Errorf("flag --device: %w", err))
 	}
 	var sizes []int64
 	if *sweep != "" {
@@ -139,10 +135,26 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 		}
 		cfg.Env.Markov = m
 	}
-	if cfg.Oracle {
-		if cfg.Env.Future, err = in.Future(); err != nil {
-			return failErr(err)
+	// The device and readahead parameters of this machine, unless told
+	// otherwise. The oracle's future is streamed by Run.
+	paths := in.Paths()
+	list := make([]string, 0, len(paths))
+	for _, p := range paths {
+		list = append(list, p)
+	}
+	choice, err := chooseDevice(dev, list, stderr)
+	if err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			return usageErr(err)
 		}
+		return failErr(err)
+	}
+	cfg.Device, cfg.Calibrated = choice.device, choice.calibrated
+	if dev.preset == "" {
+		ra := simulate.ReadaheadOnThisMachine(paths, choice.path)
+		cfg.Env.FileRA = ra.FileRA
+		cfg.ReadaheadParams = ra.Summary
 	}
 
 	var reports []*simulate.Report
@@ -158,12 +170,16 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 		}
 		reports = []*simulate.Report{r}
 	} else {
-		// Each goroutine reads the bundle with its own cursors; the file
-		// table, the model and the future are shared read-only.
+		// Each goroutine reads the bundle with its own cursors and streams
+		// its own future; the file table and the model are shared
+		// read-only.
 		reports, err = simulate.Sweep(cfg, sizes, in.Source, nil)
 		if err != nil {
 			return failErr(fmt.Errorf("simulate %s: %w", pos[0], err))
 		}
+	}
+	for _, r := range reports {
+		r.Notes = append(r.Notes, choice.notes...)
 	}
 
 	// Results: table or JSON.
@@ -254,18 +270,6 @@ func writeJUnit(path, bundle string, reports []*simulate.Report, results []simul
 		return fmt.Errorf("write junit report: %w", err)
 	}
 	return nil
-}
-
-func loadDeviceProfile(path string) (*formats.DeviceProfile, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("load device profile: %w", err)
-	}
-	var p formats.DeviceProfile
-	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, fmt.Errorf("load device profile %s: %w", path, err)
-	}
-	return &p, nil
 }
 
 func loadModel(path string) (*policies.MarkovModel, error) {

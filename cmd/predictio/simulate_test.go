@@ -9,8 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/predictio/predictio/bench"
 	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/simulate"
 )
 
 // simCLI runs predictio simulate in-process.
@@ -68,10 +71,79 @@ func TestSimulateCLI(t *testing.T) {
 		if r.Events == 0 || r.EventsPerSec <= 0 || len(r.Policies) != 3 || r.Policies[1]["name"] != "tree" {
 			t.Errorf("report %+v", r)
 		}
-		for _, k := range []string{"name", "coverage", "accuracy", "late", "io_amplification", "stall_ns", "speedup"} {
-			if _, ok := r.Policies[1][k]; !ok {
-				t.Errorf("policy lacks %q", k)
+		for i, p := range r.Policies {
+			for _, k := range []string{"name", "coverage", "accuracy", "pages_used_in_time", "pages_late", "pages_wasted", "io_amplification", "stall_ns", "wall_ns", "speedup"} {
+				if _, ok := p[k]; !ok {
+					t.Errorf("policy %d lacks %q", i, k)
+				}
 			}
+			// Scalars, present for every lane, the baseline included.
+			for _, k := range []string{"predicted_wall_ns", "predicted_speedup"} {
+				if v, ok := p[k].(float64); !ok || v <= 0 {
+					t.Errorf("policy %d: %s is %v, want a positive number", i, k, p[k])
+				}
+			}
+		}
+	})
+
+	t.Run("oracle once", func(t *testing.T) {
+		out, errOut, code := simCLI(t, "--json", "--policy", "oracle", bt)
+		if code != 0 {
+			t.Fatalf("code %d: %s", code, errOut)
+		}
+		var r struct{ Policies []struct{ Name string } }
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Policies) != 2 || r.Policies[1].Name != "oracle" {
+			t.Errorf("simulate --policy oracle: lanes %+v, want baseline and one oracle", r.Policies)
+		}
+	})
+
+	t.Run("this machine", func(t *testing.T) {
+		t.Setenv(bench.ProfileCacheEnv, t.TempDir())
+		type report struct {
+			Calibrated bool     `json:"predicted_calibrated"`
+			Notes      []string `json:"notes"`
+			RA         string   `json:"readahead_params"`
+			Device     simulate.Device
+		}
+		run := func(args ...string) report {
+			t.Helper()
+			out, errOut, code := simCLI(t, append(append([]string{"--json"}, args...), bt)...)
+			if code != 0 {
+				t.Fatalf("code %d: %s", code, errOut)
+			}
+			var r report
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		// No profile cached: uncalibrated, and the report says how to
+		// calibrate.
+		r := run()
+		if r.Calibrated || !strings.Contains(strings.Join(r.Notes, "\n"), "uncalibrated") {
+			t.Errorf("no cached profile: calibrated %v, notes %q", r.Calibrated, r.Notes)
+		}
+		if r2 := run("--device", "hdd"); r2.Calibrated || r2.Device.Name != "hdd" || r2.RA != "" {
+			t.Errorf("--device hdd: %+v; want the preset, uncalibrated, without this machine's readahead", r2)
+		}
+		dev, err := bench.DeviceOf("/var/tmp")
+		if err != nil {
+			t.Skipf("/var/tmp is not on a block device here (%v): no profile to cache", err)
+		}
+		if !strings.Contains(r.RA, "read_ahead_kb") {
+			t.Errorf("readahead parameters %q, want this machine's device's", r.RA)
+		}
+		p := &formats.DeviceProfile{Version: formats.DeviceProfileVersion, Name: dev.Name, ReadLatencyNS: 61_000, SeqReadBytesPerSec: 1.2e9,
+			QueueDepth: 32, MeasuredAt: time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), Kernel: kernelRelease()} // latency 61 µs less a 4 KiB transfer: 57586 ns
+		if _, err := bench.SaveProfile(p, "/var/tmp"); err != nil {
+			t.Fatal(err)
+		}
+		r = run()
+		if !r.Calibrated || r.Device.Name != dev.Name || r.Device.LatencyNS != 57586 || !strings.Contains(r.Device.Source, "measured 2026-11-30") {
+			t.Errorf("cached profile: %+v; want the cached figures of %s, calibrated", r, dev)
 		}
 	})
 

@@ -491,22 +491,23 @@ func init() {
 	s10 := &traceSub{args: "no arguments"}
 	s10.command = command{
 		name:    "synth",
-		summary: "write a deterministic synthetic bundle: seq, stride, random, sparse (recurring, --run selects the run) or btree (with hints)",
-		usage:   "predictio trace synth -o DIR --pattern seq|stride|random|sparse|btree [--events N] [--files N] [--file-pages N] [--stride N] [--run N] [--seed N] [--think-ns N]",
+		summary: "write a deterministic synthetic bundle: seq, stride, random, sparse (recurring, --run selects the run), btree (with hints) or launch (a program start: exec, opens, stats, readdir, mmap and faults with their protection, reads; service times)",
+		usage:   "predictio trace synth -o DIR --pattern seq|stride|random|sparse|btree|launch [--events N] [--files N] [--file-pages N] [--stride N] [--run N] [--seed N] [--think-ns N] [--service-ns N]",
 		example: "predictio trace synth -o /var/tmp/rand --pattern random --events 100000 --seed 7",
 	}
 	s10.run = func(args []string) int {
 		fs := newFlagSet(&s10.command, "trace synth")
 		out := fs.String("o", "", "output bundle directory")
 		var spec formats.SynthSpec
-		fs.StringVar(&spec.Pattern, "pattern", "", "access pattern: seq, stride, random, sparse or btree")
+		fs.StringVar(&spec.Pattern, "pattern", "", "access pattern: seq, stride, random, sparse, btree or launch")
 		fs.IntVar(&spec.Events, "events", 100000, "number of accesses")
-		fs.IntVar(&spec.Files, "files", 1, "number of files")
+		fs.IntVar(&spec.Files, "files", 1, "number of files (launch: of libraries)")
 		fs.Uint64Var(&spec.FilePages, "file-pages", 0, "pages per file (0: events/files for seq, else 262144)")
 		fs.Uint64Var(&spec.Stride, "stride", 0, "page step for --pattern stride (default 16), fanout for btree (default 64)")
 		fs.IntVar(&spec.Run, "run", 0, "run of --pattern sparse or btree: runs share the sequence of --seed (sparse: 90% of it) and differ in the rest")
 		fs.Int64Var(&spec.Seed, "seed", 1, "random seed")
 		fs.Uint64Var(&spec.ThinkNS, "think-ns", 2000, "mean time between accesses in ns")
+		fs.Uint64Var(&spec.ServiceNS, "service-ns", 0, "give every access this service time in ns (end_ns = ts_ns + N; format 1.1); launch: default 20000")
 		limit(fs, "events", 1, 1_000_000_000)
 		limit(fs, "files", 1, 1<<20)
 		limit[uint64](fs, "file-pages", 1, 1<<40).orZero("events/files for seq, else 262144")
@@ -514,6 +515,7 @@ func init() {
 		limit(fs, "run", 0, 1_000_000)
 		limit[int64](fs, "seed", math.MinInt64, math.MaxInt64)
 		limit[uint64](fs, "think-ns", 1, 1_000_000_000)
+		limit[uint64](fs, "service-ns", 1, 1_000_000_000).orZero("none; launch: 20000")
 		_, code, ok := s10.parse(fs, args, 0)
 		if !ok {
 			return code

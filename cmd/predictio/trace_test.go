@@ -115,6 +115,79 @@ func TestTraceCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("integrity and --no-verify", func(t *testing.T) {
+		b := filepath.Join(tmp, "damaged")
+		if _, e, code := runBin(t, bin, "trace", "synth", "-o", b, "--pattern", "random", "--events", "3000", "--service-ns", "100"); code != 0 {
+			t.Fatalf("synth: %d %s", code, e)
+		}
+		p := filepath.Join(b, formats.AccessesFile)
+		data, _ := os.ReadFile(p)
+		// Flip a byte of the random first_page column, stored raw (behind
+		// a length prefix of -1): it decodes, to a wrong value.
+		raw := bytes.Index(data, bytes.Repeat([]byte{0xff}, 8))
+		if raw < 0 {
+			t.Fatal("no raw-stored buffer")
+		}
+		data[raw+8+100] ^= 0x01
+		os.WriteFile(p, data, 0o644)
+		// Every reader refuses, naming the file.
+		for _, args := range [][]string{
+			{"trace", "info", b},
+			{"trace", "cat", b},
+			{"trace", "export", b, "--parquet", filepath.Join(tmp, "damaged-pq")},
+			{"trace", "slice", b, "-o", filepath.Join(tmp, "damaged-slice")},
+			{"simulate", b},
+			{"train", "markov", "-o", filepath.Join(tmp, "damaged.model"), b},
+		} {
+			_, e, code := runBin(t, bin, args...)
+			if code != 1 || !strings.Contains(e, p) || !strings.Contains(e, "corrupt bundle") {
+				t.Errorf("%v on a damaged bundle: exit %d, %q; want 1 naming %s", args, code, e, p)
+			}
+			// With --no-verify it reads, and says so.
+			o, e, code := runBin(t, bin, append(args, "--no-verify")...)
+			if !strings.Contains(e, "--no-verify: bundle integrity checks skipped") {
+				t.Errorf("%v --no-verify: exit %d, stderr %q: it does not say verification was skipped", args, code, e)
+			}
+			if args[1] == "info" && (code != 0 || !strings.Contains(o, "not verified (--no-verify)")) {
+				t.Errorf("info --no-verify: exit %d\n%s%s", code, o, e)
+			}
+		}
+		// verify: damage is not a truncation.
+		_, e, code := runBin(t, bin, "trace", "verify", b)
+		if code != 1 || !strings.Contains(e, "restore the bundle from a copy") || strings.Contains(e, "trace repair") {
+			t.Errorf("verify of a damaged bundle: exit %d\n%s; want advice to restore it and none to repair", code, e)
+		}
+		// A killed writer's bundle gets the repair advice.
+		k := filepath.Join(tmp, "killed-advice")
+		w, err := formats.Create(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.AddFile(formats.File{ID: 1, Ino: 1, Path: "/f"})
+		w.Append(&formats.Access{TS: 1, FileID: 1, NPages: 1, Kind: formats.KindRead})
+		w.Flush()
+		w.Abort()
+		_, e, code = runBin(t, bin, "trace", "verify", k)
+		if code != 1 || !strings.Contains(e, "trace repair "+k) || strings.Contains(e, "restore the bundle") {
+			t.Errorf("verify of a killed bundle: exit %d\n%s; want the repair advice only", code, e)
+		}
+		// Rows referencing missing files: repair and the slice that keeps the whole part.
+		m := filepath.Join(tmp, "missing-files")
+		w, _ = formats.Create(m, formats.AllowUnknownFiles())
+		w.AddFile(formats.File{ID: 1, Ino: 1, Path: "/f"})
+		w.Append(&formats.Access{TS: 10, FileID: 1, NPages: 1, Kind: formats.KindRead})
+		w.Append(&formats.Access{TS: 20, FileID: 2, NPages: 1, Kind: formats.KindRead})
+		w.Close()
+		_, e, code = runBin(t, bin, "trace", "verify", m)
+		if code != 1 || !strings.Contains(e, "trace slice "+m+" -o OUT --to 20") {
+			t.Errorf("verify of a bundle with missing files: exit %d\n%s", code, e)
+		}
+		_, e, code = runBin(t, bin, "simulate", m)
+		if code != 1 || !strings.Contains(e, "1 of 2 accesses reference 1 file id(s)") || !strings.Contains(e, "trace repair") {
+			t.Errorf("simulate of a bundle with missing files: exit %d\n%s", code, e)
+		}
+	})
+
 	t.Run("info json", func(t *testing.T) {
 		b := filepath.Join(tmp, "json")
 		runBin(t, bin, "trace", "synth", "-o", b, "--pattern", "btree", "--events", "2000")

@@ -5,12 +5,14 @@
 package tracetest
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -36,6 +38,8 @@ func Main(m *testing.M) {
 		os.Exit(helperGetppid())
 	case "hints":
 		os.Exit(helperHints())
+	case "hintburst":
+		os.Exit(helperHintBurst())
 	case "preadpaced":
 		os.Exit(helperPreadPaced())
 	case "stamp":
@@ -186,11 +190,63 @@ func helperHints() int {
 	var line string
 	fmt.Scanln(&line)
 	children := []uint64{10, 11, 12, 13}
+	// The client never blocks: a hint the server's full queue refused is
+	// dropped, so resend it after a nap, to measure the server's capacity.
 	for i := 0; i < n; i++ {
-		if err := c.TreeChildEnter(f, uint64(i), 1, children); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
+		for sent := c.Stats().Sent; ; {
+			if err := c.TreeChildEnter(f, uint64(i), 1, children); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			if c.Stats().Sent != sent {
+				break
+			}
+			time.Sleep(50 * time.Microsecond)
 		}
+	}
+	return 0
+}
+
+// helperHintBurst is the Go sender of the stopped-recorder tests (the C
+// one is record/testdata/hintburst.c, same protocol). It dials
+// PREDICTIO_RECORD_SOCK lazily (nothing need listen), prints "ready",
+// and on each line of stdin:
+//
+//	send N   sends N tree_child_enter hints naming PREDICTIO_RECORD_FILE
+//	flush    retries Flush every millisecond until it succeeds (10 s at most)
+//
+// answers with "ns=... sent=... full=... none=... reported=...", and exits
+// at the end of stdin.
+func helperHintBurst() int {
+	c, err := hints.Dialer{Lazy: true}.Dial(os.Getenv("PREDICTIO_RECORD_SOCK"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer c.Close()
+	f := hints.Path(os.Getenv("PREDICTIO_RECORD_FILE"))
+	children := []uint64{10, 11, 12, 13}
+	fmt.Println("ready")
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		cmd, arg, _ := strings.Cut(in.Text(), " ")
+		start := time.Now()
+		switch cmd {
+		case "send":
+			n, _ := strconv.Atoi(arg)
+			for i := range n {
+				if err := c.TreeChildEnter(f, uint64(i), 1, children); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					return 1
+				}
+			}
+		case "flush":
+			for c.Flush() != nil && time.Since(start) < 10*time.Second {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		s := c.Stats()
+		fmt.Printf("ns=%d sent=%d full=%d none=%d reported=%d\n", time.Since(start).Nanoseconds(), s.Sent, s.QueueFull, s.NoServer, s.Reported)
 	}
 	return 0
 }

@@ -1,0 +1,121 @@
+package adapters
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+)
+
+func writeCorpus(t *testing.T, target, name string, data, pattern []byte) {
+	dir := filepath.Join("testdata", "fuzz", target)
+	os.MkdirAll(dir, 0o755)
+	s := "go test fuzz v1\n[]byte(" + strconv.Quote(string(data)) + ")\n[]byte(" + strconv.Quote(string(pattern)) + ")\n"
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWriteFuzzCorpus writes the hand-made seeds of adapters/testdata/fuzz:
+// small files that exercise each adapter's structures (a SQLite database
+// of 512-byte pages with interior and leaf pages, overflow chains and bad
+// pointers; an LMDB environment of 512-byte pages with a branch, leaves and
+// an overflow run; GGUF headers in both byte orders). It is a generator,
+// not a check: it runs only with PREDICTIO_WRITE_FUZZ_CORPUS=1.
+func TestWriteFuzzCorpus(t *testing.T) {
+	if os.Getenv("PREDICTIO_WRITE_FUZZ_CORPUS") != "1" {
+		t.Skip("generator: set PREDICTIO_WRITE_FUZZ_CORPUS=1 to rewrite adapters/testdata/fuzz")
+	}
+	// SQLite, 512-byte pages: header page, an index interior page (2), two
+	// index leaves (3, 4) whose cells spill to overflow pages 5 and 6, and
+	// a table interior page (7) whose children include itself and page 99.
+	const ps = 512
+	pages := make([][]byte, 7)
+	for i := range pages {
+		pages[i] = make([]byte, ps)
+	}
+	h := pages[0]
+	copy(h, sqliteMagic)
+	binary.BigEndian.PutUint16(h[16:], ps)
+	h[18], h[19], h[21], h[22], h[23] = 1, 1, 64, 32, 32
+	binary.BigEndian.PutUint32(h[28:], 7)
+	// usable 512: index X = (500*64/255)-23 = 102, M = (500*32/255)-23 = 39
+	spill := func(ovf uint32) []byte {
+		c := []byte{0x81, 0x00} // payload 128 > X: 39 stay local
+		c = append(c, make([]byte, 39)...)
+		return binary.BigEndian.AppendUint32(c, ovf)
+	}
+	interior := func(child, ovf uint32) []byte {
+		return append(binary.BigEndian.AppendUint32(nil, child), spill(ovf)...)
+	}
+	copy(pages[1], btreePage(ps, sqliteIndexInterior, 4, [][]byte{interior(3, 6)}))
+	copy(pages[2], btreePage(ps, sqliteIndexLeaf, 0, [][]byte{spill(5)}))
+	copy(pages[3], btreePage(ps, sqliteIndexLeaf, 0, [][]byte{spill(6), spill(5)}))
+	binary.BigEndian.PutUint32(pages[4], 6) // 5 -> 6
+	copy(pages[6], btreePage(ps, sqliteTableInterior, 99, [][]byte{tableInteriorCell(7, 1), tableInteriorCell(3, 2)}))
+	var db []byte
+	for _, p := range pages {
+		db = append(db, p...)
+	}
+	writeCorpus(t, "FuzzSQLite", "btree-512", db, []byte{0, 0, 0, 1, 0, 2, 0, 3, 0, 4, 0x10, 5, 0x20, 6})
+
+	// LMDB, 512-byte pages: meta 0 and 1, a branch (2) over leaves 3 and
+	// 4, leaf 4 holding a big value in overflow pages 5-6.
+	const lp = 512
+	le := binary.LittleEndian
+	env := make([]byte, 7*lp)
+	for m := 0; m < 2; m++ {
+		pg := env[m*lp:]
+		le.PutUint64(pg, uint64(m))
+		le.PutUint16(pg[10:], lmdbMeta)
+		le.PutUint32(pg[16:], lmdbMagic)
+		le.PutUint32(pg[20:], 1)
+		le.PutUint32(pg[40:], lp)
+		le.PutUint64(pg[88+40:], 2)
+		le.PutUint64(pg[144:], uint64(m+1))
+	}
+	node := func(pg []byte, i, off int, lo, hi, fl uint16, key string, data []byte) {
+		le.PutUint16(pg[16+2*i:], uint16(off))
+		le.PutUint16(pg[off:], lo)
+		le.PutUint16(pg[off+2:], hi)
+		le.PutUint16(pg[off+4:], fl)
+		le.PutUint16(pg[off+6:], uint16(len(key)))
+		copy(pg[off+8:], key)
+		copy(pg[off+8+len(key):], data)
+	}
+	br := env[2*lp:]
+	le.PutUint64(br, 2)
+	le.PutUint16(br[10:], lmdbBranch)
+	node(br, 0, 480, 3, 0, 0, "", nil)
+	node(br, 1, 460, 4, 0, 0, "k5", nil)
+	le.PutUint16(br[12:], 16+4)
+	le.PutUint16(br[14:], 460)
+	for _, p := range []int{3, 4} {
+		lf := env[p*lp:]
+		le.PutUint64(lf, uint64(p))
+		le.PutUint16(lf[10:], lmdbLeaf)
+		if p == 3 {
+			node(lf, 0, 480, 2, 0, 0, "k1", []byte("v1"))
+		} else {
+			node(lf, 0, 470, 700, 0, lmdbBigData, "k5", le.AppendUint64(nil, 5))
+		}
+		le.PutUint16(lf[12:], 16+2)
+		le.PutUint16(lf[14:], 470)
+	}
+	ov := env[5*lp:]
+	le.PutUint64(ov, 5)
+	le.PutUint16(ov[10:], lmdbOverflow)
+	le.PutUint32(ov[12:], 2)
+	writeCorpus(t, "FuzzLMDB", "tree-512", env, []byte{0, 0, 0, 1, 0x10, 2, 0x10, 3, 0x20, 4, 0x10, 5})
+
+	// GGUF: the small test model, little- and big-endian, header only.
+	for _, c := range []struct {
+		name string
+		bo   binary.AppendByteOrder
+	}{{"small-le", binary.LittleEndian}, {"small-be", binary.BigEndian}} {
+		b := &ggufBuilder{bo: c.bo}
+		b.kvU32("general.alignment", 64)
+		writeCorpus(t, "FuzzGGUF", c.name, b.file(3, smallModel(b), 64, false), []byte{0, 0, 0x40, 1})
+	}
+}

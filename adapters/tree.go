@@ -1,0 +1,348 @@
+package adapters
+
+// The tracker is the B-tree logic the sqlite and lmdb adapters share. A
+// parsed node becomes a slot holding its traversal list: its children in
+// key order (for SQLite index nodes interleaved with the overflow chains of
+// the node's own cells, and for leaves the overflow chains of their cells).
+// When a page in some slot's list is accessed, the scan entered that
+// position; once it has made Confirm adjacent steps in one direction the
+// slot is in a scan and every entry emits the upcoming entries, and a node
+// entered in a scan emits its own list as soon as it is parsed. When a scan
+// leaves a node's last entry, its parent continues from the node's
+// position. Memory is bounded: a fixed number of slots per pool, each list
+// bounded, and a bounded index from page to list position. Nothing follows
+// pointers transitively, so cyclic or out-of-range pointers cannot loop.
+
+const (
+	poolSlots = 64      // slots per pool
+	maxKids   = 4096    // entries of one node's traversal list
+	maxDepth  = 32      // bound on propagation to ancestors
+	maxProbe  = 16      // index probe length
+	minIndex  = 1 << 10 // initial index entries
+	maxIndex  = 1 << 17 // index entries at most (1.5 MiB)
+	noLast    = -1 << 30
+	maxRun    = 1 << 20
+)
+
+// Kinds of traversal-list entries.
+const (
+	kindNode     uint8 = iota // a child node
+	kindOverflow              // the first page of an overflow chain (sqlite) or run (lmdb)
+)
+
+// child is one entry of a traversal list.
+type child struct {
+	page uint32 // the format's page number
+	span uint32 // format pages the entry covers from page (lmdb overflow runs), ≥ 1
+	aux  uint32 // sqlite: the overflow chain's length in pages
+	kind uint8
+}
+
+// link locates a position in a slot; gen 0 is no link.
+type link struct {
+	gen  uint32
+	pool uint8
+	slot uint8
+	pos  uint16
+}
+
+type slot struct {
+	kids []child
+	page uint32
+	gen  uint32 // 0: free
+	last int32  // position last entered, or noLast
+	run  int32  // > 0: adjacent forward steps; < 0: backward steps
+	used uint64
+	up   link // where this node sits in its parent's list
+}
+
+type ientry struct {
+	page uint32
+	gen  uint32
+	pool uint8
+	slot uint8
+	pos  uint16
+}
+
+type tracker struct {
+	pools   [][]slot
+	idx     []ientry
+	gen     uint32
+	clock   uint64
+	confirm int32
+	ahead   int
+	lenient bool   // an established run continues across gaps up to ahead
+	base    uint64 // number of the format's first page (sqlite 1, lmdb 0)
+	fps     uint64 // the format's page size
+	ops     uint64 // the Stage's page size
+	out     []uint64
+	kids    []child // scratch list for parsers
+}
+
+func (t *tracker) init(pools int, cfg *Config, base, fps uint64, lenient bool) {
+	t.pools = make([][]slot, pools)
+	for i := range t.pools {
+		t.pools[i] = make([]slot, poolSlots)
+	}
+	t.idx = make([]ientry, minIndex)
+	t.confirm = int32(cfg.Confirm)
+	t.ahead = cfg.Ahead
+	t.lenient = lenient
+	t.base, t.fps, t.ops = base, fps, uint64(cfg.PageSize)
+}
+
+// osPages returns the Stage pages [first, first+n) that format pages
+// [page, page+span) occupy.
+func (t *tracker) osPages(page, span uint32) (first, n uint64) {
+	off := (uint64(page) - t.base) * t.fps
+	end := off + uint64(max(span, 1))*t.fps
+	first = off / t.ops
+	return first, (end+t.ops-1)/t.ops - first
+}
+
+func (t *tracker) hash(page uint32) uint64 {
+	return (uint64(page) * 0x9e3779b97f4a7c15) >> 20
+}
+
+func (t *tracker) valid(e *ientry) bool {
+	return e.gen != 0 && t.pools[e.pool][e.slot].gen == e.gen
+}
+
+// lookup returns the position page was last listed at.
+func (t *tracker) lookup(page uint32) (link, bool) {
+	mask := uint64(len(t.idx) - 1)
+	h := t.hash(page)
+	var best link
+	for i := range uint64(maxProbe) {
+		e := &t.idx[(h+i)&mask]
+		if e.gen == 0 {
+			break
+		}
+		if e.page == page && e.gen > best.gen && t.valid(e) {
+			best = link{gen: e.gen, pool: e.pool, slot: e.slot, pos: e.pos}
+		}
+	}
+	return best, best.gen != 0
+}
+
+func (t *tracker) insert(e ientry) {
+	for {
+		if t.place(e) {
+			return
+		}
+		if len(t.idx) >= maxIndex {
+			t.idx[t.hash(e.page)&uint64(len(t.idx)-1)] = e
+			return
+		}
+		t.grow()
+	}
+}
+
+// place puts e in the first free or stale entry of its probe window. An
+// entry is never moved across an empty one, so lookups may stop at empty
+// entries.
+func (t *tracker) place(e ientry) bool {
+	mask := uint64(len(t.idx) - 1)
+	h := t.hash(e.page)
+	for i := range uint64(maxProbe) {
+		x := &t.idx[(h+i)&mask]
+		if x.gen == 0 || !t.valid(x) {
+			*x = e
+			return true
+		}
+	}
+	return false
+}
+
+func (t *tracker) grow() {
+	old := t.idx
+	t.idx = make([]ientry, 2*len(old))
+	for i := range old {
+		if t.valid(&old[i]) {
+			t.place(old[i])
+		}
+	}
+}
+
+// enter records that the scan entered position l and emits what it
+// implies. It returns the direction of the scan the entry is part of
+// (+1, -1, or 0 when it is not in a scan).
+func (t *tracker) enter(l link, o *output) int {
+	s := &t.pools[l.pool][l.slot]
+	j := int32(l.pos)
+	t.clock++
+	s.used = t.clock
+	if s.last == j {
+		return s.dir(t.confirm)
+	}
+	d := j - s.last
+	switch {
+	case s.last == noLast:
+		s.run = 0
+	case d == 1:
+		s.run = min(max(s.run, 0)+1, maxRun)
+	case d == -1:
+		s.run = max(min(s.run, 0)-1, -maxRun)
+	case t.lenient && s.run >= t.confirm && s.run > 0 && d > 1 && int(d) <= t.ahead:
+		s.run = min(s.run+1, maxRun)
+	case t.lenient && -s.run >= t.confirm && s.run < 0 && d < -1 && int(-d) <= t.ahead:
+		s.run = max(s.run-1, -maxRun)
+	default:
+		s.run = 0
+	}
+	s.last = j
+	dir := s.dir(t.confirm)
+	if dir == 0 {
+		return 0
+	}
+	t.emitFrom(s, j, dir, o)
+	if s.atEnd(j, dir) {
+		t.propagate(s, dir, o)
+	}
+	return dir
+}
+
+// dir is the direction of the scan a slot is in, 0 when none. With
+// confirm 0 every entry counts, forward unless the last step was back.
+func (s *slot) dir(confirm int32) int {
+	switch {
+	case confirm == 0 && s.run < 0:
+		return -1
+	case confirm == 0:
+		return 1
+	case s.run >= confirm:
+		return 1
+	case -s.run >= confirm:
+		return -1
+	}
+	return 0
+}
+
+func (s *slot) atEnd(j int32, dir int) bool {
+	return (dir > 0 && int(j) == len(s.kids)-1) || (dir < 0 && j == 0)
+}
+
+// propagate continues a scan that left node s in the node's parent.
+func (t *tracker) propagate(s *slot, dir int, o *output) {
+	for range maxDepth {
+		l := s.up
+		if l.gen == 0 {
+			return
+		}
+		p := &t.pools[l.pool][l.slot]
+		j := int32(l.pos)
+		if p.gen != l.gen || int(j) >= len(p.kids) {
+			return
+		}
+		if p.last == j && p.dir(t.confirm) == dir {
+			return // the parent already continued from there
+		}
+		p.last = j
+		p.run = int32(dir) * max(t.confirm, 1)
+		t.clock++
+		p.used = t.clock
+		t.emitFrom(p, j, dir, o)
+		if !p.atEnd(j, dir) {
+			return
+		}
+		s = p
+	}
+}
+
+// emitFrom emits the entries after position j of s in direction dir.
+func (t *tracker) emitFrom(s *slot, j int32, dir int, o *output) {
+	t.out = t.out[:0]
+	for k, n := int(j)+dir, 0; k >= 0 && k < len(s.kids) && n < t.ahead; k, n = k+dir, n+1 {
+		c := &s.kids[k]
+		first, cnt := t.osPages(c.page, c.span)
+		for p := first; p < first+cnt && len(t.out) < MaxHintChildren; p++ {
+			if len(t.out) > 0 && t.out[len(t.out)-1] == p {
+				continue
+			}
+			t.out = append(t.out, p)
+		}
+	}
+	if len(t.out) == 0 {
+		return
+	}
+	parent, _ := t.osPages(s.page, 1)
+	o.tree(parent, uint32(j), t.out)
+}
+
+// add makes kids the traversal list of node page in pool. in is where the
+// node was entered from (gen 0: not a listed child) and dir the scan that
+// entered it: in a scan the node emits its list from its first entry in
+// that direction at once.
+func (t *tracker) add(pool int, page uint32, kids []child, in link, dir int, o *output) {
+	if len(kids) == 0 {
+		return
+	}
+	kids = kids[:min(len(kids), maxKids)]
+	ps := t.pools[pool]
+	si := -1
+	for i := range ps {
+		if ps[i].gen != 0 && ps[i].page == page {
+			si = i
+			break
+		}
+	}
+	if si < 0 {
+		si = t.victim(ps)
+	}
+	t.gen++
+	if t.gen == 0 { // wrapped: forget everything
+		t.reset()
+		t.gen = 1
+	}
+	s := &ps[si]
+	t.clock++
+	*s = slot{kids: append(s.kids[:0], kids...), page: page, gen: t.gen, last: noLast, used: t.clock, up: in}
+	for k := range s.kids {
+		t.insert(ientry{page: s.kids[k].page, gen: s.gen, pool: uint8(pool), slot: uint8(si), pos: uint16(k)})
+	}
+	if dir == 0 {
+		return
+	}
+	start := int32(0)
+	if dir < 0 {
+		start = int32(len(s.kids) - 1)
+	}
+	s.last = start
+	s.run = int32(dir) * max(t.confirm, 1)
+	t.emitFrom(s, start, dir, o)
+}
+
+// victim picks the slot to reuse: a free one, else the least recently used
+// one the scan has finished, else the least recently used.
+func (t *tracker) victim(ps []slot) int {
+	best, bestDone := -1, -1
+	for i := range ps {
+		s := &ps[i]
+		if s.gen == 0 {
+			return i
+		}
+		d := s.dir(1)
+		if d == 0 {
+			d = 1
+		}
+		if s.last != noLast && s.atEnd(s.last, d) && (bestDone < 0 || s.used < ps[bestDone].used) {
+			bestDone = i
+		}
+		if best < 0 || s.used < ps[best].used {
+			best = i
+		}
+	}
+	if bestDone >= 0 {
+		return bestDone
+	}
+	return best
+}
+
+func (t *tracker) reset() {
+	for _, ps := range t.pools {
+		for i := range ps {
+			ps[i] = slot{kids: ps[i].kids[:0]}
+		}
+	}
+	clear(t.idx)
+}

@@ -1,0 +1,513 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/predictio/predictio/backend"
+	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/policies"
+)
+
+// worker replays one recorded thread.
+type worker struct {
+	id    int
+	r     *runState
+	th    *thread
+	buf   []byte
+	sink  byte
+	lat   []int64 // per demand access
+	stall int64
+	end   time.Time // when its last operation completed
+	meta  Metadata
+	err   error
+	warn  string
+
+	slots, waitOn []waitSlot // direct backend scratch
+}
+
+// buffer returns a scratch buffer of n bytes, page aligned.
+func (w *worker) buffer(n int) []byte {
+	if cap(w.buf) < n {
+		w.buf = alignedBuffer(n)
+	}
+	return w.buf[:n]
+}
+
+// runState is the shared state of one run.
+type runState struct {
+	rp       *Replayer
+	files    []*openFile
+	dem      demander
+	be       backend.Backend
+	disp     *policies.Dispatcher
+	mu       sync.Mutex // serializes the dispatcher
+	ev       policies.Event
+	emit     policies.Emit
+	nextHint atomic.Uint64 // TS of the next undelivered hint; MaxUint64 when none
+	hintIdx  int
+	hints    int
+	done     atomic.Int64
+	start    time.Time // the replay clock's origin: bundle time t0
+}
+
+// at returns when bundle time ts falls on the replay clock.
+func (st *runState) at(ts uint64) time.Time {
+	return st.start.Add(time.Duration(float64(ts-st.rp.t.t0) / st.rp.opt.Speed))
+}
+
+func (r *Replayer) runOnce(ctx context.Context, spec string, round int) (*Run, error) {
+	name := r.opt.Backend
+	if spec == Baseline && (name == BackendKernel || name == BackendKmod) {
+		name = BackendNone // the baseline runs without prefetches
+	}
+	files, err := openFiles(r.t, r.paths, name == BackendDirect, r.t.metaOps > 0)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFiles(files)
+
+	run := &Run{Policy: spec, Round: round + 1, Backend: name, Accesses: r.t.ops, Pages: r.t.pages}
+	if r.opt.beforeRun != nil {
+		r.opt.beforeRun(spec, round)
+	}
+	if err := r.makeCold(run, files); err != nil {
+		return nil, err
+	}
+	ps, err := r.buildPolicies(spec, files)
+	if err != nil {
+		return nil, err
+	}
+	st := &runState{rp: r, files: files}
+	fin, err := r.startBackend(st, name, files)
+	if err != nil {
+		return nil, err
+	}
+	if len(ps) > 0 {
+		st.disp = policies.NewDispatcher(ps...)
+		// Policies and the backend's registry both name files by bundle
+		// file_id.
+		be := st.be
+		st.emit = func(req *policies.Request) { be.Submit(req) }
+	}
+	io0 := readBytes()
+	workers := r.execute(ctx, st, spec, round)
+	if err := fin(run); err != nil {
+		return nil, err
+	}
+	run.DeviceReadBytes = readBytes() - io0
+	for _, w := range workers {
+		if w.err != nil {
+			return nil, w.err
+		}
+		if w.warn != "" {
+			run.Warnings = append(run.Warnings, w.warn)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r.measure(run, st, workers)
+	if st.disp != nil {
+		run.Events = st.disp.Events
+	}
+	run.Hints = st.hints
+	return run, nil
+}
+
+// makeCold evicts the run's files before a page-cache run and resets the
+// effect counters; a direct run starts with an empty cache.
+func (r *Replayer) makeCold(run *Run, files []*openFile) error {
+	if run.Backend == BackendDirect {
+		run.Cold = true
+		if r.t.metaOps > 0 {
+			run.Metadata = &Metadata{Warm: "the direct backend opens every file before the run"}
+		}
+		return nil
+	}
+	if !r.opt.Warm {
+		if err := r.evictTo(run, files); err != nil {
+			return err
+		}
+		run.Cold = true
+	}
+	if r.obs != nil {
+		if err := r.obs.Reset(); err != nil {
+			return fmt.Errorf("reset the effect counters: %w", err)
+		}
+	}
+	return nil
+}
+
+// evictTo evicts the run's files and checks what stayed: the first cold
+// run's residue is the reference, refused above Options.MaxResidue; a
+// later run is brought to the same residue by reading in what it lacks,
+// and reports what it has beyond (pages that could not be evicted this
+// time).
+func (r *Replayer) evictTo(run *Run, files []*openFile) error {
+	var res *Residue
+	// Pages still being read (another program's readahead) cannot be
+	// dropped yet: try again after their reads are done.
+	for try := 0; ; try++ {
+		if !r.opt.skipEvict {
+			if err := evict(files, r.opt.DropCaches); err != nil {
+				return err
+			}
+		}
+		last := r.opt.skipEvict || try == 2
+		var err error
+		if res, err = r.measureResidue(files, last); err != nil {
+			return err
+		}
+		if res.Pages == 0 {
+			break
+		}
+		if last {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if ref := r.residue; ref != nil {
+		for idx, s := range res.sets {
+			res.Extra += s.minus(ref.sets[idx]).count()
+		}
+		warmed, err := warmTo(files, res, ref)
+		if err != nil {
+			return err
+		}
+		if warmed > 0 {
+			extra := res.Extra
+			if res, err = r.measureResidue(files, true); err != nil {
+				return err
+			}
+			res.Warmed, res.Extra = warmed, extra
+		}
+	}
+	if res.Fraction > r.opt.MaxResidue {
+		return residueError(res, r.opt.MaxResidue)
+	}
+	if r.residue == nil {
+		r.residue = res
+	}
+	if res.Pages > 0 {
+		run.Residue = res
+	}
+	if r.t.metaOps > 0 {
+		m := r.coldMetadata(files)
+		run.Metadata = &m
+	}
+	return nil
+}
+
+// execute runs one worker per recorded thread, each locked to its own OS
+// thread (so that its waits are the kernel's and the effect observer
+// knows the demand threads), and, with recorded timing, the replay clock's
+// hints. The clock starts once every worker is ready.
+func (r *Replayer) execute(ctx context.Context, st *runState, spec string, round int) []*worker {
+	workers := make([]*worker, len(r.t.threads))
+	for i, th := range r.t.threads {
+		workers[i] = &worker{id: i, r: st, th: th, lat: make([]int64, 0, len(th.ops))}
+	}
+	st.nextHint.Store(math.MaxUint64)
+	hintsLive := st.disp != nil && len(r.t.global) > 0
+	if hintsLive && r.opt.Timing == TimingASAP {
+		st.nextHint.Store(r.t.global[0].TS)
+	}
+	// Each worker is an OS thread that sleeps in the kernel between its
+	// accesses, as the program's threads did; a sleeping thread holds its
+	// P until the runtime retakes it, so give the runtime a spare P per
+	// worker, lest a thread that wakes find none free.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), len(workers)+4)))
+	runtime.GC()
+	var ready, wg sync.WaitGroup
+	start := make(chan struct{})
+	for _, w := range workers {
+		ready.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			clockThread()
+			w.register()
+			ready.Done()
+			<-start
+			w.loop(ctx)
+			w.unregister()
+		}()
+	}
+	ready.Wait()
+	st.start = time.Now()
+	close(start)
+	stopHints := make(chan struct{})
+	hintsDone := make(chan struct{})
+	if hintsLive && r.opt.Timing == TimingRecorded {
+		go func() {
+			defer close(hintsDone)
+			clockThread()
+			st.hintClock(stopHints)
+		}()
+	} else {
+		close(hintsDone)
+	}
+	stopProgress := r.progress(st, spec, round)
+	wg.Wait()
+	close(stopHints)
+	<-hintsDone
+	if hintsLive && r.opt.Timing == TimingRecorded {
+		// Hints due before the last access that the clock had not
+		// delivered when the workers finished: late, but due.
+		var last uint64
+		for _, th := range r.t.threads {
+			last = max(last, th.ops[len(th.ops)-1].ts)
+		}
+		st.deliverGlobal(last)
+	}
+	stopProgress()
+	return workers
+}
+
+// register makes the worker's OS thread a demand thread of the effect
+// observer.
+func (w *worker) register() {
+	if ob := w.r.rp.obs; ob != nil {
+		if err := ob.AddDemandThread(unix.Gettid()); err != nil {
+			w.warn = fmt.Sprintf("effect counters miss thread %d: %v", w.th.tid, err)
+		}
+	}
+}
+
+func (w *worker) unregister() {
+	if ob := w.r.rp.obs; ob != nil {
+		ob.RemoveDemandThread(unix.Gettid())
+	}
+}
+
+// measure fills in the run's wall, stall and latency figures. The wall
+// runs from the first access's due time to the last access's completion.
+func (r *Replayer) measure(run *Run, st *runState, workers []*worker) {
+	first := st.start
+	if r.opt.Timing == TimingRecorded && r.t.firstTS > r.t.t0 {
+		first = st.at(r.t.firstTS)
+	}
+	var last time.Time
+	lat := make([]int64, 0, r.t.ops)
+	for _, w := range workers {
+		run.StallNS += w.stall
+		lat = append(lat, w.lat...)
+		if w.end.After(last) {
+			last = w.end
+		}
+		if m := run.Metadata; m != nil {
+			m.Ops += w.meta.Ops
+			m.TimeNS += w.meta.TimeNS
+			m.Mismatched += w.meta.Mismatched
+			m.Skipped += w.meta.Skipped
+			m.Mappings += w.meta.Mappings
+		}
+	}
+	for _, f := range st.files {
+		if f != nil && f.mapErr != nil {
+			run.Warnings = append(run.Warnings, f.mapErr.Error())
+		}
+	}
+	run.WallNS = last.Sub(first).Nanoseconds()
+	sortInt64(lat)
+	run.lat = lat
+	run.P50US = float64(percentile(lat, 0.50)) / 1e3
+	run.P99US = float64(percentile(lat, 0.99)) / 1e3
+	run.MaxUS = float64(lat[len(lat)-1]) / 1e3
+	if run.Policy == Baseline {
+		run.Via = ""
+	}
+}
+
+// loop replays the thread's accesses in order, delivering the hints the
+// thread sent before each. With recorded timing the first access (or
+// hint) is due at its offset on the replay clock, and each later one its
+// recorded think time after the previous access completed here.
+func (w *worker) loop(ctx context.Context) {
+	st := w.r
+	recorded := st.rp.opt.Timing == TimingRecorded
+	var prev *op
+	hi := 0
+	for i := range w.th.ops {
+		if i&63 == 0 && ctx.Err() != nil {
+			return
+		}
+		o := &w.th.ops[i]
+		for ; hi < len(w.th.hints) && w.th.hints[hi].TS <= o.ts; hi++ {
+			if recorded {
+				sleepUntil(w.due(prev, w.th.hints[hi].TS))
+			}
+			st.deliver(&w.th.hints[hi])
+		}
+		if recorded {
+			sleepUntil(w.due(prev, o.ts))
+		} else {
+			st.hintsUpTo(o.ts)
+		}
+		if o.meta {
+			t0 := time.Now()
+			w.metadata(o, st.files)
+			w.end = time.Now()
+			w.meta.TimeNS += w.end.Sub(t0).Nanoseconds()
+			prev = o
+			continue
+		}
+		if st.disp != nil {
+			st.mu.Lock()
+			ev := &st.ev
+			*ev = policies.Event{Kind: policies.EventFileAccess, TS: o.ts, PID: w.th.pid, TID: w.th.tid,
+				File: st.rp.t.files[o.file].ID, Access: o.access()}
+			st.disp.Dispatch(ev, st.emit)
+			st.mu.Unlock()
+		}
+		t0 := time.Now()
+		err := st.dem.demand(w, o)
+		w.end = time.Now()
+		d := w.end.Sub(t0).Nanoseconds()
+		w.lat = append(w.lat, d)
+		w.stall += d
+		st.done.Add(1)
+		if err != nil {
+			w.err = err
+			return
+		}
+		prev = o
+	}
+}
+
+// due returns when an event of the thread at bundle time ts is due: at its
+// offset on the replay clock before the thread's first access, else its
+// recorded think time after the previous access prev completed here.
+func (w *worker) due(prev *op, ts uint64) time.Time {
+	if prev == nil {
+		return w.r.at(ts)
+	}
+	from := prev.thinkFrom()
+	if ts <= from {
+		return w.end
+	}
+	return w.end.Add(time.Duration(float64(ts-from) / w.r.rp.opt.Speed))
+}
+
+// thinkFrom is the recorded time the next access's think time counts
+// from: the access's completion when the bundle has service times, else
+// its start (then the gap holds the recorded service time too).
+func (o *op) thinkFrom() uint64 {
+	if o.end != 0 {
+		return o.end
+	}
+	return o.ts
+}
+
+// hintClock delivers every hint no replayed thread sent at its recorded
+// time on the replay clock, never earlier, until stop closes.
+func (st *runState) hintClock(stop <-chan struct{}) {
+	hs := st.rp.t.global
+	for st.hintIdx < len(hs) {
+		if !sleepUntilStop(st.at(hs[st.hintIdx].TS), stop) {
+			return
+		}
+		st.deliverGlobal(hs[st.hintIdx].TS)
+	}
+}
+
+// hintsUpTo delivers, with asap timing, the replay clock's hints due
+// before an access at ts, in timestamp order.
+func (st *runState) hintsUpTo(ts uint64) {
+	for h := st.nextHint.Load(); h <= ts; h = st.nextHint.Load() {
+		st.deliverGlobal(h)
+	}
+}
+
+// deliverGlobal dispatches every undelivered replay-clock hint with TS <=
+// upTo.
+func (st *runState) deliverGlobal(upTo uint64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	hs := st.rp.t.global
+	for st.hintIdx < len(hs) && hs[st.hintIdx].TS <= upTo {
+		st.dispatchHint(&hs[st.hintIdx])
+		st.hintIdx++
+	}
+	if st.hintIdx < len(hs) && st.rp.opt.Timing == TimingASAP {
+		st.nextHint.Store(hs[st.hintIdx].TS)
+	} else {
+		st.nextHint.Store(math.MaxUint64)
+	}
+}
+
+// deliver dispatches one hint of a thread.
+func (st *runState) deliver(h *formats.Hint) {
+	if st.disp == nil {
+		return
+	}
+	st.mu.Lock()
+	st.dispatchHint(h)
+	st.mu.Unlock()
+}
+
+// dispatchHint dispatches h; called with mu held.
+func (st *runState) dispatchHint(h *formats.Hint) {
+	if st.rp.opt.onHint != nil {
+		st.rp.opt.onHint(st, h)
+	}
+	if st.ev.FromHint(h) {
+		st.disp.Dispatch(&st.ev, st.emit)
+		st.hints++
+	}
+}
+
+// clockThread locks the calling goroutine to its OS thread for the rest
+// of its life and makes the thread's timer slack 1 ns, so that sleepUntil
+// wakes it within the kernel's timer precision (tens of µs on a busy
+// machine) instead of the default 50 µs slack.
+func clockThread() {
+	runtime.LockOSThread()
+	unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+}
+
+// sleepUntil blocks the calling thread until t with
+// clock_nanosleep(TIMER_ABSTIME): the thread sleeps in the kernel like a
+// program's thread in its think time, burning no CPU. It never returns
+// before t. The goroutine should be a clockThread; its P is retaken while
+// it sleeps, so the run gives the runtime spare Ps (execute).
+func sleepUntil(t time.Time) {
+	d := time.Until(t)
+	if d <= 0 {
+		return
+	}
+	var now unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &now) == nil {
+		ts := unix.NsecToTimespec(now.Nano() + d.Nanoseconds())
+		for unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil) == unix.EINTR {
+		}
+	}
+	// Go's clock and CLOCK_MONOTONIC are one clock; spin out any rounding.
+	for time.Until(t) > 0 {
+	}
+}
+
+// sleepUntilStop is sleepUntil that gives up (false) when stop closes; it
+// checks stop at least every 10 ms.
+func sleepUntilStop(t time.Time, stop <-chan struct{}) bool {
+	for {
+		select {
+		case <-stop:
+			return false
+		default:
+		}
+		d := time.Until(t)
+		if d <= 0 {
+			return true
+		}
+		sleepUntil(time.Now().Add(min(d, 10*time.Millisecond)))
+	}
+}
