@@ -64,6 +64,7 @@ func (l *Loop) LaunchFile(pid uint32, step *policies.LaunchStep) (uint32, bool) 
 			l.creds.errors.Add(1)
 			return 0, false
 		}
+		l.watch(id, f.Dev, f.Ino)
 	}
 	l.nextProf++
 	l.prof[id] = &profFile{f: *f, path: path, cred: cred, kinds: step.Kinds}

@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 
 	"github.com/predictio/predictio/backend"
+	"github.com/predictio/predictio/effect"
 	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/policies"
 	"github.com/predictio/predictio/source"
@@ -69,6 +70,10 @@ type Config struct {
 	// Tap, when set, sees every event before it is dispatched (the
 	// daemon's and run's launch recorders).
 	Tap func(ev *policies.Event)
+	// Effect, when set, counts what the prefetched pages were worth: the
+	// loop watches every file it registers, and makes every process its
+	// events come from a demand process (ForgetPID undoes that).
+	Effect *effect.Observer
 	// Warn receives warnings (a policy's, a refused file's); nil drops
 	// them.
 	Warn func(msg string)
@@ -103,6 +108,22 @@ type Loop struct {
 	regFailed    map[uint32]struct{} // source ids whose file has no path yet (retried per batch)
 	stats        counters
 	unregistered atomic.Uint64
+
+	// Effect accounting: who first named each watched file, and the
+	// demand processes.
+	cur      *counted // the policy whose request is being submitted
+	program  string   // the program of the Exec being dispatched
+	emu      sync.Mutex
+	owners   map[uint32]owner
+	demand   map[uint32]struct{}
+	lastPID  uint32
+	watchErr atomic.Uint64
+}
+
+// owner is who a watched file's effect counts are reported for.
+type owner struct {
+	policy  *counted
+	program string
 }
 
 // profFile is a launch profile's file as the loop named it.
@@ -132,7 +153,8 @@ func New(cfg Config, src *source.Source) (*Loop, error) {
 		o.InFlight = 262144
 	}
 	l := &Loop{cfg: cfg, src: src, reg: backend.NewRegistry(), prof: map[uint32]*profFile{},
-		profByID: map[profKey]uint32{}, nextProf: profileBase, regFailed: map[uint32]struct{}{}}
+		profByID: map[profKey]uint32{}, nextProf: profileBase, regFailed: map[uint32]struct{}{},
+		owners: map[uint32]owner{}, demand: map[uint32]struct{}{}}
 	l.creds.init()
 	if err := l.build(cfg.Policies); err != nil {
 		return nil, err
@@ -155,7 +177,7 @@ func (l *Loop) build(specs []string) error {
 		if err != nil {
 			return err
 		}
-		c := &counted{Policy: p, name: policies.SpecName(spec), spec: spec}
+		c := &counted{Policy: p, name: policies.SpecName(spec), spec: spec, loop: l}
 		c.out = c.emitOne
 		l.pols = append(l.pols, c)
 	}
@@ -214,6 +236,9 @@ func (l *Loop) Backend() backend.Backend { return l.be }
 func (l *Loop) Consume(b *source.Batch) error {
 	for i := range b.Accesses {
 		a := &b.Accesses[i]
+		if a.PID != l.lastPID && l.cfg.Effect != nil {
+			l.addDemand(a.PID)
+		}
 		l.ev.FromAccess(a)
 		if a.Kind == formats.KindExec {
 			if l.cfg.Tap != nil {
@@ -236,8 +261,13 @@ func (l *Loop) Consume(b *source.Batch) error {
 // a command not started yet) runs program path, the kernel's file being
 // source file id file (0 when unknown).
 func (l *Loop) Exec(pid uint32, path string, file uint32, ts uint64) {
+	if pid != 0 && l.cfg.Effect != nil {
+		l.addDemand(pid)
+	}
 	l.ev = policies.Event{Kind: policies.EventProcessExec, TS: ts, PID: pid, File: file, Exec: policies.ProcessExec{Path: path}}
+	l.program = path
 	l.dispatch(&l.ev)
+	l.program = ""
 }
 
 func (l *Loop) dispatch(ev *policies.Event) {
@@ -297,8 +327,11 @@ func (l *Loop) register(id uint32) bool {
 		}
 		return false
 	}
-	_, err := l.reg.Add(backend.FileRef{ID: id, Dev: f.Dev, Ino: f.Ino, Path: path})
-	return err == nil
+	if _, err := l.reg.Add(backend.FileRef{ID: id, Dev: f.Dev, Ino: f.Ino, Path: path}); err != nil {
+		return false
+	}
+	l.watch(id, f.Dev, f.Ino)
+	return true
 }
 
 // filePages is Env.FilePages.
@@ -371,6 +404,7 @@ type counted struct {
 	pages      atomic.Uint64
 	next       policies.Emit // the loop's, during Handle
 	out        policies.Emit // c.emitOne, made once
+	loop       *Loop
 }
 
 func (c *counted) Handle(ev *policies.Event, emit policies.Emit) {
@@ -386,6 +420,9 @@ func (c *counted) emitOne(r *policies.Request) {
 		n += uint64(rg.N)
 	}
 	c.pages.Add(n)
+	if c.loop != nil {
+		c.loop.cur = c
+	}
 	c.next(r)
 }
 

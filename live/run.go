@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/predictio/predictio/backend"
+	"github.com/predictio/predictio/effect"
 	"github.com/predictio/predictio/policies"
 	"github.com/predictio/predictio/record"
 	"github.com/predictio/predictio/source"
@@ -57,6 +58,11 @@ type RunConfig struct {
 	Stage Stage
 	// HintSocket receives application hints for the run; "" for none.
 	HintSocket string
+	// Effect counts what the prefetched pages were worth (pages used in
+	// time, late, wasted) with the effect package's observer, loaded
+	// before the launch prefetch starts (which it then delays by its load
+	// time).
+	Effect bool
 
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
@@ -100,6 +106,8 @@ type RunResult struct {
 	Backend           backend.Report
 	Source            source.Stats
 	Bundle            *record.Summary
+	// Effect is what the prefetches were worth, with RunConfig.Effect.
+	Effect Effect
 	// Notes are remarks: a profile relearned, files invalidated.
 	Notes []string
 }
@@ -143,6 +151,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	// The source loads while the profile is read and its prefetch starts.
 	srcDone := r.openSource()
 	r.startBundle()
+	r.openObserver()
 	r.loadProfile()
 	mark("profile")
 	rest, err := r.startLoop()
@@ -198,6 +207,7 @@ type runner struct {
 	startNS  uint64
 	warnings []string
 	release  func()
+	ob       *effect.Observer
 }
 
 // resolveProgram finds the command's executable like exec.Command and
@@ -309,7 +319,7 @@ func (r *runner) startLoop() ([]string, error) {
 		launch = nil // the default launch policy without a profile: nothing to prefetch
 	}
 	cfg := Config{Policies: launch, Launch: model, Backend: r.cfg.Backend, Stage: r.cfg.Stage, Tap: r.observe,
-		Warn: func(m string) { r.warn(m) }}
+		Effect: r.ob, Warn: func(m string) { r.warn(m) }}
 	if model == nil {
 		cfg.Launch = policies.NewLaunchModel()
 	}
@@ -488,7 +498,29 @@ func (r *runner) finish() {
 		r.src.Close()
 	}
 	r.res.Loop = r.loop.Stats()
+	if r.ob != nil {
+		e, err := r.loop.Effect(true)
+		if err != nil {
+			r.note(fmt.Sprintf("effect counts: %v", err))
+		}
+		r.res.Effect = e
+		go r.ob.Close() // detaching waits for RCU: not on the way out
+	}
 	r.closeLoop()
+}
+
+// openObserver loads the effect observer (RunConfig.Effect); where it
+// cannot load, the run goes on without effect counts (a note says why).
+func (r *runner) openObserver() {
+	if !r.cfg.Effect {
+		return
+	}
+	ob, err := effect.NewObserver(effect.Options{KernelThreads: r.cfg.Backend == backend.NameKmod})
+	if err != nil {
+		r.note(fmt.Sprintf("no effect counts: %v", err))
+		return
+	}
+	r.ob = ob
 }
 
 // closeLoop closes the backend, waiting briefly: prefetches still queued
@@ -591,6 +623,9 @@ func (r *runner) abort() {
 		r.src.Close()
 	}
 	r.loop.Close()
+	if r.ob != nil {
+		r.ob.Close()
+	}
 }
 
 func (r *runner) warn(msg string) {
@@ -640,6 +675,11 @@ func (res *RunResult) String() string {
 	pf := st.ProfileFiles
 	fmt.Fprintf(&b, "  launch files: %d named, %d checked, %d changed, %d denied, %d check errors, %d dropped; %d lookups, %d directories read\n",
 		pf.Named, pf.Checked, pf.Changed, pf.Denied, pf.Errors, m.Dropped, m.Files, m.Dirs)
+	if e := res.Effect; e.Configured {
+		t := e.Total
+		fmt.Fprintf(&b, "  effect: %d pages prefetched: %d used in time, %d late, %d wasted (%d evicted unused); %d read by the command itself\n",
+			t.Prefetched, t.UsedInTime, t.Late, t.Wasted, t.Evicted, t.DemandRead)
+	}
 	if res.Traced {
 		s := res.Source
 		fmt.Fprintf(&b, "  source: %d events, %d dropped, %d files\n", s.Events, s.Dropped, s.Files)

@@ -387,3 +387,38 @@ func TestLaunchScoredInSimulate(t *testing.T) {
 		t.Errorf("launch lane: prefetched %d pages, coverage %.2f; want the 384 pages of the files and coverage >= 0.9", lane.Prefetched, lane.Coverage)
 	}
 }
+
+// TestRunEffect: with RunConfig.Effect the run reports what its
+// prefetches were worth: the pages of the profile's files the program
+// read were prefetched and used in time, and the noop run's program read
+// them itself.
+func TestRunEffect(t *testing.T) {
+	requireSource(t)
+	files := testFiles(t, 3, 512<<10)
+	prof := filepath.Join(t.TempDir(), "profiles")
+	self, _ := os.Executable()
+	helperEnv(t, "read", files)
+	runOnce(t, RunConfig{Command: []string{self}, Profile: prof})
+	var res *RunResult
+	for range 3 { // another test's drop_caches may take the prefetched pages first
+		evict(t, files)
+		res, _, _ = runOnce(t, RunConfig{Command: []string{self}, Profile: prof, Effect: true})
+		if !res.Effect.Configured {
+			t.Skipf("no effect observer: %q", res.Notes)
+		}
+		if res.Effect.Policies["launch"].UsedInTime >= 3*120 {
+			break
+		}
+	}
+	if e := res.Effect.Policies["launch"]; e.UsedInTime < 3*120 || e.Prefetched < e.UsedInTime {
+		t.Errorf("launch: %v; want the 384 pages of the files prefetched and used in time", e)
+	}
+	if err := res.Effect.Total.Check(); err != nil {
+		t.Error(err)
+	}
+	evict(t, files)
+	res, _, _ = runOnce(t, RunConfig{Command: []string{self}, Profile: prof, Effect: true, Backend: "none"})
+	if e := res.Effect.Total; e.DemandRead < 3*120 || e.UsedInTime > 8 {
+		t.Errorf("noop run: %v; want the program to read the files itself", e)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/predictio/predictio/effect"
 	"github.com/predictio/predictio/live"
 	"github.com/predictio/predictio/policies"
 )
@@ -62,6 +63,7 @@ func runRun(c *command, args []string) int {
 	keep := fs.Int("keep", live.DefaultKeep, "launches a profile keeps (its prefetch is their union)")
 	limit(fs, "keep", 1, policies.MaxLaunches)
 	stats := fs.Bool("stats", false, "print what the runtime did to stderr when the command exits")
+	eff := fs.Bool("effect", false, "count what the prefetched pages were worth (used in time, late, wasted) with eBPF; loads before the prefetch starts")
 	jsonOut := fs.String("json", "", "write the run's counters and timings as JSON to `FILE` (- for stderr)")
 	hintsAddr := fs.String("hints", "", "receive application hints on `unix:PATH` for the tree and tensor policies")
 	daemonSock := fs.String("daemon-socket", live.DefaultDaemonSocket, "tell the daemon on this control `socket` that run owns the command's launches (\"\": don't)")
@@ -73,7 +75,7 @@ func runRun(c *command, args []string) int {
 		fs.Usage()
 		return fail(2, errors.New("run: no command; give it after --"))
 	}
-	cfg := live.RunConfig{Command: cmdArgs, Keep: *keep, Backend: *be, Output: *out, ToolVersion: version, DaemonSocket: *daemonSock}
+	cfg := live.RunConfig{Command: cmdArgs, Keep: *keep, Backend: *be, Output: *out, ToolVersion: version, DaemonSocket: *daemonSock, Effect: *eff}
 	if !*noProfile {
 		cfg.Profile = *profile
 	}
@@ -143,6 +145,14 @@ func checkRunPolicies(cfg live.RunConfig) error {
 	return nil
 }
 
+// effectJSON is the effect counts of --json: pages_prefetched,
+// pages_used_in_time, pages_late, pages_wasted, ... in total and per
+// policy.
+type effectJSON struct {
+	Total    effect.Counts            `json:"total"`
+	Policies map[string]effect.Counts `json:"policies"`
+}
+
 // runJSON is --json's document.
 type runJSON struct {
 	ExitCode    int                   `json:"exit_code"`
@@ -162,6 +172,7 @@ type runJSON struct {
 	Meta        live.MetaStats        `json:"metadata"`
 	ProfileFile live.ProfileFileStats `json:"profile_files"`
 	SourceDrops uint64                `json:"source_dropped"`
+	Effect      *effectJSON           `json:"effect,omitempty"`
 	Notes       []string              `json:"notes,omitempty"`
 }
 
@@ -174,6 +185,9 @@ func writeRunJSON(path string, res *live.RunResult) error {
 	}
 	if res.Untraced != nil {
 		j.Untraced = res.Untraced.Error()
+	}
+	if res.Effect.Configured {
+		j.Effect = &effectJSON{Total: res.Effect.Total, Policies: res.Effect.Policies}
 	}
 	b, err := json.MarshalIndent(j, "", "  ")
 	if err != nil {
