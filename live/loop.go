@@ -204,6 +204,11 @@ func (l *Loop) AddPolicies(specs []string, markov *policies.MarkovModel) error {
 // delivering.
 func (l *Loop) Attach(src *source.Source) { l.src = src }
 
+// SetStage puts st in front of the dispatcher (before the source starts
+// delivering): the adapters, whose Files come from the loop
+// (AdapterFiles).
+func (l *Loop) SetStage(st Stage) { l.cfg.Stage = st }
+
 // env is what the loop's policies know.
 func (l *Loop) env() policies.Env {
 	return policies.Env{

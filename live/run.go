@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/predictio/predictio/adapters"
 	"github.com/predictio/predictio/backend"
 	"github.com/predictio/predictio/effect"
 	"github.com/predictio/predictio/policies"
@@ -54,8 +55,11 @@ type RunConfig struct {
 	Backend string
 	// Output, when set, also records the run into this bundle.
 	Output string
-	// Stage is the structure stage in front of the dispatcher (adapters).
-	Stage Stage
+	// Adapters are the structure adapters run in front of the policies
+	// (adapters.ParseList: sqlite, lmdb, gguf); nil or empty for none.
+	// Their events feed the tree and tensor policies, which must be among
+	// Policies to prefetch from them.
+	Adapters []string
 	// HintSocket receives application hints for the run; "" for none.
 	HintSocket string
 	// Effect counts what the prefetched pages were worth (pages used in
@@ -108,6 +112,8 @@ type RunResult struct {
 	Bundle            *record.Summary
 	// Effect is what the prefetches were worth, with RunConfig.Effect.
 	Effect Effect
+	// Adapters are the adapters' counters, with RunConfig.Adapters.
+	Adapters *adapters.Stats
 	// Notes are remarks: a profile relearned, files invalidated.
 	Notes []string
 }
@@ -208,6 +214,7 @@ type runner struct {
 	warnings []string
 	release  func()
 	ob       *effect.Observer
+	stage2   *adapters.Stage
 }
 
 // resolveProgram finds the command's executable like exec.Command and
@@ -318,7 +325,7 @@ func (r *runner) startLoop() ([]string, error) {
 	if model == nil && len(launch) > 0 && r.cfg.Policies == nil {
 		launch = nil // the default launch policy without a profile: nothing to prefetch
 	}
-	cfg := Config{Policies: launch, Launch: model, Backend: r.cfg.Backend, Stage: r.cfg.Stage, Tap: r.observe,
+	cfg := Config{Policies: launch, Launch: model, Backend: r.cfg.Backend, Tap: r.observe,
 		Effect: r.ob, Warn: func(m string) { r.warn(m) }}
 	if model == nil {
 		cfg.Launch = policies.NewLaunchModel()
@@ -367,6 +374,15 @@ func (r *runner) attachSource(sr srcResult) {
 	}
 	r.src = sr.src
 	r.loop.Attach(sr.src)
+	if len(r.cfg.Adapters) > 0 {
+		st, err := adapters.NewStage(adapters.Config{Adapters: r.cfg.Adapters, Warn: func(m string) { r.note(m) }}, r.loop.AdapterFiles())
+		if err != nil {
+			r.warn(fmt.Sprintf("%v; running without adapters", err))
+		} else {
+			r.stage2 = st
+			r.loop.SetStage(st)
+		}
+	}
 	var consumer source.Consumer = r.loop
 	if r.pend != nil {
 		st, err := r.pend.Attach(sr.src)
@@ -498,6 +514,11 @@ func (r *runner) finish() {
 		r.src.Close()
 	}
 	r.res.Loop = r.loop.Stats()
+	if r.stage2 != nil {
+		st := r.stage2.Stats()
+		r.res.Adapters = &st
+		r.stage2.Close()
+	}
 	if r.ob != nil {
 		e, err := r.loop.Effect(true)
 		if err != nil {
@@ -675,6 +696,10 @@ func (res *RunResult) String() string {
 	pf := st.ProfileFiles
 	fmt.Fprintf(&b, "  launch files: %d named, %d checked, %d changed, %d denied, %d check errors, %d dropped; %d lookups, %d directories read\n",
 		pf.Named, pf.Checked, pf.Changed, pf.Denied, pf.Errors, m.Dropped, m.Files, m.Dirs)
+	if a := res.Adapters; a != nil {
+		fmt.Fprintf(&b, "  adapters: %d files recognized, %d tree and %d tensor events derived, %d pages read (%d of them possibly I/O)\n",
+			a.Recognized, a.TreeEvents, a.TensorEvents, a.PagesHit+a.PagesEarlier+a.PagesIO, a.PagesIO)
+	}
 	if e := res.Effect; e.Configured {
 		t := e.Total
 		fmt.Fprintf(&b, "  effect: %d pages prefetched: %d used in time, %d late, %d wasted (%d evicted unused); %d read by the command itself\n",

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/internal/tracetest"
 	"github.com/predictio/predictio/policies"
 	"github.com/predictio/predictio/simulate"
 )
@@ -420,5 +421,34 @@ func TestRunEffect(t *testing.T) {
 	res, _, _ = runOnce(t, RunConfig{Command: []string{self}, Profile: prof, Effect: true, Backend: "none"})
 	if e := res.Effect.Total; e.DemandRead < 3*120 || e.UsedInTime > 8 {
 		t.Errorf("noop run: %v; want the program to read the files itself", e)
+	}
+}
+
+// TestRunAdaptersSQLite: with the sqlite adapter in front of the tree
+// policy, a scan by the unmodified sqlite3 CLI becomes tree events and
+// prefetch requests while it runs.
+func TestRunAdaptersSQLite(t *testing.T) {
+	requireSource(t)
+	sqlite, err := exec.LookPath("sqlite3")
+	if err != nil {
+		t.Skip("sqlite3 not installed (scripts/setup.sh installs it)")
+	}
+	db := filepath.Join(tracetest.DiskDir(t), "t.db")
+	build := exec.Command(sqlite, db, "create table t(k integer primary key, v text);"+
+		"with recursive c(x) as (select 1 union all select x+1 from c limit 20000) insert into t select x, printf('%0100d', x) from c;")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the database: %v: %s", err, out)
+	}
+	evict(t, []string{db})
+	res, out, warn := runOnce(t, RunConfig{Command: []string{sqlite, db, "select sum(length(v)) from t"}, Adapters: []string{"sqlite"}, Policies: []string{"tree"}})
+	if warn != "" || strings.TrimSpace(out) != "2000000" {
+		t.Fatalf("sqlite3 printed %q, warnings %q", out, warn)
+	}
+	a := res.Adapters
+	if a == nil || a.Recognized < 1 || a.TreeEvents == 0 {
+		t.Fatalf("adapters: %+v; want the database recognized and tree events derived", a)
+	}
+	if p := res.Loop.Policies[0]; p.Name != "tree" || p.Requests == 0 {
+		t.Errorf("tree policy: %+v; want requests from the derived events", p)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/predictio/predictio/adapters"
 	"github.com/predictio/predictio/effect"
 	"github.com/predictio/predictio/live"
 	"github.com/predictio/predictio/policies"
@@ -65,6 +66,7 @@ func runRun(c *command, args []string) int {
 	stats := fs.Bool("stats", false, "print what the runtime did to stderr when the command exits")
 	eff := fs.Bool("effect", false, "count what the prefetched pages were worth (used in time, late, wasted) with eBPF; loads before the prefetch starts")
 	jsonOut := fs.String("json", "", "write the run's counters and timings as JSON to `FILE` (- for stderr)")
+	adaptersFlag := fs.String("adapters", "none", "structure adapters in front of the policies: none, all, or a list of sqlite, lmdb, gguf (their events feed --policy tree and tensor)")
 	hintsAddr := fs.String("hints", "", "receive application hints on `unix:PATH` for the tree and tensor policies")
 	daemonSock := fs.String("daemon-socket", live.DefaultDaemonSocket, "tell the daemon on this control `socket` that run owns the command's launches (\"\": don't)")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -87,6 +89,11 @@ func runRun(c *command, args []string) int {
 	default:
 		return fail(2, fmt.Errorf("run: --backend %q: want kernel, kmod or none", *be))
 	}
+	as, err := adapters.ParseList(*adaptersFlag)
+	if err != nil {
+		return fail(2, fmt.Errorf("run: --adapters: %w", err))
+	}
+	cfg.Adapters = as
 	if *hintsAddr != "" {
 		p, ok := strings.CutPrefix(*hintsAddr, "unix:")
 		if !ok || p == "" {
