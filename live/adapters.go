@@ -20,7 +20,11 @@ var ErrNotReadable = errors.New("the process may not read it")
 // file is opened (read-only, never through a symlink) only under its path
 // in the accessing process's mount namespace, only if it is the file the
 // access was observed on (device and inode), and, for a process other
-// than this one, only if that process may read it (Config.Access).
+// than this one, only if that process may read it (Config.Access). The
+// stage opens files for demand accesses only (reads, faults, fault-around
+// of a mapping), which the process could make only if it could read the
+// file: for a process that has exited since, the file is opened as this
+// process, under this namespace's path, if it is still that file.
 func (l *Loop) AdapterFiles() adapters.Files { return loopFiles{l} }
 
 type loopFiles struct{ l *Loop }
@@ -38,10 +42,17 @@ func (f loopFiles) Open(file, pid uint32) (adapters.Content, error) {
 	var cred *source.Cred
 	if pid != 0 && pid != selfPID {
 		r, c, err := l.creds.process(pid)
-		if err != nil {
+		switch {
+		case err == nil:
+			root, cred = r, c
+		case errors.Is(err, os.ErrNotExist):
+			// The process has exited since its access. The access
+			// itself (a read, or a fault of a readable mapping) shows
+			// it could read the file; the device and inode check below
+			// makes sure this is that file.
+		default:
 			return nil, fmt.Errorf("open %s for pid %d: %w", row.Path, pid, err)
 		}
-		root, cred = r, c
 	}
 	path, ok := Canonical(root, row.Path, row.Dev, row.Ino)
 	if !ok {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -443,15 +444,61 @@ func (r *runner) startCommand() error {
 	}
 	r.start = time.Now()
 	var err error
-	if r.src != nil {
+	switch {
+	case r.ob != nil:
+		err = r.startGated(cmd)
+	case r.src != nil:
 		err = r.src.StartCommand(cmd)
-	} else {
+	default:
 		err = cmd.Start()
 	}
 	if err != nil {
 		return fmt.Errorf("start %s: %w: %w", c[0], ErrCommand, err)
 	}
 	r.cmd = cmd
+	return nil
+}
+
+// startGated starts cmd stopped right after its execve (PTRACE_TRACEME),
+// makes it a demand process of the effect observer and lets it go, so
+// that its very first reads count as demand.
+func (r *runner) startGated(cmd *exec.Cmd) error {
+	if r.src != nil && r.src.CommandCgroup() == "" {
+		// The source follows the command by pid: it gates the start
+		// itself (StartCommand), and the command is a demand process
+		// from its first event on.
+		if err := r.src.StartCommand(cmd); err != nil {
+			return err
+		}
+		r.loop.addDemand(uint32(cmd.Process.Pid))
+		return nil
+	}
+	runtime.LockOSThread() // ptrace requests come from the thread that started it
+	defer runtime.UnlockOSThread()
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Ptrace = true
+	var err error
+	if r.src != nil {
+		err = r.src.StartCommand(cmd)
+	} else {
+		err = cmd.Start()
+	}
+	if err != nil {
+		return err
+	}
+	pid := cmd.Process.Pid
+	r.loop.addDemand(uint32(pid))
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(pid, &ws, unix.WALL, nil); err != nil {
+		return fmt.Errorf("wait for it to exec: %w", err)
+	}
+	if ws.Stopped() {
+		if err := unix.PtraceDetach(pid); err != nil {
+			return fmt.Errorf("release it after exec: %w", err)
+		}
+	}
 	return nil
 }
 
