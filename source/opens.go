@@ -48,6 +48,9 @@ func (s *Source) readOpens() {
 				s.putRowPath(op, rowPath{pid: pid, dfd: dfd, path: path})
 			} else {
 				s.files.resolveOpen(pid, dfd, path, flags&openExec != 0)
+				if flags&openExec != 0 {
+					s.noteExec(pid, dfd, path)
+				}
 			}
 			continue
 		case errors.Is(err, os.ErrDeadlineExceeded):

@@ -113,6 +113,7 @@ type Source struct {
 	opensMark atomic.Uint64 // all open events submitted before this monotonic time are processed
 	rpmu      sync.Mutex
 	rowPaths  map[uint64]rowPath // paths of metadata rows, by op
+	execs     execPaths
 
 	startup []Phase  // Open's stages
 	sources []string // attached, as the manifest lists them
