@@ -67,8 +67,9 @@ type Config struct {
 	// Stage is the structure stage in front of the dispatcher; nil for
 	// none.
 	Stage Stage
-	// Tap, when set, sees every event before it is dispatched (the
-	// daemon's and run's launch recorders).
+	// Tap, when set, sees every event of the source before it is
+	// dispatched (the daemon's and run's launch recorders); not the
+	// ProcessExec events of Exec.
 	Tap func(ev *policies.Event)
 	// Effect, when set, counts what the prefetched pages were worth: the
 	// loop watches every file it registers, and makes every process its
@@ -96,6 +97,7 @@ type Loop struct {
 	meta *launchWorkers
 	job  launchJob // the profile file whose requests are being emitted
 	ev   policies.Event
+	xev  policies.Event // Exec's
 	emit policies.Emit
 
 	pmu      sync.Mutex
@@ -245,16 +247,19 @@ func (l *Loop) Consume(b *source.Batch) error {
 			l.addDemand(a.PID)
 		}
 		l.ev.FromAccess(a)
+		if l.cfg.Tap != nil {
+			l.cfg.Tap(&l.ev)
+		}
 		if a.Kind == formats.KindExec {
-			if l.cfg.Tap != nil {
-				l.cfg.Tap(&l.ev)
-			}
 			continue
 		}
 		l.dispatch(&l.ev)
 	}
 	for i := range b.Hints {
 		if l.ev.FromHint(&b.Hints[i]) {
+			if l.cfg.Tap != nil {
+				l.cfg.Tap(&l.ev)
+			}
 			l.dispatch(&l.ev)
 		}
 	}
@@ -269,17 +274,15 @@ func (l *Loop) Exec(pid uint32, path string, file uint32, ts uint64) {
 	if pid != 0 && l.cfg.Effect != nil {
 		l.addDemand(pid)
 	}
-	l.ev = policies.Event{Kind: policies.EventProcessExec, TS: ts, PID: pid, File: file, Exec: policies.ProcessExec{Path: path}}
+	// An event of its own: the daemon calls Exec from Tap, in Consume.
+	l.xev = policies.Event{Kind: policies.EventProcessExec, TS: ts, PID: pid, File: file, Exec: policies.ProcessExec{Path: path}}
 	l.program = path
-	l.dispatch(&l.ev)
+	l.dispatch(&l.xev)
 	l.program = ""
 }
 
 func (l *Loop) dispatch(ev *policies.Event) {
 	l.stats.events.Add(1)
-	if l.cfg.Tap != nil {
-		l.cfg.Tap(ev)
-	}
 	if l.cfg.Stage != nil {
 		l.cfg.Stage.Dispatch(l.disp, ev, l.emit)
 	} else {
@@ -415,6 +418,9 @@ type counted struct {
 func (c *counted) Handle(ev *policies.Event, emit policies.Emit) {
 	c.events.Add(1)
 	c.next = emit
+	if c.loop != nil {
+		c.loop.cur = c // the files it names (LaunchFile) are its
+	}
 	c.Policy.Handle(ev, c.out)
 }
 

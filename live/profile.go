@@ -68,12 +68,16 @@ func LoadProfile(dir, program string) (*policies.LaunchProfile, error) {
 	return p, nil
 }
 
-// SaveProfile writes p into dir atomically: a temporary file (mode 0600)
-// written and fsync'ed, renamed over the profile, the directory fsync'ed.
-// A reader (or a crash) sees the old profile or the new one, never a
-// part. It first trims p to at most maxBytes encoded (0: 16 MiB),
-// dropping the newest launches' last-touched files.
+// SaveProfile writes p into dir atomically (EncodeProfile, then
+// WriteProfile).
 func SaveProfile(dir string, p *policies.LaunchProfile, maxBytes int) error {
+	return WriteProfile(dir, p.Program.Path, EncodeProfile(p, maxBytes))
+}
+
+// EncodeProfile returns p in its file format, first trimming it to at
+// most maxBytes (0: 16 MiB) by dropping the newest launches'
+// last-touched files.
+func EncodeProfile(p *policies.LaunchProfile, maxBytes int) []byte {
 	if maxBytes <= 0 {
 		maxBytes = 16 << 20
 	}
@@ -88,8 +92,16 @@ func SaveProfile(dir string, p *policies.LaunchProfile, maxBytes int) error {
 		p.TrimRanges(ranges * 3 / 4)
 		b = policies.EncodeLaunchProfile(p)
 	}
-	name := ProfilePath(dir, p.Program.Path)
-	tmp := filepath.Join(dir, "."+filepath.Base(name)+".tmp"+strconv.Itoa(os.Getpid()))
+	return b
+}
+
+// WriteProfile writes program's encoded profile b into dir atomically: a
+// temporary file (mode 0600) written and fsync'ed, renamed over the
+// profile, the directory fsync'ed. A reader, a crash or a kill sees the
+// old profile or the new one, never a part of one.
+func WriteProfile(dir, program string, b []byte) error {
+	name := ProfilePath(dir, program)
+	tmp := filepath.Join(dir, "."+filepath.Base(name)+tmpMark+strconv.Itoa(os.Getpid()))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if errors.Is(err, os.ErrExist) { // left by a killed process of the same pid
 		os.Remove(tmp)
@@ -117,6 +129,18 @@ func SaveProfile(dir string, p *policies.LaunchProfile, maxBytes int) error {
 		d.Close()
 	}
 	return nil
+}
+
+// tmpMark marks the temporary files of WriteProfile.
+const tmpMark = ".tmp"
+
+// RemoveStaleTemps removes the temporary files that writers killed
+// before their rename left in dir.
+func RemoveStaleTemps(dir string) {
+	names, _ := filepath.Glob(filepath.Join(dir, ".*"+policies.LaunchProfileExt+tmpMark+"*"))
+	for _, n := range names {
+		os.Remove(n)
+	}
 }
 
 // StatFile returns the LaunchFile of path as it is now (resolved in root,

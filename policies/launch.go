@@ -154,22 +154,32 @@ func (p *LaunchProfile) Plan() []LaunchStep {
 
 // Markov returns a markov model trained on the profile's launches: each
 // launch is a run, each touch's accesses in order its file's page
-// sequence (at most maxPages pages per touch).
+// sequence (at most 2^20 pages per touch).
 func (p *LaunchProfile) Markov(pageSize uint32) *MarkovModel {
+	return TrainMarkov([]*LaunchProfile{p}, pageSize)
+}
+
+// TrainMarkov trains one markov model on the launches of every profile,
+// each launch a run.
+func TrainMarkov(ps []*LaunchProfile, pageSize uint32) *MarkovModel {
 	const maxPages = 1 << 20
 	b := NewMarkovBuilder(pageSize)
 	var seq []uint64
-	for li, l := range p.Launches {
-		for _, t := range l.Touches {
-			seq = seq[:0]
-			for _, r := range t.Ranges {
-				for pg := r.First; pg < r.First+uint64(r.N) && len(seq) < maxPages; pg++ {
-					seq = append(seq, pg)
+	run := 0
+	for _, p := range ps {
+		for _, l := range p.Launches {
+			for _, t := range l.Touches {
+				seq = seq[:0]
+				for _, r := range t.Ranges {
+					for pg := r.First; pg < r.First+uint64(r.N) && len(seq) < maxPages; pg++ {
+						seq = append(seq, pg)
+					}
+				}
+				if len(seq) > 1 {
+					b.AddRun(run, p.Files[t.File].Key(), seq)
 				}
 			}
-			if len(seq) > 1 {
-				b.AddRun(li, p.Files[t.File].Key(), seq)
-			}
+			run++
 		}
 	}
 	return b.Build()

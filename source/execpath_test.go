@@ -10,12 +10,14 @@ import (
 )
 
 // TestExecPath: for a script's exec the event's file is the interpreter,
-// and ExecPath names the script the process asked for.
+// and ExecPath names the script the process asked for; for the exec the
+// script makes next (the same process), the program it names, even when
+// asked after both happened.
 func TestExecPath(t *testing.T) {
 	requireSource(t, "sched:sched_process_exec")
 	dir := tracetest.DiskDir(t)
 	script := filepath.Join(dir, "hello")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec /bin/true\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	src, c := open(t, Config{Exec: ExecAll})
@@ -25,16 +27,19 @@ func TestExecPath(t *testing.T) {
 	}
 	pid := uint32(cmd.Process.Pid)
 	src.Stop()
-	var ts uint64
+	var ts []uint64
 	for _, a := range c.accesses {
 		if a.Kind == KindExec && a.PID == pid {
-			ts = a.TS
+			ts = append(ts, a.TS)
 		}
 	}
-	if ts == 0 {
-		t.Fatalf("no exec event of pid %d", pid)
+	if len(ts) != 2 {
+		t.Fatalf("%d exec events of pid %d, want 2", len(ts), pid)
 	}
-	if got := src.ExecPath(pid, ts); got != script {
-		t.Errorf("ExecPath(%d) = %q, want %q", pid, got, script)
+	if got := src.ExecPath(pid, ts[0]); got != script {
+		t.Errorf("ExecPath(%d, first exec) = %q, want %q", pid, got, script)
+	}
+	if got := src.ExecPath(pid, ts[1]); got != "/bin/true" {
+		t.Errorf("ExecPath(%d, second exec) = %q, want /bin/true", pid, got)
 	}
 }

@@ -49,7 +49,7 @@ func (s *Source) readOpens() {
 			} else {
 				s.files.resolveOpen(pid, dfd, path, flags&openExec != 0)
 				if flags&openExec != 0 {
-					s.noteExec(pid, dfd, path)
+					s.noteExec(le64(b[0:]), pid, dfd, path)
 				}
 			}
 			continue
