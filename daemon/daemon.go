@@ -42,6 +42,8 @@ type Daemon struct {
 	ctl  net.Listener
 	http *http.Server
 
+	metricsAddr string
+
 	mu       sync.Mutex // guards everything below; held while a batch is consumed
 	cfg      Config
 	store    *store

@@ -121,6 +121,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(mActive, prometheus.GaugeValue, float64(len(d.launches)))
 }
 
+// MetricsAddr is the metrics endpoint's address ("" when off): the
+// configured one, with the port chosen when it was 0.
+func (d *Daemon) MetricsAddr() string { return d.metricsAddr }
+
 // serveMetrics serves the Prometheus text format on Config.Metrics
 // (loopback only), at /metrics.
 func (d *Daemon) serveMetrics() error {
@@ -135,6 +139,7 @@ func (d *Daemon) serveMetrics() error {
 	if err != nil {
 		return fmt.Errorf("open the metrics endpoint: %w", err)
 	}
+	d.metricsAddr = ln.Addr().String()
 	d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := d.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
