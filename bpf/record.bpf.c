@@ -46,6 +46,9 @@ volatile __u32 deny_active = 0;
 volatile __u32 exec_all = 0;
 // exec_targets_active is set once exec_targets holds a file.
 volatile __u32 exec_targets_active = 0;
+// target_gen changes with every change of the targets, so a thread's
+// cached "is a target" (tstate.gen) expires.
+volatile __u32 target_gen = 1;
 
 struct filekey {
 	__u64 ino;
@@ -261,7 +264,11 @@ struct tstate {
 	__u32 vm_dev;
 	__u8 vm_prot;
 	__u8 vm_state; // 0: not looked up, 1: a file mapping, 2: none
-	__u8 pad[2];
+	__u8 cf_mode;  // cf_*: the file of the last read, so the next read of it skips the inode walk
+	__u8 pad;
+	__u64 cf_file, cf_inode, cf_ino;
+	__u32 cf_dev;
+	__u32 gen; // target_gen when this thread was last found a target
 };
 
 // threads: per traced thread. Not preallocated; an entry is made at the
@@ -314,13 +321,15 @@ static __always_inline bool is_read_nr(__u32 nr)
 	       nr == NR_sendfile64 || nr == NR_splice || nr == NR_copy_file_range;
 }
 
-// in_read reports whether the current thread is inside a traced read-family
-// system call of file (dev, ino): its page-cache lookups are folded into
-// the system call's row.
-static __always_inline bool in_read(__u64 pid_tgid, __u64 dev, __u64 ino)
+// in_read reports whether the current thread is inside a traced
+// read-family system call: its page-cache lookups are folded into the
+// call's row (only targets' calls are traced, so this needs no target
+// check). A lookup of another file inside the call (a stacked filesystem
+// reading its lower file) folds in too.
+static __always_inline bool in_read(__u64 pid_tgid)
 {
 	struct tstate *t = thread_state((__u32)pid_tgid, false);
-	return t && t->sys_ts && is_read_nr(t->nr) && t->ino == ino && t->dev == (__u32)dev;
+	return t && t->sys_ts && is_read_nr(t->nr);
 }
 
 static __always_inline int emit(__u8 kind, __u64 dev, __u64 ino, __u64 index, __u64 npages)
@@ -342,17 +351,14 @@ static __always_inline int emit_host(__u8 kind, struct inode *host, __u64 index,
 }
 
 // emit_read is a read-path page-cache lookup, unless it happens inside a
-// traced read system call of the same file, whose row covers it.
-static __always_inline int emit_read(struct inode *host, __u64 index, __u64 npages)
+// traced read system call, whose row covers it (checked first: it is the
+// common case, and costs one lookup).
+static __always_inline int emit_read(__u64 pid_tgid, struct inode *host, __u64 index, __u64 npages)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-
 	if (!host || !is_target(pid_tgid))
 		return 0;
 	__u64 dev = BPF_CORE_READ(host, i_sb, s_dev);
 	__u64 ino = BPF_CORE_READ(host, i_ino);
-	if (in_read(pid_tgid, dev, ino))
-		return 0;
 	return record_event(pid_tgid, KIND_READ, dev, ino, index, npages);
 }
 
@@ -454,7 +460,10 @@ static __always_inline int emit_fault(__u8 kind, struct inode *host, __u64 index
 SEC("raw_tp/mm_filemap_get_pages")
 int BPF_PROG(handle_get_pages, struct address_space *mapping, unsigned long first, unsigned long last)
 {
-	return emit_read(BPF_CORE_READ(mapping, host), first, range_pages(first, last));
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (in_read(pid_tgid))
+		return 0;
+	return emit_read(pid_tgid, BPF_CORE_READ(mapping, host), first, range_pages(first, last));
 }
 
 // mm_filemap_map_pages(struct address_space *mapping, pgoff_t index,
@@ -555,12 +564,15 @@ int BPF_PROG(handle_async_ra, struct inode *inode, unsigned long index, struct f
 SEC("kprobe/filemap_read")
 int BPF_KPROBE(kprobe_read, struct kiocb *iocb, struct iov_iter *iter)
 {
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (in_read(pid_tgid))
+		return 0;
 	__u64 pos = BPF_CORE_READ(iocb, ki_pos);
 	__u64 count = BPF_CORE_READ(iter, count);
 	if (count == 0)
 		return 0;
 	__u64 first = pos >> PAGE_SHIFT_4K, last = (pos + count - 1) >> PAGE_SHIFT_4K;
-	return emit_read(BPF_CORE_READ(iocb, ki_filp, f_mapping, host), first, last - first + 1);
+	return emit_read(pid_tgid, BPF_CORE_READ(iocb, ki_filp, f_mapping, host), first, last - first + 1);
 }
 
 // filemap_fault(struct vm_fault *vmf): the faulting page, with its mapping.
@@ -747,11 +759,15 @@ static __always_inline struct file *fd_file(long fd)
 {
 	if (fd < 0)
 		return NULL;
+	// Direct loads through the task's BTF pointer (no helper calls).
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt || (unsigned long)fd >= BPF_CORE_READ(fdt, max_fds))
+	struct files_struct *files = task->files;
+	if (!files)
 		return NULL;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct fdtable *fdt = files->fdt;
+	if (!fdt || (unsigned long)fd >= fdt->max_fds)
+		return NULL;
+	struct file **fds = fdt->fd;
 	struct file *f = NULL;
 	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) < 0)
 		return NULL;
@@ -773,12 +789,28 @@ static __always_inline __u32 file_id(struct file *f, __u32 *dev, __u64 *ino)
 // (regular, not O_DIRECT: those reads do not go through the page cache)
 // and the position read from: *off when the call passes an offset pointer
 // (sendfile64, splice, copy_file_range), pos when it passes a position
-// (pread64, preadv, preadv2 unless -1), else the file's own.
+// (pread64, preadv, preadv2 unless -1), else the file's own. A file read
+// again (the same struct file, inode and inode number as the thread's last
+// read) reuses what was read of its inode then.
 static __always_inline bool read_start(struct tstate *t, long fd, const __s64 *off, __s64 pos)
 {
 	struct file *f = fd_file(fd);
-	__u32 mode = file_id(f, &t->dev, &t->ino);
-	if ((mode & S_IFMT) != S_IFREG || (BPF_CORE_READ(f, f_flags) & O_DIRECT))
+	if (!f)
+		return false;
+	struct inode *inode = BPF_CORE_READ(f, f_inode);
+	__u64 ino = inode ? BPF_CORE_READ(inode, i_ino) : 0;
+	if ((__u64)f == t->cf_file && (__u64)inode == t->cf_inode && ino == t->cf_ino && ino) {
+		t->dev = t->cf_dev;
+		t->ino = ino;
+	} else {
+		__u32 mode = file_id(f, &t->dev, &t->ino);
+		t->cf_file = (__u64)f;
+		t->cf_inode = (__u64)inode;
+		t->cf_ino = t->ino;
+		t->cf_dev = t->dev;
+		t->cf_mode = (mode & S_IFMT) == S_IFREG;
+	}
+	if (!t->cf_mode || (BPF_CORE_READ(f, f_flags) & O_DIRECT))
 		return false;
 	if (off) {
 		if (bpf_probe_read_user(&pos, sizeof(pos), off) < 0)
@@ -812,50 +844,66 @@ int BPF_PROG(handle_sys_enter, struct pt_regs *regs, long id)
 		return 0;
 	}
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if (!is_target(pid_tgid))
+	// A thread found a target before, with the targets unchanged since,
+	// skips the target check (a cgroup walk).
+	struct tstate *t = thread_state((__u32)pid_tgid, false);
+	__u32 gen = target_gen;
+	if (t && t->gen == gen && !stopped) {
+	} else if (!is_target(pid_tgid)) {
 		return 0;
+	}
 	struct task_struct *task = bpf_get_current_task_btf();
 	if (task->thread_info.status & TS_COMPAT)
 		return 0;
-	__u64 a0 = BPF_CORE_READ(regs, di);
+	// The argument registers in one read: x86-64's struct pt_regs (the
+	// ptrace ABI) has r10, r9, r8, ax, cx, dx, si, di at 56..119.
+	__u64 rg[8];
+	if (bpf_probe_read_kernel(rg, sizeof(rg), (void *)regs + 56) < 0)
+		return 0;
+	__u64 a0 = rg[7];
 	if (id == NR_execve)
 		return emit_open(pid_tgid, AT_FDCWD, (const char *)a0, OPEN_EXEC, 0);
 	if (id == NR_execveat)
-		return emit_open(pid_tgid, (__s32)a0, (const char *)BPF_CORE_READ(regs, si), OPEN_EXEC, 0);
-	struct tstate *t = thread_state((__u32)pid_tgid, true);
-	if (!t)
+		return emit_open(pid_tgid, (__s32)a0, (const char *)rg[6], OPEN_EXEC, 0);
+	if (!t && !(t = thread_state((__u32)pid_tgid, true)))
 		return 0;
+	t->gen = gen;
 	t->fault_ts = 0; // a fault in progress ended before this call
 	t->a0 = a0;
-	t->a1 = BPF_CORE_READ(regs, si);
-	t->a2 = BPF_CORE_READ(regs, dx);
-	t->a3 = BPF_CORE_READ(regs, r10);
-	t->a4 = BPF_CORE_READ(regs, r8);
-	t->a5 = BPF_CORE_READ(regs, r9);
-	bool ok = true;
+	t->a1 = rg[6];
+	t->a2 = rg[5];
+	t->a3 = rg[0];
+	t->a4 = rg[2];
+	t->a5 = rg[1];
+	// One call site per helper keeps the program small to verify: the
+	// switch only picks the arguments.
+	bool ok = true, reads = true;
+	long fd = (long)a0;
+	const __s64 *off = NULL;
+	__s64 pos = -1;
 	switch (id) {
-	case NR_read: case NR_readv:
-		ok = read_start(t, a0, NULL, -1);
-		break;
 	case NR_pread64: case NR_preadv: case NR_preadv2:
-		ok = read_start(t, a0, NULL, (__s64)t->a3);
+		pos = (__s64)t->a3;
 		break;
 	case NR_sendfile64:
-		ok = read_start(t, t->a1, (const __s64 *)t->a2, -1);
+		fd = (long)t->a1;
+		off = (const __s64 *)t->a2;
 		break;
 	case NR_splice: case NR_copy_file_range:
-		ok = read_start(t, a0, (const __s64 *)t->a1, -1);
+		off = (const __s64 *)t->a1;
 		break;
-	case NR_getdents64:
-		ok = file_id(fd_file(a0), &t->dev, &t->ino) != 0;
+	case NR_read: case NR_readv:
 		break;
-	case NR_mmap: {
-		__u32 mode = 0;
-		if (!(t->a3 & MAP_ANONYMOUS))
-			mode = file_id(fd_file((long)t->a4), &t->dev, &t->ino);
-		ok = (mode & S_IFMT) == S_IFREG;
-		break;
+	default:
+		reads = false;
 	}
+	if (reads) {
+		ok = read_start(t, fd, off, pos);
+	} else if (id == NR_getdents64 || id == NR_mmap) {
+		if (id == NR_mmap)
+			fd = (t->a3 & MAP_ANONYMOUS) ? -1 : (long)t->a4;
+		__u32 mode = file_id(fd_file(fd), &t->dev, &t->ino);
+		ok = id == NR_getdents64 ? mode != 0 : (mode & S_IFMT) == S_IFREG;
 	}
 	if (!ok) {
 		t->sys_ts = 0;
@@ -914,7 +962,9 @@ int BPF_PROG(handle_sys_exit, struct pt_regs *regs, long ret)
 	if (!t || !t->sys_ts)
 		return 0;
 	__u32 nr = t->nr;
-	if (BPF_CORE_READ(regs, orig_ax) != nr)
+	__u64 orig_ax = 0; // x86-64 pt_regs: at 120
+	bpf_probe_read_kernel(&orig_ax, sizeof(orig_ax), (void *)regs + 120);
+	if (orig_ax != nr)
 		return 0;
 	struct row r = {.ts = t->sys_ts, .end = bpf_ktime_get_ns(), .op = t->sys_op, .ret = ret, .flags = EV_SYSCALL};
 	t->sys_ts = 0;
@@ -926,10 +976,6 @@ int BPF_PROG(handle_sys_exit, struct pt_regs *regs, long ret)
 		if (ret >= 0)
 			file_id(fd_file(ret), &r.dev, &r.ino);
 		r.flags |= EV_PATH;
-		if (nr == NR_open)
-			emit_open(pid_tgid, AT_FDCWD, (const char *)t->a0, OPEN_ROW, r.op);
-		else
-			emit_open(pid_tgid, (__s32)t->a0, (const char *)t->a1, OPEN_ROW, r.op);
 		break;
 	case NR_newstat: case NR_newlstat: case NR_access:
 	case NR_newfstatat: case NR_statx: case NR_faccessat: case NR_faccessat2:
@@ -937,10 +983,6 @@ int BPF_PROG(handle_sys_exit, struct pt_regs *regs, long ret)
 		if (ret == 0)
 			stat_id(t, &r);
 		r.flags |= EV_PATH;
-		if (nr == NR_newstat || nr == NR_newlstat || nr == NR_access)
-			emit_open(pid_tgid, AT_FDCWD, (const char *)t->a0, OPEN_ROW, r.op);
-		else
-			emit_open(pid_tgid, (__s32)t->a0, (const char *)t->a1, OPEN_ROW, r.op);
 		break;
 	case NR_getdents64:
 		r.kind = KIND_READDIR;
@@ -970,6 +1012,12 @@ int BPF_PROG(handle_sys_exit, struct pt_regs *regs, long ret)
 		r.ino = t->ino;
 		r.index = t->pos >> PAGE_SHIFT_4K;
 		r.npages = range_pages(r.index, (t->pos + ret - 1) >> PAGE_SHIFT_4K);
+	}
+	if (r.flags & EV_PATH) {
+		// open(path), stat(path), lstat(path), access(path): a0; the *at
+		// calls: dirfd a0, path a1.
+		bool at = nr != NR_open && nr != NR_newstat && nr != NR_newlstat && nr != NR_access;
+		emit_open(pid_tgid, at ? (__s32)t->a0 : AT_FDCWD, (const char *)(at ? t->a1 : t->a0), OPEN_ROW, r.op);
 	}
 	return record_row(pid_tgid, &r);
 }

@@ -75,7 +75,13 @@ type RecordTstate struct {
 	VmDev     uint32
 	VmProt    uint8
 	VmState   uint8
-	Pad       [2]uint8
+	CfMode    uint8
+	Pad       uint8
+	CfFile    uint64
+	CfInode   uint64
+	CfIno     uint64
+	CfDev     uint32
+	Gen       uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -117,6 +123,7 @@ const (
 	RecordVarSelfTgid          = "self_tgid"
 	RecordVarStopped           = "stopped"
 	RecordVarTargetFlags       = "target_flags"
+	RecordVarTargetGen         = "target_gen"
 	RecordVarUnusedEvent       = "unused_event"
 	RecordVarUnusedOpenEvent   = "unused_open_event"
 	RecordVarWakeupBytes       = "wakeup_bytes"
@@ -211,6 +218,7 @@ type RecordVariableSpecs struct {
 	SelfTgid          *ebpf.VariableSpec `ebpf:"self_tgid"`
 	Stopped           *ebpf.VariableSpec `ebpf:"stopped"`
 	TargetFlags       *ebpf.VariableSpec `ebpf:"target_flags"`
+	TargetGen         *ebpf.VariableSpec `ebpf:"target_gen"`
 	UnusedEvent       *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedOpenEvent   *ebpf.VariableSpec `ebpf:"unused_open_event"`
 	WakeupBytes       *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
@@ -275,6 +283,7 @@ type RecordVariables struct {
 	SelfTgid          *ebpf.Variable `ebpf:"self_tgid"`
 	Stopped           *ebpf.Variable `ebpf:"stopped"`
 	TargetFlags       *ebpf.Variable `ebpf:"target_flags"`
+	TargetGen         *ebpf.Variable `ebpf:"target_gen"`
 	UnusedEvent       *ebpf.Variable `ebpf:"unused_event"`
 	UnusedOpenEvent   *ebpf.Variable `ebpf:"unused_open_event"`
 	WakeupBytes       *ebpf.Variable `ebpf:"wakeup_bytes"`

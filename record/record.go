@@ -75,6 +75,7 @@ type Config struct {
 	noCgroup bool                                          // test hook: follow a command by pid
 	create   func(string, *fileRows) (bundleWriter, error) // test hook; nil: formats.Create
 	btfCache string                                        // test hook: BTF cache directory
+	killAt   func(point string)                            // test hook: "first-batch", "finalize"
 }
 
 // bundleWriter is the part of *formats.Writer the recorder uses.
@@ -291,6 +292,9 @@ func startBundle(cfg Config) *pendingBundle {
 			return formats.Create(dir, formats.WithFileResolver(files.resolve))
 		}
 	}
+	if cfg.killAt != nil {
+		b.files.first = func() { cfg.killAt("first-batch") }
+	}
 	go func() {
 		defer close(b.done)
 		b.w, b.err = create(cfg.Output, b.files)
@@ -304,12 +308,17 @@ func startBundle(cfg Config) *pendingBundle {
 // row reaches disk with the first batch that names it, with the path the
 // source found by then.
 type fileRows struct {
-	src  *source.Source // set before the source starts delivering
-	mu   sync.Mutex
-	rows []formats.File
+	src   *source.Source // set before the source starts delivering
+	mu    sync.Mutex
+	rows  []formats.File
+	first func() // test hook: called as the first batch is written
 }
 
 func (f *fileRows) resolve(id uint32) formats.File {
+	if f.first != nil {
+		f.first()
+		f.first = nil
+	}
 	row, ok := f.src.FileNow(id)
 	if !ok {
 		row = formats.File{ID: id}
@@ -418,6 +427,16 @@ func (r *recording) runTarget(ctx context.Context) error {
 	select {
 	case <-ended:
 		return nil
+	case <-r.src.Failed():
+		// The bundle cannot be written (a full disk, say). Stop tracing
+		// at once, and leave the target alone: it runs to its end.
+		r.src.Stop()
+		select {
+		case <-ended:
+		case <-timer:
+		case <-ctx.Done():
+		}
+		return nil
 	case <-timer:
 	case <-ctx.Done():
 	}
@@ -489,11 +508,17 @@ func (r *recording) finalize() (*Summary, error) {
 	man := r.w.Manifest()
 	man.End = formats.Timestamp{Wall: time.Now(), MonotonicNS: source.MonotonicNow()}
 	sum := r.summary()
-	if err := r.src.Err(); err != nil {
-		return nil, err
+	err := r.src.Err()
+	if err == nil {
+		err = r.w.Flush()
 	}
-	if err := r.w.Flush(); err != nil {
-		return nil, err // formats names the action and the table
+	if err != nil {
+		// The writer is left as it was (Abort keeps what it flushed) for
+		// trace repair.
+		return nil, fmt.Errorf("write bundle %s: %w; the batches written before it are kept: free space, then run predictio trace repair %s", r.cfg.Output, err, r.cfg.Output)
+	}
+	if r.cfg.killAt != nil {
+		r.cfg.killAt("finalize")
 	}
 	// Releasing the programs, maps and rings (unmapping the 16 MiB ring
 	// costs milliseconds) overlaps closing the bundle; the file table,

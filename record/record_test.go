@@ -18,8 +18,14 @@ import (
 	"github.com/predictio/predictio/internal/tracetest"
 )
 
-// TestMain doubles as the helper programs the tests record.
-func TestMain(m *testing.M) { tracetest.Main(m) }
+// TestMain doubles as the helper programs the tests record, and as a
+// recorder to kill (crash_test.go).
+func TestMain(m *testing.M) {
+	if os.Getenv("PREDICTIO_RECORD_HELPER") == "recordkill" {
+		os.Exit(helperRecord())
+	}
+	tracetest.Main(m)
+}
 
 // requireRecorder skips when the recorder cannot run here, naming why.
 func requireRecorder(t testing.TB, tracepoints ...string) {

@@ -273,6 +273,9 @@ func (t *fileTable) addPathOnly(path string) *fileEntry {
 	t.byPath[path] = e
 	t.list = append(t.list, e)
 	state := t.filt.decide(path, nil)
+	if t.filt.minSize > 0 {
+		state = stateDenied // no file, no size
+	}
 	e.state.Store(state)
 	if state != stateDenied {
 		t.fresh = append(t.fresh, formats.File{ID: e.id, Path: path})

@@ -46,8 +46,8 @@ func (h *latencyHist) quantile(q float64) float64 {
 }
 
 // BenchmarkLatency measures the time from an event in the kernel (its
-// bpf_ktime_get_ns timestamp, taken as the traced program's pread finds
-// its page) to the consumer's Consume call receiving it, for a real
+// last kernel timestamp: a pread's exit, where its row is written) to the
+// consumer's Consume call receiving it, for a real
 // program: a helper that preads 4 KiB of a cached file, at a paced rate or
 // flat out, traced as a command. Loads:
 //
@@ -98,7 +98,14 @@ func benchLatency(b *testing.B, mode Latency, file string, rate float64, threads
 	if err := src.Start(ConsumerFunc(func(bt *Batch) error {
 		now := monoNow()
 		for i := range bt.Accesses {
-			if ts := bt.Accesses[i].TS; now > ts {
+			// A row exists from its last kernel event: a system call's
+			// exit (EndNS; TS is its entry), else its own time.
+			a := &bt.Accesses[i]
+			ts := a.TS
+			if a.EndNS != 0 {
+				ts = a.EndNS
+			}
+			if now > ts {
 				h.add(now - ts)
 			}
 		}

@@ -243,22 +243,9 @@ func (s *Source) openRings() error {
 // a kind falls back to one. An access kind that fails to attach fails
 // Open; a helper is optional.
 func (s *Source) attach(p *loadPlan) error {
+	s.loaded = p
 	for _, a := range p.attach {
-		name := a.prog
-		if a.viaKprobe {
-			name = a.kprobeProg
-		}
-		prog := s.coll.Programs[name]
-		if prog == nil {
-			continue
-		}
-		var l link.Link
-		var err error
-		if a.viaKprobe {
-			l, err = link.Kprobe(a.kprobe, prog, nil)
-		} else {
-			l, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: a.name, Program: prog})
-		}
+		l, err := s.attachOne(a)
 		if err != nil {
 			if a.kind != 0 {
 				return fmt.Errorf("attach %s: %w", a, err)
@@ -266,8 +253,85 @@ func (s *Source) attach(p *loadPlan) error {
 			s.notes = append(s.notes, fmt.Sprintf("source: cannot attach %s (%v)", a, err))
 			continue
 		}
-		s.links = append(s.links, l)
+		if l == nil {
+			continue
+		}
+		s.links = append(s.links, attached{probe: a, link: l})
 		s.sources = append(s.sources, a.String())
+	}
+	return nil
+}
+
+// attached is a probe and its link (nil while paused).
+type attached struct {
+	probe probe
+	link  link.Link
+}
+
+// always reports whether a probe stays attached while tracing is paused:
+// those that keep the pid set and exec events going.
+func (a attached) always() bool {
+	return a.probe.name == "sched_process_fork" || a.probe.name == "sched_process_exit" || a.probe.name == execSource.name
+}
+
+func (s *Source) attachOne(a probe) (link.Link, error) {
+	name := a.prog
+	if a.viaKprobe {
+		name = a.kprobeProg
+	}
+	prog := s.coll.Programs[name]
+	if prog == nil {
+		return nil, nil
+	}
+	if a.viaKprobe {
+		return link.Kprobe(a.kprobe, prog, nil)
+	}
+	return link.AttachRawTracepoint(link.RawTracepointOptions{Name: a.name, Program: prog})
+}
+
+// Pause detaches every program but those following processes (fork,
+// exit) and reporting execs, so that tracing costs the system nothing
+// but those while there is nothing to trace (a daemon between launches:
+// the sys_enter and sys_exit programs otherwise run for every system call
+// of every task). Targets keep being followed; their accesses are not
+// traced until Resume. Raw tracepoints attach and detach in microseconds.
+func (s *Source) Pause() error {
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	if s.closed {
+		return fmt.Errorf("pause tracing: %w", ErrStopped)
+	}
+	var wg sync.WaitGroup
+	for i := range s.links {
+		a := &s.links[i]
+		if a.always() || a.link == nil {
+			continue
+		}
+		wg.Add(1)
+		go func(l link.Link) { defer wg.Done(); l.Close() }(a.link)
+		a.link = nil
+	}
+	wg.Wait()
+	return nil
+}
+
+// Resume re-attaches what Pause detached.
+func (s *Source) Resume() error {
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	if s.closed {
+		return fmt.Errorf("resume tracing: %w", ErrStopped)
+	}
+	for i := range s.links {
+		a := &s.links[i]
+		if a.link != nil {
+			continue
+		}
+		l, err := s.attachOne(a.probe)
+		if err != nil {
+			return fmt.Errorf("resume tracing: attach %s: %w", a.probe, err)
+		}
+		a.link = l
 	}
 	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
@@ -43,9 +42,10 @@ const (
 	ExecAll                     // execs of every task: the system-wide view of a daemon
 )
 
-// KindExec is the access kind of exec events: sched_process_exec of a
-// task, FileID the file it now runs (the interpreter of a script), NPages 0.
-const KindExec formats.AccessKind = 12
+// KindExec is the access kind of exec events (formats.KindExec):
+// sched_process_exec of a task, FileID the file it now runs (the
+// interpreter of a script), NPages 0.
+const KindExec = formats.KindExec
 
 // Config says what a Source traces. Targets may be empty at Open and added
 // later (AddPID, AddCgroup, AddExecTarget, StartCommand).
@@ -103,10 +103,11 @@ type Stats struct {
 
 // Source is one attached set of programs and its readers.
 type Source struct {
-	cfg   Config
-	coll  *ebpf.Collection
-	links []link.Link
-	files *fileTable
+	cfg    Config
+	coll   *ebpf.Collection
+	loaded *loadPlan
+	links  []attached
+	files  *fileTable
 
 	events    *ringbuf.Reader
 	opens     *ringbuf.Reader
@@ -128,7 +129,8 @@ type Source struct {
 	cgPaths  [maxCgroups]string
 	ownCg    string // the cgroup made for StartCommand; "" when following by pid
 	ownCgFD  int
-	execKeys int // entries in exec_targets
+	execKeys int    // entries in exec_targets
+	gen      uint32 // target_gen
 
 	dmu      sync.Mutex // serializes deliveries
 	consumer Consumer
@@ -195,7 +197,7 @@ func Open(cfg Config) (*Source, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Source{cfg: cfg, failed: make(chan struct{}), ownCgFD: -1, rowPaths: make(map[uint64]rowPath)}
+	s := &Source{cfg: cfg, failed: make(chan struct{}), ownCgFD: -1, rowPaths: make(map[uint64]rowPath), gen: 1}
 	for i := range s.cgSlots {
 		s.cgSlots[i] = -1
 	}
@@ -376,9 +378,12 @@ func (s *Source) Close() error {
 // periods, which overlap when closed concurrently.
 func (s *Source) detach() {
 	var wg sync.WaitGroup
-	for _, l := range s.links {
+	for _, a := range s.links {
+		if a.link == nil {
+			continue
+		}
 		wg.Add(1)
-		go func() { defer wg.Done(); l.Close() }()
+		go func() { defer wg.Done(); a.link.Close() }()
 	}
 	wg.Wait()
 	s.links = nil

@@ -481,3 +481,50 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestPauseResume: while paused, a target's reads are not traced (the
+// access and system call programs are detached) but its children are
+// still followed: after Resume, a child forked while paused is traced.
+func TestPauseResume(t *testing.T) {
+	requireSource(t, "filemap:mm_filemap_get_pages", "sched:sched_process_fork")
+	dir := tracetest.DiskDir(t)
+	a := tracetest.WarmFile(t, dir, 1<<20)
+	b := filepath.Join(dir, "b.bin")
+	if err := os.WriteFile(b, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src, c := open(t, Config{})
+	// The shell reads a (paused), then forks a subshell that waits and
+	// reads b (resumed).
+	sh := exec.Command("sh", "-c", "read x; cat "+a+" > /dev/null; (echo; read y; cat "+b+" > /dev/null)")
+	in, _ := sh.StdinPipe()
+	out, _ := sh.StdoutPipe()
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sh.Process.Kill(); sh.Wait() })
+	if err := src.AddPID(sh.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	in.Write([]byte("1\n"))
+	io.ReadFull(out, make([]byte, 1)) // a is read, the subshell forked
+	if err := src.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	in.Write([]byte("2\n"))
+	in.Close()
+	if err := sh.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	src.Stop()
+	if _, ok := c.idOf(src, a); ok {
+		t.Errorf("%s was read while paused and traced", a)
+	}
+	id, ok := c.idOf(src, b)
+	if !ok || c.pages(id, formats.KindRead) != 256 {
+		t.Errorf("%s, read by a child forked while paused, after Resume: traced %v", b, ok)
+	}
+}

@@ -65,6 +65,16 @@ func (s *Source) setFlagsLocked(f uint32) error {
 	if err := s.coll.Variables["target_flags"].Set(f); err != nil {
 		return fmt.Errorf("set target flags: %w", err)
 	}
+	return s.changedLocked()
+}
+
+// changedLocked tells the programs the targets changed: threads' cached
+// "is a target" expire.
+func (s *Source) changedLocked() error {
+	s.gen++
+	if err := s.coll.Variables["target_gen"].Set(s.gen); err != nil {
+		return fmt.Errorf("set target generation: %w", err)
+	}
 	return nil
 }
 
@@ -98,7 +108,7 @@ func (s *Source) RemovePID(pid int) error {
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("remove pid %d: %w", pid, err)
 	}
-	return nil
+	return s.changedLocked()
 }
 
 // AddCgroup makes every task in the cgroup v2 directory dir and below a
@@ -189,7 +199,7 @@ func (s *Source) RemoveCgroup(dir string) error {
 	if fd != s.ownCgFD {
 		unix.Close(fd)
 	}
-	return nil
+	return s.changedLocked()
 }
 
 // AddExecTarget makes every process that execs the file at path a target
@@ -230,7 +240,7 @@ func (s *Source) RemoveExecTarget(path string) error {
 	if err := s.coll.Maps["exec_targets"].Delete(&key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("remove exec target %s: %w", path, err)
 	}
-	return nil
+	return s.changedLocked()
 }
 
 func (s *Source) execKey(path string) (bpf.RecordFilekey, error) {

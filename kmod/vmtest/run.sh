@@ -234,7 +234,7 @@ else
 		echo "@@TRACEPOINTS \$g: \$(ls /sys/kernel/tracing/events/\$g 2>/dev/null | grep -v -e enable -e filter | tr '\n' ' ')"
 	done
 	if [ -x /record.test ]; then
-		/record.test -test.v -test.count=1 -test.timeout 5m
+		/record.test -test.v -test.count=1 -test.timeout 10m
 		echo "@@RESULT record rc=\$?"
 	fi
 	if [ -x /policies.test ]; then
