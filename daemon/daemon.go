@@ -52,6 +52,7 @@ type Daemon struct {
 	strays   map[uint32]time.Time
 	claims   map[int]int // pids claimed by predictio run (reference counts)
 	targets  map[string]bool
+	resolved map[string]resolved
 	st       counters
 	notes    []string
 	closed   bool
@@ -98,7 +99,7 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	}
 	d := &Daemon{cfgPath: o.ConfigPath, log: slog.New(h), level: level, started: time.Now(), cfg: cfg,
 		launches: map[uint32]*launch{}, members: map[uint32]*launch{}, strays: map[uint32]time.Time{},
-		claims: map[int]int{}, targets: map[string]bool{}}
+		claims: map[int]int{}, targets: map[string]bool{}, resolved: map[string]resolved{}}
 	d.st.byProgram = map[string]*programCounts{}
 	ok := false
 	defer func() {
@@ -136,6 +137,10 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	}
 	if err := d.serveMetrics(); err != nil {
 		return nil, err
+	}
+	// Between launches only the fork, exit and exec programs run.
+	if err := d.src.Pause(); err != nil {
+		return nil, fmt.Errorf("start the daemon: %w", err)
 	}
 	if err := d.src.Start(d); err != nil {
 		return nil, fmt.Errorf("start the daemon: %w", err)

@@ -258,6 +258,7 @@ func TestDaemonLearnsAndPrefetches(t *testing.T) {
 	d, _ := startDaemon(t, testConfig(t, dir))
 	sum := runProg(t, prog, "read", files)
 	waitFor(t, "the first launch to be learned", func() bool { return launches(d, prog) == 1 })
+	waitFor(t, "the profile to be saved", func() bool { _, err := os.Stat(live.ProfilePath(filepath.Join(dir, "profiles"), prog)); return err == nil })
 	p, err := live.LoadProfile(filepath.Join(dir, "profiles"), prog)
 	if err != nil || p == nil {
 		t.Fatalf("profile on disk: %v", err)
@@ -489,35 +490,44 @@ func TestDaemonKill9(t *testing.T) {
 		s, err := QueryStatus(filepath.Join(dir, "s"))
 		return err == nil && s.Counts.Learned >= 1
 	})
-	before, err := os.ReadFile(live.ProfilePath(pdir, prog))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Kill it while it prefetches the next launch of 8 cold MiB and
-	// learns it.
-	evict(t, files)
-	cmd := exec.Command(prog)
-	cmd.Env = append(os.Environ(), "PREDICTIO_DAEMON_HELPER=read", "PREDICTIO_DAEMON_FILES="+strings.Join(files, ":"))
-	var out strings.Builder
-	cmd.Stdout = &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(5 * time.Millisecond)
-	d.Process.Kill()
-	d.Wait()
-	if err := cmd.Wait(); err != nil || out.String() != sum {
-		t.Fatalf("the program under a killed daemon: %v, printed %q, want %q", err, out.String(), sum)
-	}
-	after, err := os.ReadFile(live.ProfilePath(pdir, prog))
-	if err != nil {
-		t.Fatalf("profile lost: %v", err)
-	}
-	if _, err := policies.DecodeLaunchProfile(after); err != nil {
-		t.Fatalf("profile damaged by the kill: %v", err)
-	}
-	if string(after) != string(before) {
-		t.Log("the kill came after the second launch was saved")
+	waitFor(t, "the profile to be saved", func() bool { _, err := os.Stat(live.ProfilePath(pdir, prog)); return err == nil })
+	// Kill it at points of the next launches: while it prefetches 8 cold
+	// MiB, while the program runs, as its launch ends, while its profile
+	// is saved.
+	for i, kill := range []struct {
+		afterStart, afterExit time.Duration
+	}{{2 * time.Millisecond, -1}, {10 * time.Millisecond, -1}, {0, 0}, {0, 10 * time.Millisecond}, {0, 21 * time.Millisecond}, {0, 25 * time.Millisecond}} {
+		if i > 0 {
+			d = start()
+		}
+		evict(t, files)
+		cmd := exec.Command(prog)
+		cmd.Env = append(os.Environ(), "PREDICTIO_DAEMON_HELPER=read", "PREDICTIO_DAEMON_FILES="+strings.Join(files, ":"))
+		var out strings.Builder
+		cmd.Stdout = &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if kill.afterExit < 0 {
+			time.Sleep(kill.afterStart)
+			d.Process.Kill()
+		}
+		err := cmd.Wait()
+		if kill.afterExit >= 0 {
+			time.Sleep(kill.afterExit)
+			d.Process.Kill()
+		}
+		d.Wait()
+		if err != nil || out.String() != sum {
+			t.Fatalf("kill %d: the program under a killed daemon: %v, printed %q, want %q", i, err, out.String(), sum)
+		}
+		b, err := os.ReadFile(live.ProfilePath(pdir, prog))
+		if err != nil {
+			t.Fatalf("kill %d: profile lost: %v", i, err)
+		}
+		if _, err := policies.DecodeLaunchProfile(b); err != nil {
+			t.Fatalf("kill %d: profile damaged: %v", i, err)
+		}
 	}
 	d = start()
 	defer func() { d.Process.Signal(syscall.SIGTERM); d.Wait() }()

@@ -83,7 +83,7 @@ func (d *Daemon) onExec(ev *policies.Event) {
 		d.st.ignored++ // gone already
 		return
 	}
-	program, err := live.ResolveInRoot(root, path)
+	program, err := d.resolve(root, path)
 	if err != nil || !d.cfg.Learn.wants(program) {
 		d.st.ignored++
 		return
@@ -122,6 +122,16 @@ func (d *Daemon) learn(ev *policies.Event, program, root string, exe policies.La
 	if len(d.launches) >= d.cfg.Limits.Concurrent {
 		d.st.notLearned++
 		return
+	}
+	if len(d.launches) == 0 {
+		// The access programs are detached between launches
+		// (source.Pause): attached again in microseconds, but the
+		// launch's first accesses until then are not learned.
+		if err := d.src.Resume(); err != nil {
+			d.log.Warn("cannot resume tracing", "err", err)
+			d.st.notLearned++
+			return
+		}
 	}
 	if err := d.src.AddPID(int(pid)); err != nil {
 		d.st.notLearned++
@@ -175,6 +185,13 @@ func (d *Daemon) end(l *launch) {
 		delete(d.members, pid)
 		_ = d.src.RemovePID(int(pid))
 		d.loop.ForgetPID(pid)
+	}
+	if len(d.launches) == 0 {
+		// Nothing to learn: no program of the source runs on the
+		// machine's system calls, reads and faults until the next.
+		if err := d.src.Pause(); err != nil {
+			d.log.Warn("cannot pause tracing", "err", err)
+		}
 	}
 	launchRec, files := l.rec.Launch(func(id uint32) (policies.LaunchFile, bool) {
 		f, ok := d.src.File(id)
@@ -249,6 +266,35 @@ func (d *Daemon) untarget(p *policies.LaunchProfile) {
 		_ = d.src.RemoveExecTarget(prog)
 		delete(d.targets, prog)
 	}
+}
+
+// resolveTTL is how long an exec path's resolution is reused (execs of
+// the same program are frequent: a compile's gcc, cc1, as, ld).
+const resolveTTL = 5 * time.Second
+
+type resolved struct {
+	program string
+	at      time.Time
+}
+
+// resolve returns path without symlinks, inside root; cached for this
+// namespace's paths.
+func (d *Daemon) resolve(root, path string) (string, error) {
+	if root != "" {
+		return live.ResolveInRoot(root, path)
+	}
+	if r, ok := d.resolved[path]; ok && time.Since(r.at) < resolveTTL {
+		return r.program, nil
+	}
+	p, err := live.ResolveInRoot("", path)
+	if err != nil {
+		return "", err
+	}
+	if len(d.resolved) >= 4096 {
+		clear(d.resolved)
+	}
+	d.resolved[path] = resolved{p, time.Now()}
+	return p, nil
 }
 
 // member returns the launch process pid is part of, or nil.

@@ -107,25 +107,26 @@ func checkUnchanged(path string, f *policies.LaunchFile) error {
 
 // ProcRoot returns the prefix under which paths of process pid resolve as
 // they do for it: "" when it shares this process's mount namespace and
-// root, else "/proc/PID/root".
+// root, else "/proc/PID/root". Two readlinks.
 func ProcRoot(pid int) (string, error) {
 	dir := "/proc/" + strconv.Itoa(pid)
-	var a, b unix.Stat_t
-	if err := unix.Stat(dir+"/ns/mnt", &a); err != nil {
+	ns, err := os.Readlink(dir + "/ns/mnt")
+	if err != nil {
 		return "", fmt.Errorf("read mount namespace of pid %d: %w", pid, err)
 	}
-	if err := unix.Stat("/proc/self/ns/mnt", &b); err != nil {
-		return "", fmt.Errorf("read own mount namespace: %w", err)
-	}
-	if a.Ino == b.Ino && a.Dev == b.Dev {
+	if ns == selfMountNS() {
 		// Same namespace; a chroot'ed process still has a root of its own.
-		var ra, rb unix.Stat_t
-		if unix.Stat(dir+"/root", &ra) == nil && unix.Stat("/", &rb) == nil && ra.Ino == rb.Ino && ra.Dev == rb.Dev {
+		if r, err := os.Readlink(dir + "/root"); err == nil && r == "/" {
 			return "", nil
 		}
 	}
 	return dir + "/root", nil
 }
+
+var selfMountNS = sync.OnceValue(func() string {
+	ns, _ := os.Readlink("/proc/self/ns/mnt")
+	return ns
+})
 
 // ResolveInRoot returns path with every symlink resolved as process pid's
 // kernel would, inside root (ProcRoot's prefix; "" for this process's):

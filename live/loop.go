@@ -243,7 +243,8 @@ func (l *Loop) Backend() backend.Backend { return l.be }
 func (l *Loop) Consume(b *source.Batch) error {
 	for i := range b.Accesses {
 		a := &b.Accesses[i]
-		if a.PID != l.lastPID && l.cfg.Effect != nil {
+		if a.PID != l.lastPID && l.cfg.Effect != nil && a.Kind != formats.KindExec {
+			// (An exec row may be any task's: the daemon sees them all.)
 			l.addDemand(a.PID)
 		}
 		l.ev.FromAccess(a)
