@@ -258,7 +258,10 @@ func TestDaemonLearnsAndPrefetches(t *testing.T) {
 	d, _ := startDaemon(t, testConfig(t, dir))
 	sum := runProg(t, prog, "read", files)
 	waitFor(t, "the first launch to be learned", func() bool { return launches(d, prog) == 1 })
-	waitFor(t, "the profile to be saved", func() bool { _, err := os.Stat(live.ProfilePath(filepath.Join(dir, "profiles"), prog)); return err == nil })
+	waitFor(t, "the profile to be saved", func() bool {
+		_, err := os.Stat(live.ProfilePath(filepath.Join(dir, "profiles"), prog))
+		return err == nil
+	})
 	p, err := live.LoadProfile(filepath.Join(dir, "profiles"), prog)
 	if err != nil || p == nil {
 		t.Fatalf("profile on disk: %v", err)
