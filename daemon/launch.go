@@ -342,7 +342,10 @@ func (d *Daemon) stray(pid uint32) {
 }
 
 // claimed reports whether pid descends from a process that predictio run
-// claimed.
+// claimed. While there are claims, a process whose parent cannot be read
+// (it has exited already) counts as claimed: the daemon must never
+// learn or prefetch a launch run owns, and it could not follow an exited
+// one anyway.
 func (d *Daemon) claimed(pid uint32) bool {
 	if len(d.claims) == 0 {
 		return false
@@ -353,7 +356,10 @@ func (d *Daemon) claimed(pid uint32) bool {
 			return true
 		}
 		pp, ok := ppid(p)
-		if !ok || pp <= 1 {
+		if !ok {
+			return p == pid
+		}
+		if pp <= 1 {
 			return false
 		}
 		p = pp

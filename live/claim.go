@@ -36,7 +36,7 @@ func ClaimLaunches(socket string, pid int) (release func()) {
 		return nop
 	}
 	// Wait for the daemon's answer: from then on it skips the launches.
-	if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+	if ans, err := bufio.NewReader(c).ReadString('\n'); err != nil || ans != "ok\n" {
 		c.Close()
 		return nop
 	}
