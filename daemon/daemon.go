@@ -53,6 +53,7 @@ type Daemon struct {
 	claims   map[int]int // pids claimed by predictio run (reference counts)
 	targets  map[string]bool
 	resolved map[string]resolved
+	trace    *tracer
 	st       counters
 	notes    []string
 	closed   bool
@@ -139,6 +140,7 @@ func New(cfg Config, o Options) (*Daemon, error) {
 		return nil, err
 	}
 	// Between launches only the fork, exit and exec programs run.
+	d.trace = newTracer(d.src, d.log)
 	if err := d.src.Pause(); err != nil {
 		return nil, fmt.Errorf("start the daemon: %w", err)
 	}
@@ -290,6 +292,9 @@ func (d *Daemon) close() {
 	if d.ctl != nil {
 		d.ctl.Close()
 		os.Remove(d.cfg.Socket)
+	}
+	if d.trace != nil {
+		d.trace.stop()
 	}
 	if d.src != nil {
 		d.src.Close()

@@ -40,14 +40,15 @@ func TestMain(m *testing.M) {
 	}
 }
 
-// helperRead reads the files of PREDICTIO_DAEMON_FILES (':'-separated)
-// and prints their checksum. With probe it first waits
-// PREDICTIO_DAEMON_WAIT_MS and prints "cached N of M" for each file.
+// helperRead waits PREDICTIO_DAEMON_WAIT_MS, reads the files of
+// PREDICTIO_DAEMON_FILES (':'-separated) and prints their checksum. With
+// probe it first prints "cached N of M" for each file: what was
+// prefetched before it read anything.
 func helperRead(probe bool) int {
 	files := strings.Split(os.Getenv("PREDICTIO_DAEMON_FILES"), ":")
+	ms, _ := strconv.Atoi(os.Getenv("PREDICTIO_DAEMON_WAIT_MS"))
+	time.Sleep(time.Duration(ms) * time.Millisecond)
 	if probe {
-		ms, _ := strconv.Atoi(os.Getenv("PREDICTIO_DAEMON_WAIT_MS"))
-		time.Sleep(time.Duration(ms) * time.Millisecond)
 		for _, p := range files {
 			f, err := os.Open(p)
 			if err != nil {
@@ -116,6 +117,7 @@ func testConfig(t *testing.T, dir string) Config {
 	c.Metrics = "127.0.0.1:0"
 	c.Learn.Programs = []string{dir + "/*"}
 	c.Learn.Window = Duration{5 * time.Second}
+	c.LogLevel = "debug"
 	return c
 }
 
@@ -158,11 +160,16 @@ func startDaemon(t *testing.T, cfg Config) (*Daemon, *logBuffer) {
 	return d, log
 }
 
-// launch runs prog as the given helper over files and returns its output.
+// runProg runs prog as the given helper over files and returns its
+// output. The program starts by waiting 50 ms (or env's
+// PREDICTIO_DAEMON_WAIT_MS): a program shorter than the daemon's delay in
+// handling its exec (milliseconds on a loaded machine) is over before it
+// could be followed.
 func runProg(t *testing.T, prog, mode string, files []string, env ...string) string {
 	t.Helper()
 	cmd := exec.Command(prog)
-	cmd.Env = append(append(os.Environ(), "PREDICTIO_DAEMON_HELPER="+mode, "PREDICTIO_DAEMON_FILES="+strings.Join(files, ":")), env...)
+	cmd.Env = append(append(os.Environ(), "PREDICTIO_DAEMON_HELPER="+mode, "PREDICTIO_DAEMON_FILES="+strings.Join(files, ":"),
+		"PREDICTIO_DAEMON_WAIT_MS=50"), env...)
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("%s: %v", prog, err)
@@ -505,7 +512,7 @@ func TestDaemonKill9(t *testing.T) {
 		}
 		evict(t, files)
 		cmd := exec.Command(prog)
-		cmd.Env = append(os.Environ(), "PREDICTIO_DAEMON_HELPER=read", "PREDICTIO_DAEMON_FILES="+strings.Join(files, ":"))
+		cmd.Env = append(os.Environ(), "PREDICTIO_DAEMON_HELPER=read", "PREDICTIO_DAEMON_FILES="+strings.Join(files, ":"), "PREDICTIO_DAEMON_WAIT_MS=50")
 		var out strings.Builder
 		cmd.Stdout = &out
 		if err := cmd.Start(); err != nil {

@@ -75,22 +75,26 @@ func (d *Daemon) onExec(ev *policies.Event) {
 		}
 	}
 	if path == "" {
-		d.st.ignored++
+		d.ignore(pid, path, "no path")
 		return
 	}
 	root, err := live.ProcRoot(int(pid))
 	if err != nil {
-		d.st.ignored++ // gone already
+		d.ignore(pid, path, "exited already")
 		return
 	}
 	program, err := d.resolve(root, path)
-	if err != nil || !d.cfg.Learn.wants(program) {
-		d.st.ignored++
+	if err != nil {
+		d.ignore(pid, path, err.Error())
+		return
+	}
+	if !d.cfg.Learn.wants(program) {
+		d.st.ignored++ // not logged: most execs of the machine
 		return
 	}
 	exe, err := live.StatFile(root, program)
 	if err != nil || exe.PathOnly() {
-		d.st.ignored++
+		d.ignore(pid, program, "gone")
 		return
 	}
 	pc := d.programCounts(program)
@@ -115,6 +119,12 @@ func (d *Daemon) onExec(ev *policies.Event) {
 	d.learn(ev, program, root, exe)
 }
 
+// ignore counts an exec the daemon does not follow, and logs why (debug).
+func (d *Daemon) ignore(pid uint32, path, why string) {
+	d.st.ignored++
+	d.log.Debug("exec not followed", "pid", pid, "path", path, "why", why)
+}
+
 // learn starts following the launch of program by process pid, when
 // fewer than limits.concurrent launches are followed.
 func (d *Daemon) learn(ev *policies.Event, program, root string, exe policies.LaunchFile) {
@@ -123,15 +133,13 @@ func (d *Daemon) learn(ev *policies.Event, program, root string, exe policies.La
 		d.st.notLearned++
 		return
 	}
-	if len(d.launches) == 0 {
-		// The access programs are detached between launches
-		// (source.Pause): attached again in microseconds, but the
-		// launch's first accesses until then are not learned.
-		if err := d.src.Resume(); err != nil {
-			d.log.Warn("cannot resume tracing", "err", err)
-			d.st.notLearned++
-			return
-		}
+	// The access programs are detached between launches (source.Pause):
+	// attached again in microseconds, but the launch's first accesses
+	// until then are not learned.
+	if err := d.trace.resume(); err != nil {
+		d.log.Warn("cannot resume tracing", "err", err)
+		d.st.notLearned++
+		return
 	}
 	if err := d.src.AddPID(int(pid)); err != nil {
 		d.st.notLearned++
@@ -141,6 +149,7 @@ func (d *Daemon) learn(ev *policies.Event, program, root string, exe policies.La
 		start: time.Now(), members: map[uint32]bool{pid: true}}
 	l.rec.Observe(ev)
 	d.launches[pid] = l
+	d.trace.active.Add(1)
 	d.members[pid] = l
 	delete(d.strays, pid)
 	go d.await(l)
@@ -181,17 +190,16 @@ func (d *Daemon) end(l *launch) {
 	}
 	l.done = true
 	delete(d.launches, l.pid)
+	d.trace.active.Add(-1)
 	for pid := range l.members {
 		delete(d.members, pid)
 		_ = d.src.RemovePID(int(pid))
 		d.loop.ForgetPID(pid)
 	}
 	if len(d.launches) == 0 {
-		// Nothing to learn: no program of the source runs on the
+		// Nothing to learn: soon no program of the source runs on the
 		// machine's system calls, reads and faults until the next.
-		if err := d.src.Pause(); err != nil {
-			d.log.Warn("cannot pause tracing", "err", err)
-		}
+		d.trace.idle()
 	}
 	launchRec, files := l.rec.Launch(func(id uint32) (policies.LaunchFile, bool) {
 		f, ok := d.src.File(id)
@@ -201,6 +209,7 @@ func (d *Daemon) end(l *launch) {
 		return live.Resolve(l.root, f)
 	}, l.start.UnixNano(), uint64(time.Since(l.start)))
 	if len(launchRec.Touches) == 0 {
+		d.log.Debug("a launch had nothing to learn", "program", l.program, "pid", l.pid, "events", l.events)
 		return
 	}
 	prof := d.store.get(l.program)

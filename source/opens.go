@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
@@ -35,6 +36,12 @@ func (s *Source) readOpens() {
 	poll := s.cfg.Latency == Batched
 	if poll {
 		s.opens.SetDeadline(time.Now().Add(readDeadline))
+	} else {
+		// The LowLatency event reader (real-time) waits for this one
+		// to resolve a new file's path: it must not wait behind the
+		// machine's other tasks.
+		runtime.LockOSThread()
+		realtimeThread()
 	}
 	for {
 		t := monoNow()
