@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/predictio/predictio/hints"
 	"github.com/predictio/predictio/internal/tracetest"
 	"github.com/predictio/predictio/live"
 	"github.com/predictio/predictio/policies"
@@ -602,5 +603,110 @@ func TestSystemdUnit(t *testing.T) {
 	out, err := exec.Command(sa, "verify", copyUnit).CombinedOutput()
 	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
 		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// TestDaemonServesHints: hints sent to the daemon's hint socket reach the
+// tree policy, whose requests are prefetched: the hinted pages are cached.
+func TestDaemonServesHints(t *testing.T) {
+	requireDaemon(t)
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	cfg.HintSocket = filepath.Join(dir, "hints.sock")
+	files := coldFiles(t, 1, 1<<20)
+	d, _ := startDaemon(t, cfg)
+	c, err := hints.Dial(cfg.HintSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	children := []uint64{10, 50, 90, 130, 170, 210}
+	if err := c.TreeChildEnter(hints.Path(files[0]), 0, 0, children); err != nil {
+		t.Fatal(err)
+	}
+	c.Flush()
+	waitFor(t, "the hint to be prefetched", func() bool {
+		f, _ := os.Open(files[0])
+		defer f.Close()
+		for _, p := range children {
+			var cs unix.Cachestat_t
+			if unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{Off: p * 4096, Len: 4096}, &cs, 0) != nil || cs.Cache != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	m := metrics(t, d)
+	if m[`predictio_daemon_hints_total{state="received"}`] < 1 || m[`predictio_daemon_requests_total{policy="tree"}`] < 1 {
+		t.Errorf("metrics: hints %v, tree requests %v", m[`predictio_daemon_hints_total{state="received"}`], m[`predictio_daemon_requests_total{policy="tree"}`])
+	}
+}
+
+// TestDaemonChecksAsTheLaunchingUser: a launch by another user prefetches
+// only the profile's files that user may read.
+func TestDaemonChecksAsTheLaunchingUser(t *testing.T) {
+	requireDaemon(t)
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	os.Chmod(filepath.Dir(dir), 0o755) // nobody must reach the program
+	prog := testProgram(t, dir, "prog")
+	files := coldFiles(t, 2, 256<<10)
+	os.Chmod(filepath.Dir(filepath.Dir(files[0])), 0o755)
+	os.Chmod(files[0], 0o644)
+	os.Chmod(files[1], 0o600) // root's
+	d, _ := startDaemon(t, testConfig(t, dir))
+	runProg(t, prog, "read", files) // learned as root, who reads both
+	waitFor(t, "the launch as root", func() bool { return launches(d, prog) == 1 })
+	evict(t, files)
+	// nobody's launch: only files[0] is readable to it. (cachestat needs
+	// more than read permission: the test, as root, looks while the
+	// program waits before reading.)
+	cmd := exec.Command(prog)
+	cmd.Env = append(os.Environ(), "PREDICTIO_DAEMON_HELPER=read", "PREDICTIO_DAEMON_FILES="+files[0], "PREDICTIO_DAEMON_WAIT_MS=600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("the launch as nobody: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	cachedPages := func(p string) uint64 {
+		f, _ := os.Open(p)
+		defer f.Close()
+		return tracetest.CachedPages(t, f)
+	}
+	readable, secret := cachedPages(files[0]), cachedPages(files[1])
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the launch as nobody: %v", err)
+	}
+	if readable < 60 {
+		t.Errorf("nobody's readable file: %d of 64 pages cached at its start; profile files %+v", readable, d.loop.Stats().ProfileFiles)
+	}
+	if secret != 0 {
+		t.Errorf("the root-only file has %d pages cached after nobody's launch", secret)
+	}
+	if s := d.loop.Stats().ProfileFiles; s.Denied == 0 {
+		t.Errorf("profile files %+v: want the root-only one denied", s)
+	}
+}
+
+// TestRunAndDaemon: `predictio run` claims its command's launch from a
+// running daemon, which learns nothing of it.
+func TestRunAndDaemon(t *testing.T) {
+	requireDaemon(t)
+	dir := t.TempDir()
+	bin := buildPredictio(t)
+	prog := testProgram(t, dir, "prog")
+	files := coldFiles(t, 1, 64<<10)
+	d, _ := startDaemon(t, testConfig(t, dir))
+	cmd := exec.Command(bin, "run", "--no-profile", "--daemon-socket", d.cfg.Socket, "--", prog)
+	cmd.Env = append(os.Environ(), "PREDICTIO_DAEMON_HELPER=read", "PREDICTIO_DAEMON_FILES="+files[0], "PREDICTIO_DAEMON_WAIT_MS=50")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("predictio run: %v\n%s", err, out)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := launches(d, prog); n != 0 {
+		t.Errorf("the daemon learned %d launches of predictio run's command", n)
+	}
+	if d.Status().Counts.Claimed == 0 {
+		t.Error("no exec counted as run's")
 	}
 }
