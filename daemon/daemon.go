@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,6 +44,7 @@ type Daemon struct {
 	http *http.Server
 
 	metricsAddr string
+	execDrops   atomic.Uint64
 
 	mu       sync.Mutex // guards everything below; held while a batch is consumed
 	cfg      Config
@@ -54,6 +56,7 @@ type Daemon struct {
 	targets  map[string]bool
 	resolved map[string]resolved
 	trace    *tracer
+	execs    chan execNote
 	st       counters
 	notes    []string
 	closed   bool
@@ -98,7 +101,7 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	if cfg.LogFormat == "json" {
 		h = slog.NewJSONHandler(w, hopts)
 	}
-	d := &Daemon{cfgPath: o.ConfigPath, log: slog.New(h), level: level, started: time.Now(), cfg: cfg,
+	d := &Daemon{cfgPath: o.ConfigPath, log: slog.New(h), level: level, started: time.Now(), cfg: cfg, execs: make(chan execNote, 4096),
 		launches: map[uint32]*launch{}, members: map[uint32]*launch{}, strays: map[uint32]time.Time{},
 		claims: map[int]int{}, targets: map[string]bool{}, resolved: map[string]resolved{}}
 	d.st.byProgram = map[string]*programCounts{}
@@ -123,8 +126,10 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	if err := d.startLoop(); err != nil {
 		return nil, err
 	}
+	// Events in batches (every 20 ms or 256 KiB: nearly free for the
+	// traced programs), execs at once through the opens ring (OnExec).
 	if d.src, err = source.Open(source.Config{
-		Exec: source.ExecAll, Latency: source.LowLatency, RingBytes: int(cfg.Limits.RingBytes),
+		Exec: source.ExecAll, Latency: source.Batched, OnExec: d.hookExec, RingBytes: int(cfg.Limits.RingBytes),
 		HintSocket: cfg.HintSocket, HintUIDs: cfg.HintUIDs, Exclude: []string{cfg.ProfileDir}, BTFCacheDir: o.BTFCacheDir,
 	}); err != nil {
 		return nil, fmt.Errorf("start the daemon: %w", err)
@@ -144,6 +149,7 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	if err := d.src.Pause(); err != nil {
 		return nil, fmt.Errorf("start the daemon: %w", err)
 	}
+	go d.execWorker()
 	if err := d.src.Start(d); err != nil {
 		return nil, fmt.Errorf("start the daemon: %w", err)
 	}
@@ -298,6 +304,7 @@ func (d *Daemon) close() {
 	}
 	if d.src != nil {
 		d.src.Close()
+		close(d.execs) // the opens reader, which sends on it, has stopped
 	}
 	if d.loop != nil {
 		d.loop.Close()

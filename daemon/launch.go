@@ -38,7 +38,14 @@ const maxAncestry = 32
 // lock held (Consume).
 func (d *Daemon) observe(ev *policies.Event) {
 	if ev.Kind == policies.EventProcessExec {
-		d.onExec(ev)
+		// Which exec starts a launch was decided from the opens ring
+		// (onExec); the exec row of a launch's process joins it.
+		if l := d.member(ev.PID); l != nil {
+			if l.ran == 0 {
+				l.ran = ev.File
+			}
+			l.rec.Observe(ev)
+		}
 		return
 	}
 	if ev.PID == 0 {
@@ -56,26 +63,45 @@ func (d *Daemon) observe(ev *policies.Event) {
 	d.st.launchEvents++
 }
 
+// execNote is an exec as the opens ring reports it: promptly, whatever
+// the event ring's batching.
+type execNote struct {
+	pid  uint32
+	ts   uint64
+	path string
+}
+
+// hookExec is the source's OnExec: it hands the exec to the exec worker
+// (it runs on the opens reader, which must not wait for the daemon's
+// lock: the consumer may be waiting for the opens reader).
+func (d *Daemon) hookExec(pid uint32, ts uint64, path string) {
+	select {
+	case d.execs <- execNote{pid, ts, path}:
+	default:
+		d.execDrops.Add(1)
+	}
+}
+
+// execWorker handles the execs, one at a time, under the daemon's lock.
+func (d *Daemon) execWorker() {
+	for n := range d.execs {
+		d.mu.Lock()
+		if !d.closed {
+			d.onExec(n)
+		}
+		d.mu.Unlock()
+	}
+}
+
 // onExec handles an exec anywhere on the machine.
-func (d *Daemon) onExec(ev *policies.Event) {
+func (d *Daemon) onExec(n execNote) {
 	d.st.execs++
-	pid := ev.PID
+	pid, path := n.pid, n.path
 	if l := d.member(pid); l != nil {
-		l.rec.Observe(ev) // a later exec of the launch: part of it
-		return
+		return // a later exec of the launch: part of it (its exec row joins it)
 	}
 	if d.claimed(pid) {
 		d.st.claimed++
-		return
-	}
-	path := d.src.ExecPath(pid, ev.TS)
-	if path == "" {
-		if f, ok := d.src.File(ev.File); ok {
-			path = f.Path
-		}
-	}
-	if path == "" {
-		d.ignore(pid, path, "no path")
 		return
 	}
 	root, err := live.ProcRoot(int(pid))
@@ -110,13 +136,13 @@ func (d *Daemon) onExec(ev *policies.Event) {
 	if prof != nil {
 		d.store.touch(program)
 		if len(prof.Launches) >= d.cfg.Learn.MinLaunches {
-			d.loop.Exec(pid, program, ev.File, ev.TS)
+			d.loop.Exec(pid, program, 0, n.ts)
 			d.st.prefetched++
 			pc.Prefetched++
 			d.log.Debug("prefetched", "program", program, "pid", pid, "launches", len(prof.Launches))
 		}
 	}
-	d.learn(ev, program, root, exe)
+	d.learn(n, program, root, exe)
 }
 
 // ignore counts an exec the daemon does not follow, and logs why (debug).
@@ -127,8 +153,8 @@ func (d *Daemon) ignore(pid uint32, path, why string) {
 
 // learn starts following the launch of program by process pid, when
 // fewer than limits.concurrent launches are followed.
-func (d *Daemon) learn(ev *policies.Event, program, root string, exe policies.LaunchFile) {
-	pid := ev.PID
+func (d *Daemon) learn(n execNote, program, root string, exe policies.LaunchFile) {
+	pid := n.pid
 	if len(d.launches) >= d.cfg.Limits.Concurrent {
 		d.st.notLearned++
 		return
@@ -145,9 +171,8 @@ func (d *Daemon) learn(ev *policies.Event, program, root string, exe policies.La
 		d.st.notLearned++
 		return
 	}
-	l := &launch{pid: pid, program: program, root: root, exe: exe, ran: ev.File, rec: policies.NewLaunchRecorder(ev.TS),
+	l := &launch{pid: pid, program: program, root: root, exe: exe, rec: policies.NewLaunchRecorder(n.ts),
 		start: time.Now(), members: map[uint32]bool{pid: true}}
-	l.rec.Observe(ev)
 	d.launches[pid] = l
 	d.trace.active.Add(1)
 	d.members[pid] = l

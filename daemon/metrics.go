@@ -92,6 +92,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, mDrops, bs.Dropped, "backend_requests")
 	counter(ch, mDrops, ls.Meta.Dropped, "launch_files")
 	counter(ch, mDrops, ls.Unregistered, "requests_without_path")
+	counter(ch, mDrops, d.execDrops.Load(), "execs")
 	counter(ch, mHints, src.Hints, "received")
 	counter(ch, mHints, src.HintRejects.Total(), "rejected")
 	pf := ls.ProfileFiles

@@ -63,6 +63,10 @@ type RunConfig struct {
 	Adapters []string
 	// HintSocket receives application hints for the run; "" for none.
 	HintSocket string
+	// Latency is the source's delivery mode: source.LowLatency (events
+	// reach the policies microseconds after the kernel saw them; each
+	// costs the traced program a reader wakeup) or source.Batched.
+	Latency source.Latency
 	// Effect counts what the prefetched pages were worth (pages used in
 	// time, late, wasted) with the effect package's observer, loaded
 	// before the launch prefetch starts (which it then delays by its load
@@ -246,7 +250,7 @@ type srcResult struct {
 // openSource opens the event source in the background.
 func (r *runner) openSource() <-chan srcResult {
 	sc := source.Config{
-		Command: true, Exec: source.ExecTargets, Latency: source.LowLatency, RingBytes: 8 << 20,
+		Command: true, Exec: source.ExecTargets, Latency: r.cfg.Latency, RingBytes: 8 << 20,
 		HintSocket: r.cfg.HintSocket, NoCgroup: r.cfg.noCgroup, BTFCacheDir: r.cfg.btfCache,
 	}
 	if r.cfg.Output != "" {

@@ -32,7 +32,6 @@ func (s *Source) noteExec(ts uint64, pid uint32, dfd int32, path string) {
 	}
 	e := &s.execs
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.m == nil || len(e.m) >= maxExecPaths {
 		e.m = make(map[uint32]*[execsKept]execAt)
 	}
@@ -43,6 +42,10 @@ func (s *Source) noteExec(ts uint64, pid uint32, dfd int32, path string) {
 	}
 	copy(h[1:], h[:execsKept-1])
 	h[0] = execAt{ts: ts, path: p}
+	e.mu.Unlock()
+	if s.cfg.OnExec != nil {
+		s.cfg.OnExec(pid, ts, p)
+	}
 }
 
 // ExecPath returns the path process pid gave to the execve of the exec

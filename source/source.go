@@ -62,6 +62,14 @@ type Config struct {
 	// could be made for it.
 	NoCgroup bool
 	Exec     ExecMode
+	// OnExec, when set, is called with each execve's path (made absolute)
+	// as soon as the opens ring delivers it: for every exec with
+	// ExecAll, before the exec event, whatever the Latency (the opens
+	// ring wakes its reader for every record). For a target it may come
+	// twice, from its system call and from the exec itself (and for a
+	// failed execve, once). It runs on the opens reader: it must not
+	// block, nor wait for the consumer.
+	OnExec func(pid uint32, ts uint64, path string)
 
 	Include []string // keep only files under these absolute path prefixes
 	Exclude []string // drop files under these prefixes (besides /proc, /sys and /dev)

@@ -15,6 +15,7 @@ import (
 	"github.com/predictio/predictio/effect"
 	"github.com/predictio/predictio/live"
 	"github.com/predictio/predictio/policies"
+	"github.com/predictio/predictio/source"
 )
 
 // defaultRunProfile is run's profile directory when --profile is not
@@ -68,6 +69,7 @@ func runRun(c *command, args []string) int {
 	jsonOut := fs.String("json", "", "write the run's counters and timings as JSON to `FILE` (- for stderr)")
 	adaptersFlag := fs.String("adapters", "none", "structure adapters in front of the policies: none, all, or a list of sqlite, lmdb, gguf (their events feed --policy tree and tensor)")
 	hintsAddr := fs.String("hints", "", "receive application hints on `unix:PATH` for the tree and tensor policies")
+	latency := fs.String("latency", "low", "event delivery: low (each event reaches the policies within microseconds; the traced program pays a wakeup per event) or batched (every 20 ms or 256 KiB: nearly free for it)")
 	daemonSock := fs.String("daemon-socket", live.DefaultDaemonSocket, "tell the daemon on this control `socket` that run owns the command's launches (\"\": don't)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -83,6 +85,14 @@ func runRun(c *command, args []string) int {
 	}
 	if len(specs) > 0 {
 		cfg.Policies = specs
+	}
+	switch *latency {
+	case "low":
+		cfg.Latency = source.LowLatency
+	case "batched":
+		cfg.Latency = source.Batched
+	default:
+		return fail(2, fmt.Errorf("run: --latency %q: want low or batched", *latency))
 	}
 	switch *be {
 	case "kernel", "kmod", "none":
