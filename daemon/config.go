@@ -64,6 +64,11 @@ type LearnConfig struct {
 	// a long-running program. A launch also ends when its first process
 	// exits.
 	Window Duration `toml:"window"`
+	// Refresh: once a profile holds Launches launches, a launch is
+	// learned again only when the newest is older than this (or files
+	// of the profile changed); 0 learns every launch. A launch that is
+	// not learned is only prefetched: tracing costs it nothing.
+	Refresh Duration `toml:"refresh"`
 }
 
 // LimitsConfig bounds the daemon's memory and speculative I/O.
@@ -141,6 +146,7 @@ func Defaults() Config {
 			Launches:    5,
 			MinLaunches: 1,
 			Window:      Duration{10 * time.Second},
+			Refresh:     Duration{time.Hour},
 		},
 		Limits: LimitsConfig{
 			MaxProfiles: 512, MaxProfileBytes: 4 << 20, Concurrent: 16,
@@ -242,6 +248,9 @@ func (c *Config) check(path string) error {
 	}
 	if w := c.Learn.Window.Duration; w < 100*time.Millisecond || w > time.Hour {
 		return bad("learn.window", "%v is out of range: want 100ms to 1h", w)
+	}
+	if r := c.Learn.Refresh.Duration; r < 0 || r > 8760*time.Hour {
+		return bad("learn.refresh", "%v is out of range: want 0 (every launch) to 8760h", r)
 	}
 	if b := c.Limits.MaxProfileBytes; b < 4096 || b > 64<<20 {
 		return bad("limits.max_profile_bytes", "%d is out of range: want 4K to 64M", b)

@@ -710,3 +710,24 @@ func TestRunAndDaemon(t *testing.T) {
 		t.Error("no exec counted as run's")
 	}
 }
+
+// TestDaemonRefresh: once a profile is full, launches are prefetched but
+// not learned (not traced) until the profile is older than learn.refresh.
+func TestDaemonRefresh(t *testing.T) {
+	requireDaemon(t)
+	dir := t.TempDir()
+	prog := testProgram(t, dir, "prog")
+	files := coldFiles(t, 1, 64<<10)
+	cfg := testConfig(t, dir)
+	cfg.Learn.Launches = 2
+	d, _ := startDaemon(t, cfg)
+	for i := range 4 {
+		runProg(t, prog, "read", files)
+		want := min(i+1, 2)
+		waitFor(t, fmt.Sprintf("%d launches learned", want), func() bool { return launches(d, prog) == want })
+		time.Sleep(100 * time.Millisecond)
+	}
+	if s := d.Status(); s.Counts.Learned != 2 || s.Counts.LaunchesPrefetched < 3 {
+		t.Errorf("learned %d, prefetched %d: want 2 learned, 3 prefetched", s.Counts.Learned, s.Counts.LaunchesPrefetched)
+	}
+}

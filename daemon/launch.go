@@ -96,6 +96,7 @@ func (d *Daemon) execWorker() {
 // onExec handles an exec anywhere on the machine.
 func (d *Daemon) onExec(n execNote) {
 	d.st.execs++
+	d.invalidate()
 	pid, path := n.pid, n.path
 	if l := d.member(pid); l != nil {
 		return // a later exec of the launch: part of it (its exec row joins it)
@@ -142,7 +143,9 @@ func (d *Daemon) onExec(n execNote) {
 			d.log.Debug("prefetched", "program", program, "pid", pid, "launches", len(prof.Launches))
 		}
 	}
-	d.learn(n, program, root, exe)
+	if prof.Wants(d.cfg.Learn.Launches, d.cfg.Learn.Refresh.Duration, time.Now()) {
+		d.learn(n, program, root, exe)
+	}
 }
 
 // ignore counts an exec the daemon does not follow, and logs why (debug).
@@ -264,18 +267,16 @@ func (d *Daemon) end(l *launch) {
 }
 
 // invalidate drops the files the loop found changed from the profiles
-// that hold them.
+// that hold them (and their oldest launch: the next launch is learned).
 func (d *Daemon) invalidate() {
-	for _, c := range d.loop.Invalid() {
-		for _, p := range d.store.model.Profiles() {
-			for i := range p.Files {
-				if p.Files[i].Same(&c) {
-					p.Invalidate(uint32(i))
-					d.store.put(p)
-					d.st.invalidated++
-					break
-				}
-			}
+	changed := d.loop.Invalid()
+	if len(changed) == 0 {
+		return
+	}
+	for _, p := range d.store.model.Profiles() {
+		if p.InvalidateFiles(changed) {
+			d.store.put(p)
+			d.st.invalidated++
 		}
 	}
 }

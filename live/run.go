@@ -67,6 +67,13 @@ type RunConfig struct {
 	// reach the policies microseconds after the kernel saw them; each
 	// costs the traced program a reader wakeup) or source.Batched.
 	Latency source.Latency
+	// Refresh says when a full profile (Keep launches) learns again: once
+	// its newest launch is older than Refresh; 0 learns every run, a
+	// negative Refresh never once full. A run that neither learns nor
+	// needs events (Output, Adapters, HintSocket, policies besides the
+	// launch policy given in Policies) is not traced at all: it only
+	// prefetches, and costs the command nothing but its own start-up.
+	Refresh time.Duration
 	// Effect counts what the prefetched pages were worth (pages used in
 	// time, late, wasted) with the effect package's observer, loaded
 	// before the launch prefetch starts (which it then delays by its load
@@ -159,17 +166,20 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		}
 	}
 	mark("resolved")
-	// The source loads while the profile is read and its prefetch starts.
+	r.loadProfile()
+	mark("profile")
+	// The source loads while the launch prefetch starts.
 	srcDone := r.openSource()
 	r.startBundle()
 	r.openObserver()
-	r.loadProfile()
-	mark("profile")
 	rest, err := r.startLoop()
 	if err != nil {
 		return nil, err
 	}
 	mark("loop")
+	if !r.traced {
+		rest = nil // the policies that need events have none
+	}
 	markov := r.startMarkov(rest)
 	sr := <-srcDone
 	mark("source open")
@@ -203,6 +213,8 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 // runner is one Run in progress.
 type runner struct {
 	cfg      RunConfig
+	learning bool // this run is learned
+	traced   bool // the source is opened
 	res      *RunResult
 	prog     policies.LaunchFile
 	prof     *policies.LaunchProfile
@@ -247,8 +259,33 @@ type srcResult struct {
 	err error
 }
 
-// openSource opens the event source in the background.
+// errNotTraced says a run neither learns nor needs events.
+var errNotTraced = errors.New("not traced: the profile is fresh and no policy needs live events")
+
+// needsEvents reports whether the run needs the event source besides
+// learning: a bundle, adapters, hints, or policies besides the launch
+// policy given explicitly.
+func (r *runner) needsEvents() bool {
+	if r.cfg.Output != "" || len(r.cfg.Adapters) > 0 || r.cfg.HintSocket != "" || r.cfg.Effect {
+		return true
+	}
+	for _, p := range r.cfg.Policies {
+		if policies.SpecName(p) != "launch" {
+			return true
+		}
+	}
+	return false
+}
+
+// openSource opens the event source in the background (when the run is
+// traced).
 func (r *runner) openSource() <-chan srcResult {
+	r.traced = r.learning || r.needsEvents()
+	if !r.traced {
+		ch := make(chan srcResult, 1)
+		ch <- srcResult{err: errNotTraced}
+		return ch
+	}
 	sc := source.Config{
 		Command: true, Exec: source.ExecTargets, Latency: r.cfg.Latency, RingBytes: 8 << 20,
 		HintSocket: r.cfg.HintSocket, NoCgroup: r.cfg.noCgroup, BTFCacheDir: r.cfg.btfCache,
@@ -306,6 +343,7 @@ func (r *runner) loadProfile() {
 	}
 	r.prof = p
 	r.res.Launches = len(p.Launches)
+	r.learning = p.Wants(r.cfg.Keep, r.cfg.Refresh, time.Now())
 }
 
 // startLoop builds the loop with the launch policies and fires the launch
@@ -363,6 +401,9 @@ func (r *runner) startMarkov(specs []string) <-chan *policies.MarkovModel {
 // attachSource starts the source (or warns once that the command runs
 // untraced) and the bundle writer.
 func (r *runner) attachSource(sr srcResult) {
+	if errors.Is(sr.err, errNotTraced) {
+		return
+	}
 	if sr.err != nil {
 		r.res.Untraced = sr.err
 		msg := fmt.Sprintf("tracing unavailable (%v); the command runs without it", sr.err)
@@ -402,7 +443,7 @@ func (r *runner) attachSource(sr srcResult) {
 		}
 		r.pend = nil
 	}
-	if r.prof != nil {
+	if r.prof != nil && r.learning {
 		r.rec = policies.NewLaunchRecorder(r.startNS)
 	}
 	if err := sr.src.Start(consumer); err != nil {
@@ -612,9 +653,22 @@ func (r *runner) closeLoop() {
 	}
 }
 
-// learn merges this launch into the profile and saves it.
+// learn merges this launch into the profile and saves it; a run that is
+// not learned saves the profile only to drop files its prefetch found
+// changed.
 func (r *runner) learn() {
-	if r.prof == nil || r.rec == nil {
+	if r.prof == nil {
+		return
+	}
+	if r.rec == nil {
+		// (The launch workers may still be checking: what they find
+		// later is found again by the next run.)
+		if r.prof.InvalidateFiles(r.loop.Invalid()) {
+			r.note("files of the profile changed: the next run learns again")
+			if err := SaveProfile(r.cfg.Profile, r.prof, r.cfg.MaxProfileBytes); err != nil {
+				r.warn(err.Error())
+			}
+		}
 		return
 	}
 	wall := uint64(time.Since(r.start))
@@ -641,7 +695,7 @@ func (r *runner) learn() {
 		r.warn(fmt.Sprintf("learn %s: %v", r.res.Program, err))
 		return
 	}
-	invalidate(r.prof, r.loop.Invalid())
+	r.prof.InvalidateFiles(r.loop.Invalid())
 	if err := SaveProfile(r.cfg.Profile, r.prof, r.cfg.MaxProfileBytes); err != nil {
 		r.warn(err.Error())
 		return
@@ -668,19 +722,6 @@ func interpreter(path string) string {
 		return ""
 	}
 	return fields[0]
-}
-
-// invalidate drops from p the files the loop found changed (and this
-// launch did not learn again).
-func invalidate(p *policies.LaunchProfile, changed []policies.LaunchFile) {
-	for _, c := range changed {
-		for i := range p.Files {
-			if p.Files[i].Same(&c) {
-				p.Invalidate(uint32(i))
-				break
-			}
-		}
-	}
 }
 
 // abort undoes what was started when the command cannot start.
@@ -733,7 +774,11 @@ func (res *RunResult) String() string {
 		fmt.Fprintf(&b, "  profile %s: %d launches before this one, this one %s\n", res.ProfileFile, res.Launches, learned)
 	}
 	if !res.Traced {
-		fmt.Fprintf(&b, "  untraced: %v\n", res.Untraced)
+		why := "not needed: the profile is fresh (--refresh) and no policy needs live events"
+		if res.Untraced != nil {
+			why = res.Untraced.Error()
+		}
+		fmt.Fprintf(&b, "  untraced: %s\n", why)
 	}
 	st := res.Loop
 	fmt.Fprintf(&b, "  %d events, %d requests (%d dropped: file not known yet)\n", st.Events, st.Requests, st.Unregistered)

@@ -147,8 +147,10 @@ func TestRunFailsOpen(t *testing.T) {
 	}
 	self, _ := os.Executable()
 	// Root without CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN.
+	// A new profile: the run would learn, so it traces.
+	prof := filepath.Join(t.TempDir(), "p")
 	cmd := exec.Command("setpriv", "--inh-caps=-bpf,-perfmon,-sys_admin", "--bounding-set=-bpf,-perfmon,-sys_admin", "--",
-		bin, "run", "--no-profile", "--daemon-socket", "", "--", self)
+		bin, "run", "--profile", prof, "--daemon-socket", "", "--", self)
 	cmd.Env = append(os.Environ(), "PREDICTIO_LIVE_HELPER=read", "PREDICTIO_LIVE_FILES="+self, "PREDICTIO_LIVE_EXIT=5")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -158,7 +160,7 @@ func TestRunFailsOpen(t *testing.T) {
 		t.Fatalf("untraced run: %v, want exit 5; stderr %q", err, stderr.String())
 	}
 	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
-	if len(lines) != 1 || !strings.Contains(lines[0], "tracing unavailable") || !strings.Contains(lines[0], "CAP_") {
+	if len(lines) != 1 || !strings.Contains(lines[0], "tracing unavailable") || !strings.Contains(lines[0], "CAP_") || !strings.Contains(lines[0], "not learned") {
 		t.Errorf("want one warning naming the missing capabilities, got %q", stderr.String())
 	}
 }
@@ -450,5 +452,33 @@ func TestRunAdaptersSQLite(t *testing.T) {
 	}
 	if p := res.Loop.Policies[0]; p.Name != "tree" || p.Requests == 0 {
 		t.Errorf("tree policy: %+v; want requests from the derived events", p)
+	}
+}
+
+// TestRunFreshProfileIsNotTraced: once a profile is full and fresh, a run
+// neither learns nor traces (no BPF is loaded: it costs the command only
+// run's start-up) and still prefetches the profile.
+func TestRunFreshProfileIsNotTraced(t *testing.T) {
+	requireSource(t)
+	files := testFiles(t, 2, 256<<10)
+	prof := filepath.Join(t.TempDir(), "profiles")
+	self, _ := os.Executable()
+	helperEnv(t, "read", files)
+	for range 2 {
+		runOnce(t, RunConfig{Command: []string{self}, Profile: prof, Keep: 2, Refresh: time.Hour})
+	}
+	evict(t, files)
+	helperEnv(t, "probe", files, "PREDICTIO_LIVE_WAIT_MS", "300")
+	res, out, _ := runOnce(t, RunConfig{Command: []string{self}, Profile: prof, Keep: 2, Refresh: time.Hour})
+	if res.Traced || res.Learned || res.Untraced != nil {
+		t.Errorf("traced %v, learned %v, untraced %v: want a run that only prefetches", res.Traced, res.Learned, res.Untraced)
+	}
+	if c, _ := probed(t, out); slices.Min(c) < 60 {
+		t.Errorf("pages cached at the start: %v of 64", c)
+	}
+	// Refresh 0: every run learns.
+	res, _, _ = runOnce(t, RunConfig{Command: []string{self}, Profile: prof, Keep: 2})
+	if !res.Traced || !res.Learned {
+		t.Errorf("refresh 0: traced %v, learned %v", res.Traced, res.Learned)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/predictio/predictio/formats"
 )
@@ -446,6 +447,7 @@ type launchPolicy struct {
 	maxFiles int
 	minSeen  int
 	meta     bool
+	chunk    uint32 // pages per request at most
 	fired    map[launchFire]struct{}
 	req      Request
 	ranges   []Range
@@ -469,6 +471,7 @@ func buildLaunch(a *args, env Env) (Policy, error) {
 		maxFiles: int(a.uint("files", 1, MaxLaunchFiles)),
 		minSeen:  int(a.uint("seen", 1, MaxLaunches)),
 		meta:     a.choice("meta", "on", "off") == "on",
+		chunk:    uint32(a.uint("chunk", 1, 1<<20)),
 		fired:    map[launchFire]struct{}{},
 	}
 	if a.err != nil {
@@ -519,7 +522,7 @@ func (p *launchPolicy) Handle(ev *Event, emit Emit) {
 	p.fired[fk] = struct{}{}
 	budget := p.pages
 	files := 0
-	maxN := uint64(p.env.maxPages())
+	maxN := uint64(p.chunk)
 	plan := prof.Plan()
 	for i := range plan {
 		st := plan[i]
@@ -559,10 +562,10 @@ func (p *launchPolicy) Handle(ev *Event, emit Emit) {
 	}
 }
 
-// emitFile emits p.ranges of file id as requests of at most MaxPages
-// pages each; the first carries Meta.
+// emitFile emits p.ranges of file id as requests of at most chunk pages
+// each; the first carries Meta.
 func (p *launchPolicy) emitFile(id uint32, emit Emit) {
-	maxN := p.env.maxPages()
+	maxN := p.chunk
 	meta := p.meta
 	rs := p.ranges
 	if len(rs) == 0 {
@@ -722,4 +725,51 @@ func BundleLaunchFiles(files []formats.File) func(pid uint32, s *LaunchStep) (ui
 		}
 		return f.ID, true
 	}
+}
+
+// Newest returns when the newest launch began (zero without launches).
+func (p *LaunchProfile) Newest() time.Time {
+	var t int64
+	for _, l := range p.Launches {
+		t = max(t, l.StartUnixNS)
+	}
+	if t == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, t)
+}
+
+// Wants reports whether the next launch should be learned: when the
+// profile holds fewer than keep launches, or its newest launch is older
+// than refresh (refresh 0: every launch; negative: never once full).
+func (p *LaunchProfile) Wants(keep int, refresh time.Duration, now time.Time) bool {
+	if p == nil || len(p.Launches) < keep {
+		return true
+	}
+	if refresh < 0 {
+		return false
+	}
+	return !now.Before(p.Newest().Add(refresh))
+}
+
+// InvalidateFiles drops from p the files of changed that it holds with
+// the same identity (they changed since they were learned), and then its
+// oldest launch, so that the next launch is learned (Wants). It reports
+// whether it dropped anything.
+func (p *LaunchProfile) InvalidateFiles(changed []LaunchFile) bool {
+	dropped := false
+	for _, c := range changed {
+		for i := range p.Files {
+			if p.Files[i].Same(&c) {
+				p.Invalidate(uint32(i))
+				dropped = true
+				break
+			}
+		}
+	}
+	if dropped && len(p.Launches) > 0 {
+		p.Launches = slices.Delete(p.Launches, 0, 1)
+		p.compact()
+	}
+	return dropped
 }

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/predictio/predictio/formats"
 )
@@ -241,7 +242,7 @@ func TestLaunchPolicyPrefetchesThePlan(t *testing.T) {
 		acc(1400, 4, formats.KindRead, 0, 1),
 	}, 3)
 	env, names := launchEnv(NewLaunchModel(p), "/lib/b.so")
-	pol, err := Build("launch", env)
+	pol, err := Build("launch:chunk=4", env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +277,7 @@ func TestLaunchPolicyPrefetchesThePlan(t *testing.T) {
 		t.Errorf("pid 10: %d requests, want %d", len(got), len(want))
 	}
 	// Budgets: 3 pages in all, meta off.
-	pol, _ = Build("launch:pages=3,meta=off", env)
+	pol, _ = Build("launch:pages=3,meta=off,chunk=4", env)
 	got = nil
 	pol.Handle(&ev, emit)
 	if want := []string{"/usr/bin/prog pp", "/lib/a.so p"}; !reflect.DeepEqual(got, want) {
@@ -375,5 +376,36 @@ func TestLaunchProfileTrainsMarkov(t *testing.T) {
 	}
 	if m.Runs != 2 {
 		t.Errorf("runs %d", m.Runs)
+	}
+}
+
+func TestLaunchProfileWants(t *testing.T) {
+	files := map[uint32]LaunchFile{1: lf("/a", 1), 2: lf("/b", 2)}
+	p := &LaunchProfile{Program: lf("/usr/bin/x", 9)}
+	now := time.Now()
+	if !p.Wants(2, time.Hour, now) {
+		t.Error("an empty profile does not want a launch")
+	}
+	recordLaunch(t, p, files, []Event{acc(1, 1, formats.KindRead, 0, 1), acc(2, 2, formats.KindRead, 0, 1)}, 2)
+	recordLaunch(t, p, files, []Event{acc(1, 1, formats.KindRead, 0, 1), acc(2, 2, formats.KindRead, 0, 1)}, 2)
+	p.Launches[0].StartUnixNS, p.Launches[1].StartUnixNS = now.Add(-2*time.Hour).UnixNano(), now.Add(-time.Minute).UnixNano()
+	switch {
+	case p.Wants(2, time.Hour, now):
+		t.Error("a full, fresh profile wants a launch")
+	case !p.Wants(2, 30*time.Second, now):
+		t.Error("a full profile older than refresh does not want a launch")
+	case !p.Wants(2, 0, now):
+		t.Error("refresh 0 does not learn every launch")
+	case p.Wants(2, -1, now.Add(1000*time.Hour)):
+		t.Error("negative refresh learns a full profile")
+	}
+	changed := lf("/b", 2)
+	if !p.InvalidateFiles([]LaunchFile{changed}) || len(p.Launches) != 1 || !p.Wants(2, time.Hour, now) {
+		t.Errorf("after an invalidation: %d launches, wants %v", len(p.Launches), p.Wants(2, time.Hour, now))
+	}
+	for _, s := range p.Plan() {
+		if s.File.Path == "/b" {
+			t.Error("/b still planned")
+		}
 	}
 }

@@ -24,6 +24,7 @@ func init() {
 			{"files", "16384", "per-launch budget: files prefetched at most"},
 			{"seen", "1", "prefetch only files touched by at least this many of the profile's launches"},
 			{"meta", "on", "on: warm each file's metadata before its pages; off: pages only"},
+			{"chunk", "2048", "pages per request at most (2048: 8 MiB): a launch's prefetch reads like the kernel's readahead of a large window, not in small requests"},
 		},
 		build: buildLaunch,
 	})

@@ -64,6 +64,8 @@ func runRun(c *command, args []string) int {
 	out := fs.String("o", "", "also record the run into `BUNDLE`")
 	keep := fs.Int("keep", live.DefaultKeep, "launches a profile keeps (its prefetch is their union)")
 	limit(fs, "keep", 1, policies.MaxLaunches)
+	refresh := fs.Duration("refresh", time.Hour, "a full profile learns again once its newest launch is this old; 0: every run learns (and is traced)")
+	limit(fs, "refresh", time.Second, 8760*time.Hour).orZero("every run")
 	stats := fs.Bool("stats", false, "print what the runtime did to stderr when the command exits")
 	eff := fs.Bool("effect", false, "count what the prefetched pages were worth (used in time, late, wasted) with eBPF; loads before the prefetch starts")
 	jsonOut := fs.String("json", "", "write the run's counters and timings as JSON to `FILE` (- for stderr)")
@@ -79,7 +81,7 @@ func runRun(c *command, args []string) int {
 		fs.Usage()
 		return fail(2, errors.New("run: no command; give it after --"))
 	}
-	cfg := live.RunConfig{Command: cmdArgs, Keep: *keep, Backend: *be, Output: *out, ToolVersion: version, DaemonSocket: *daemonSock, Effect: *eff}
+	cfg := live.RunConfig{Command: cmdArgs, Keep: *keep, Refresh: *refresh, Backend: *be, Output: *out, ToolVersion: version, DaemonSocket: *daemonSock, Effect: *eff}
 	if !*noProfile {
 		cfg.Profile = *profile
 	}

@@ -209,8 +209,8 @@ func (b *bench) prepare() error {
 	}
 	slices.Sort(keys)
 	for _, c := range []struct{ name, policies string }{{"daemon.toml", ""}, {"daemon-noop.toml", "policies = []\n"}} {
-		body := fmt.Sprintf("profile_dir = %q\nsocket = %q\nmetrics = %q\n%s[learn]\nprograms = [%s]\nwindow = \"30s\"\n",
-			filepath.Join(b.cfg.Work, "daemon-profiles"), filepath.Join(b.cfg.Work, "daemon.sock"), b.cfg.MetricsAddr, c.policies, strings.Join(keys, ", "))
+		body := fmt.Sprintf("profile_dir = %q\nsocket = %q\nmetrics = %q\n%s[learn]\nprograms = [%s]\nwindow = \"30s\"\nlaunches = %d\n",
+			filepath.Join(b.cfg.Work, "daemon-profiles"), filepath.Join(b.cfg.Work, "daemon.sock"), b.cfg.MetricsAddr, c.policies, strings.Join(keys, ", "), b.cfg.Learn)
 		if err := os.WriteFile(filepath.Join(b.cfg.Work, c.name), []byte(body), 0o644); err != nil {
 			return fmt.Errorf("bench launch: %w", err)
 		}
@@ -284,7 +284,7 @@ func (b *bench) launch(ctx context.Context, p Program, m string, round int) (*Sa
 	}
 	switch m {
 	case ModeRun, ModeRunNoop:
-		pre := []string{"run", "--profile", filepath.Join(b.cfg.Work, "run-profiles"), "--daemon-socket", ""}
+		pre := []string{"run", "--profile", filepath.Join(b.cfg.Work, "run-profiles"), "--keep", strconv.Itoa(b.cfg.Learn), "--daemon-socket", ""}
 		if m == ModeRunNoop {
 			pre = append(pre, "--backend", "none")
 		}
