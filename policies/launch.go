@@ -113,6 +113,10 @@ type LaunchStep struct {
 	Kinds   uint32  // the launches' access kinds (LaunchTouch.Kinds), or'ed
 	Ranges  []Range // union of the launches' pages, sorted and disjoint
 	Seen    int     // launches that touched the file
+	// Sequential says every launch read the file front to back (its
+	// accesses in ascending page order): the kernel's readahead keeps
+	// ahead of such a reader once it has started.
+	Sequential bool
 }
 
 // Plan returns the profile's files in first-access order (the earliest
@@ -124,7 +128,7 @@ func (p *LaunchProfile) Plan() []LaunchStep {
 	}
 	steps := make([]LaunchStep, len(p.Files))
 	for i := range steps {
-		steps[i] = LaunchStep{File: &p.Files[i], Index: uint32(i), FirstNS: math.MaxUint64}
+		steps[i] = LaunchStep{File: &p.Files[i], Index: uint32(i), FirstNS: math.MaxUint64, Sequential: true}
 	}
 	for _, l := range p.Launches {
 		for _, t := range l.Touches {
@@ -133,6 +137,7 @@ func (p *LaunchProfile) Plan() []LaunchStep {
 			s.FirstNS = min(s.FirstNS, t.FirstNS)
 			s.Kinds |= t.Kinds
 			s.Ranges = append(s.Ranges, t.Ranges...)
+			s.Sequential = s.Sequential && ascending(t.Ranges)
 		}
 	}
 	out := steps[:0]
@@ -195,6 +200,16 @@ func (p *LaunchProfile) Pages() uint64 {
 		}
 	}
 	return n
+}
+
+// ascending reports whether rs is in ascending page order.
+func ascending(rs []Range) bool {
+	for i := 1; i < len(rs); i++ {
+		if rs[i].First < rs[i-1].First {
+			return false
+		}
+	}
+	return true
 }
 
 // mergeRanges sorts rs and merges overlapping and adjacent ranges, in
@@ -448,6 +463,7 @@ type launchPolicy struct {
 	minSeen  int
 	meta     bool
 	chunk    uint32 // pages per request at most
+	seqLimit uint64 // a file read front to back with more pages gets only its first chunk
 	fired    map[launchFire]struct{}
 	req      Request
 	ranges   []Range
@@ -472,6 +488,7 @@ func buildLaunch(a *args, env Env) (Policy, error) {
 		minSeen:  int(a.uint("seen", 1, MaxLaunches)),
 		meta:     a.choice("meta", "on", "off") == "on",
 		chunk:    uint32(a.uint("chunk", 1, 1<<20)),
+		seqLimit: a.uint("seqlimit", 0, 1<<40),
 		fired:    map[launchFire]struct{}{},
 	}
 	if a.err != nil {
@@ -539,8 +556,16 @@ func (p *launchPolicy) Handle(ev *Event, emit Emit) {
 		files++
 		eof := p.env.eof(id)
 		p.ranges = p.ranges[:0]
+		// A large file read front to back is left to the kernel's
+		// readahead beyond its first chunk: prefetching all of it only
+		// competes with the program's other reads.
+		limit := budget
+		if st.Sequential && p.seqLimit > 0 && rangePages(st.Ranges) > p.seqLimit {
+			limit = min(budget, uint64(p.chunk))
+		}
+		used := uint64(0)
 		for _, r := range st.Ranges {
-			if budget == 0 {
+			if budget == 0 || used >= limit {
 				break
 			}
 			first, n := r.First, uint64(r.N)
@@ -550,8 +575,9 @@ func (p *launchPolicy) Handle(ev *Event, emit Emit) {
 				}
 				n = min(n, eof-first)
 			}
-			n = min(n, budget)
+			n = min(n, budget, limit-used)
 			budget -= n
+			used += n
 			for n > 0 {
 				c := min(n, maxN)
 				p.ranges = append(p.ranges, Range{First: first, N: uint32(c)})
@@ -560,6 +586,14 @@ func (p *launchPolicy) Handle(ev *Event, emit Emit) {
 		}
 		p.emitFile(id, emit)
 	}
+}
+
+func rangePages(rs []Range) uint64 {
+	var n uint64
+	for _, r := range rs {
+		n += uint64(r.N)
+	}
+	return n
 }
 
 // emitFile emits p.ranges of file id as requests of at most chunk pages

@@ -409,3 +409,26 @@ func TestLaunchProfileWants(t *testing.T) {
 		}
 	}
 }
+
+func TestLaunchPolicyLeavesLargeSequentialFilesToReadahead(t *testing.T) {
+	files := map[uint32]LaunchFile{1: lf("/db", 1), 2: lf("/mapped", 2)}
+	p := &LaunchProfile{Program: lf("/usr/bin/x", 9)}
+	var evs []Event
+	for pg := uint64(0); pg < 100; pg += 10 {
+		evs = append(evs, acc(pg+1, 1, formats.KindRead, pg, 10)) // front to back
+	}
+	evs = append(evs, acc(200, 2, formats.KindFault, 50, 50), acc(201, 2, formats.KindFault, 0, 50)) // not ascending
+	recordLaunch(t, p, files, evs, 3)
+	env, names := launchEnv(NewLaunchModel(p))
+	pol, err := Build("launch:seqlimit=64,chunk=8,meta=off", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := map[string]uint64{}
+	pol.Handle(&Event{Kind: EventProcessExec, PID: 1, Exec: ProcessExec{Path: "/usr/bin/x"}}, func(r *Request) {
+		pages[names[r.File]] += rangePages(r.Ranges)
+	})
+	if pages["/db"] != 8 || pages["/mapped"] != 100 {
+		t.Errorf("pages prefetched %v: want the sequential /db's first chunk (8) and all of /mapped (100)", pages)
+	}
+}
