@@ -19,10 +19,12 @@ import (
 // CMD run directly. CMD is this test binary printing CLOCK_MONOTONIC as
 // the first and last thing it does (tracetest's stamp helper). Each
 // iteration runs one direct and one wrapped command, alternating which
-// goes first; metrics are medians. Sub-benchmarks: noop (--no-profile
-// --backend none: tracing and the loop, no policy), profile (a learned
-// profile of the helper, launch + markov, the kernel backend). It builds
-// ./cmd/predictio, or uses $PREDICTIO_BIN. Run with -benchtime=20x.
+// goes first; metrics are medians. Sub-benchmarks: bare (--no-profile
+// --backend none: nothing to learn or prefetch, so nothing is traced: the
+// wrapper alone), traced (a profile learned every run, --refresh 0: the
+// BPF programs loaded, the command traced, its launch learned), profile
+// (a learned, fresh profile of the helper: prefetched, not traced). It
+// builds ./cmd/predictio, or uses $PREDICTIO_BIN. Run with -benchtime=20x.
 func BenchmarkRunOverhead(b *testing.B) {
 	requireSource(b)
 	bin := predictioBin(b)
@@ -35,8 +37,9 @@ func BenchmarkRunOverhead(b *testing.B) {
 		name string
 		args []string
 	}{
-		{"noop", []string{"--no-profile", "--backend", "none"}},
-		{"profile", []string{"--profile", prof}},
+		{"bare", []string{"--no-profile", "--backend", "none"}},
+		{"traced", []string{"--profile", prof + "-traced", "--refresh", "0", "--backend", "none"}},
+		{"profile", []string{"--profile", prof, "--keep", "3"}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			args := append(append([]string{"run", "--daemon-socket", ""}, bc.args...), "--", exe)
