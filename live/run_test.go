@@ -19,6 +19,7 @@ import (
 	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/internal/tracetest"
 	"github.com/predictio/predictio/policies"
+	"github.com/predictio/predictio/replay"
 	"github.com/predictio/predictio/simulate"
 )
 
@@ -480,5 +481,44 @@ func TestRunFreshProfileIsNotTraced(t *testing.T) {
 	res, _, _ = runOnce(t, RunConfig{Command: []string{self}, Profile: prof, Keep: 2})
 	if !res.Traced || !res.Learned {
 		t.Errorf("refresh 0: traced %v, learned %v", res.Traced, res.Learned)
+	}
+}
+
+// TestLaunchScoredInReplay: replay runs the launch policy from a bundle's
+// exec rows: with the learned profile the replayed launch's pages are
+// prefetched and used in time.
+func TestLaunchScoredInReplay(t *testing.T) {
+	requireSource(t)
+	files := testFiles(t, 3, 512<<10)
+	prof := filepath.Join(t.TempDir(), "profiles")
+	self, _ := os.Executable()
+	helperEnv(t, "read", files)
+	runOnce(t, RunConfig{Command: []string{self}, Profile: prof})
+	evict(t, files)
+	bundle := filepath.Join(t.TempDir(), "b")
+	runOnce(t, RunConfig{Command: []string{self}, Output: bundle})
+	r, err := replay.New(bundle, replay.Options{Backend: replay.BackendKernel, Timing: replay.TimingRecorded,
+		Runs: []string{replay.Baseline, "launch:profile=" + prof}, MaxResidue: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.Replay(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var launch *replay.Run
+	for _, run := range rep.Runs {
+		if strings.HasPrefix(run.Policy, "launch") {
+			launch = run
+		}
+	}
+	if launch == nil {
+		t.Fatalf("no launch run in %+v", rep.Runs)
+	}
+	if launch.EffectNote == "" && launch.UsedInTime < 3*120 {
+		t.Errorf("replayed launch: %v; want the files' 384 pages prefetched and used in time", launch.Counts)
+	}
+	if launch.Counters.PagesRequested < 3*128 {
+		t.Errorf("replayed launch: %d pages requested, want the 384 of the files", launch.Counters.PagesRequested)
 	}
 }

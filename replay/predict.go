@@ -179,6 +179,11 @@ func (r *Replayer) events() []policies.Event {
 			evs = append(evs, ev)
 		}
 	}
+	for i := range t.execRows { // ProcessExec: the launch policy's trigger
+		var ev policies.Event
+		ev.FromAccess(&t.execRows[i])
+		evs = append(evs, ev)
+	}
 	for _, th := range t.threads {
 		for _, o := range th.ops {
 			evs = append(evs, policies.Event{Kind: policies.EventFileAccess, TS: o.ts, PID: th.pid, TID: th.tid, File: t.files[o.file].ID,
