@@ -112,6 +112,15 @@ type Config struct {
 	// in without mmap: RepackAuto (the default: as on this machine's CPU),
 	// RepackNone, RepackAVX2 or RepackAVX512.
 	TensorRepack string
+	// ReadCached lets the SQLite adapter read a table interior page that
+	// the program has not read yet, but that it predicted and that is now
+	// in the page cache (Files' Content must be a CachedContent; cachestat
+	// needs Linux 6.5): an index scan's lookups below it are then
+	// predicted before the program's descent reads it. It reads nothing
+	// that is not cached, but what it derives then depends on the page
+	// cache: live runtimes that prefetch set it; a recording, whose hints
+	// must not depend on the cache's state, should not.
+	ReadCached bool
 	// Warn receives one message per notable condition of a file (WAL mode,
 	// unsupported versions, malformed structure). nil drops them.
 	Warn func(msg string)

@@ -8,6 +8,66 @@ import (
 	"testing"
 )
 
+// lookupsDB is a database of 512-byte pages with a schema (page 1: a
+// rowid table t rooted at page 2 and its automatic index at page 3), a
+// table interior page (2) over two leaves (6, 7; row 2 spills to overflow
+// page 8) and an index interior page (3) over two leaves (4, 5) whose cell
+// holds row 3: an index scan of t looks rows 1, 3, 2, 4 up.
+func lookupsDB() []byte {
+	const ps = 512
+	pages := make([][]byte, 8)
+	for i := range pages {
+		pages[i] = make([]byte, ps)
+	}
+	be := binary.BigEndian
+	h := pages[0]
+	copy(h, sqliteMagic)
+	be.PutUint16(h[16:], ps)
+	h[18], h[19], h[21], h[22], h[23] = 1, 1, 64, 32, 32
+	be.PutUint32(h[28:], 8)
+	be.PutUint32(h[56:], 1) // UTF-8
+	schemaRow := func(rowid byte, typ, name, tbl string, root byte, sql string) []byte {
+		st := uint64(0)
+		if sql != "" {
+			st = text(sql)
+		}
+		rec := makeRecord([]uint64{text(typ), text(name), text(tbl), 1, st}, []byte(typ), []byte(name), []byte(tbl), []byte{root}, []byte(sql))
+		return append(appendVarint(appendVarint(nil, uint64(len(rec))), uint64(rowid)), rec...)
+	}
+	// Page 1's B-tree header follows the database header.
+	p1 := btreePageAt(ps, 100, sqliteTableLeaf, 0, [][]byte{
+		schemaRow(1, "table", "t", "t", 2, "CREATE TABLE t(k TEXT PRIMARY KEY, v)"),
+		schemaRow(2, "index", "sqlite_autoindex_t_1", "t", 3, ""),
+	})
+	copy(h[100:], p1[100:])
+	indexCell := func(key string, rowid byte) []byte {
+		rec := makeRecord([]uint64{text(key), 1}, []byte(key), []byte{rowid})
+		return append(appendVarint(nil, uint64(len(rec))), rec...)
+	}
+	row := func(rowid byte, size int) []byte {
+		rec := makeRecord([]uint64{text("k"), uint64(12 + 2*size)}, []byte("k"), make([]byte, size))
+		c := appendVarint(appendVarint(nil, uint64(len(rec))), uint64(rowid))
+		if len(rec) <= ps-35 {
+			return append(c, rec...)
+		}
+		// usable 512: M = 39, K = 39 + (P-39) % 508 stays local.
+		local := 39 + (len(rec)-39)%508
+		c = append(c, rec[:local]...)
+		return be.AppendUint32(c, 8)
+	}
+	copy(pages[1], btreePage(ps, sqliteTableInterior, 7, [][]byte{tableInteriorCell(6, 2)}))
+	copy(pages[2], btreePage(ps, sqliteIndexInterior, 5, [][]byte{append(be.AppendUint32(nil, 4), indexCell("b", 3)...)}))
+	copy(pages[3], btreePage(ps, sqliteIndexLeaf, 0, [][]byte{indexCell("a", 1)}))
+	copy(pages[4], btreePage(ps, sqliteIndexLeaf, 0, [][]byte{indexCell("c", 2), indexCell("d", 4)}))
+	copy(pages[5], btreePage(ps, sqliteTableLeaf, 0, [][]byte{row(1, 20), row(2, 560)}))
+	copy(pages[6], btreePage(ps, sqliteTableLeaf, 0, [][]byte{row(3, 20), row(4, 20)}))
+	var db []byte
+	for _, p := range pages {
+		db = append(db, p...)
+	}
+	return db
+}
+
 func writeCorpus(t *testing.T, target, name string, data, pattern []byte) {
 	dir := filepath.Join("testdata", "fuzz", target)
 	os.MkdirAll(dir, 0o755)
@@ -59,6 +119,7 @@ func TestWriteFuzzCorpus(t *testing.T) {
 		db = append(db, p...)
 	}
 	writeCorpus(t, "FuzzSQLite", "btree-512", db, []byte{0, 0, 0, 1, 0, 2, 0, 3, 0, 4, 0x10, 5, 0x20, 6})
+	writeCorpus(t, "FuzzSQLite", "lookups-512", lookupsDB(), []byte{0, 0, 0, 3, 0, 6, 0, 7, 0, 5, 0, 6, 0, 7, 0, 8, 0, 1})
 
 	// LMDB, 512-byte pages: meta 0 and 1, a branch (2) over leaves 3 and
 	// 4, leaf 4 holding a big value in overflow pages 5-6.

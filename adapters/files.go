@@ -28,6 +28,22 @@ type Content interface {
 	Close() error
 }
 
+// CachedContent is Content that can tell whether a byte range is in the
+// page cache without reading it. With Config.ReadCached, the SQLite
+// adapter reads a table interior page the program has not read yet once it
+// is cached (the policies prefetched it), so that it can predict the
+// leaves below it. OSContent implements it (cachestat, Linux 6.5).
+type CachedContent interface {
+	Content
+	// Cached reports whether all of bytes [off, off+n) are cached; it
+	// returns ErrNotSupported where the kernel cannot tell.
+	Cached(off, n int64) (bool, error)
+}
+
+// ErrNotSupported is returned by CachedContent.Cached where the kernel
+// lacks what it needs.
+var ErrNotSupported = errors.New("not supported by this kernel")
+
 // PathFiles opens files by path, read-only: for tests, tools and
 // re-deriving events from files that were verified unchanged. It performs
 // no access check of its own beyond the operating system's; Check, when
@@ -110,6 +126,37 @@ func (r *reader) readAt(p []byte, off uint64) error {
 	if err == nil || err == io.EOF {
 		err = errShort
 	}
+	return err
+}
+
+// readCached reads p from offset off only if the content reports all of it
+// in the page cache (they count as PagesCached). It returns false when the
+// bytes are not cached, the content cannot tell, or the read fails;
+// unsupported is set when it can never tell.
+func (r *reader) readCached(p []byte, off uint64) (ok, unsupported bool) {
+	c, can := r.c.(CachedContent)
+	if !can || off > 1<<62 {
+		return false, !can
+	}
+	cached, err := c.Cached(int64(off), int64(len(p)))
+	if err != nil || !cached {
+		return false, errors.Is(err, ErrNotSupported)
+	}
+	n, err := r.c.ReadAt(p, int64(off))
+	r.st.Reads++
+	if n > 0 {
+		r.st.PagesCached += (off+uint64(n)-1)/r.ps - off/r.ps + 1
+	}
+	return n == len(p) && (err == nil || err == io.EOF), false
+}
+
+// readEarlier is readAt of bytes the program read before (outside the
+// access being handled, they count as PagesEarlier).
+func (r *reader) readEarlier(p []byte, off uint64) error {
+	lo, hi := r.eLo, r.eHi
+	r.eLo, r.eHi = off/r.ps, (off+uint64(len(p))+r.ps-1)/r.ps
+	err := r.readAt(p, off)
+	r.eLo, r.eHi = lo, hi
 	return err
 }
 

@@ -79,6 +79,12 @@ type sqliteFile struct {
 	buf      []byte
 	ovf      [4]byte
 	pend     pending
+	schema   sqliteSchema
+	look     lookups
+	accesses uint64
+	// readCached: table interior pages the lookups predicted may be read
+	// once cached (Config.ReadCached, while the content can tell).
+	readCached bool
 }
 
 // chainLink is a page of an overflow chain expected next: left pages of
@@ -133,9 +139,14 @@ func newSQLite(hdr []byte, size uint64, cfg *Config) (parser, error) {
 	if !ok || err != nil {
 		return nil, err
 	}
-	f := &sqliteFile{buf: make([]byte, h.pageSize), fileSize: size}
+	f := &sqliteFile{buf: make([]byte, h.pageSize), fileSize: size, readCached: cfg.ReadCached}
 	f.t.init(2, cfg, 1, uint64(h.pageSize), true)
 	f.setHeader(h)
+	if len(hdr) >= int(h.pageSize) && hdr[100] == sqliteTableLeaf {
+		// Page 1 is the schema table's only page: parse it now.
+		var st Stats
+		f.readSchema(1, hdr[:h.usable], 100, &st)
+	}
 	return f, nil
 }
 
@@ -169,13 +180,15 @@ func (f *sqliteFile) status() string {
 	if f.autoVac {
 		av = ", auto-vacuum (pointer-map pages skipped)"
 	}
-	return fmt.Sprintf("page size %d, %d usable, %d pages%s, %s", f.pageSize, f.usable, f.pages, av, mode)
+	tables, indexes := f.schema.counts()
+	return fmt.Sprintf("page size %d, %d usable, %d pages%s, %s, schema: %d tables, %d indexes", f.pageSize, f.usable, f.pages, av, mode, tables, indexes)
 }
 
 // maxPagesPerAccess bounds the database pages one access is examined for.
 const maxPagesPerAccess = 64
 
 func (f *sqliteFile) handle(a *access, r *reader, o *output) {
+	f.accesses++
 	ps := uint64(f.pageSize)
 	start, end := a.first*r.ps, (a.first+a.n)*r.ps
 	if start == 0 {
@@ -221,7 +234,9 @@ func (f *sqliteFile) enterPage(k uint32, a *access, r *reader, o *output) {
 	p := pending{page: k, osLo: uint64(k-1) * uint64(f.pageSize) / r.ps, valid: true}
 	if l, ok := f.t.lookup(k); ok {
 		p.in = l
-		p.dir = f.t.enter(l, o)
+		if !f.lookingUp(l) {
+			p.dir = f.t.enter(l, o)
+		}
 		c := &f.t.pools[l.pool][l.slot].kids[l.pos]
 		if c.kind == kindOverflow {
 			f.overflow(k, c.aux, r, o)
@@ -371,7 +386,84 @@ func (f *sqliteFile) parse(k uint32, in link, dir int, r *reader, o *output) {
 	if !ok {
 		return
 	}
-	f.t.add(pool, k, kids, in, dir, o)
+	tree := f.treeOf(k, in)
+	gen := uint32(0)
+	if s := f.t.add(pool, k, kids, in, dir, o); s != nil {
+		s.tree, gen = tree, s.gen
+	}
+	f.structure(k, pg[:f.usable], h, tree, gen, in, r, o)
+}
+
+// treeOf returns the root page of the B-tree that page k, entered from
+// position in, belongs to: k itself for a root the schema names (and
+// page 1), else its parent's; 0 when unknown.
+func (f *sqliteFile) treeOf(k uint32, in link) uint32 {
+	if k == 1 || f.schema.object(k) != nil {
+		return k
+	}
+	if s := f.t.slotAt(in); s != nil {
+		return s.tree
+	}
+	return 0
+}
+
+// structure handles what a parsed B-tree page k of tree says beyond its
+// traversal list (whose tracker slot has generation gen): table interior
+// pages map rowids to pages, index pages of rowid tables list their table
+// lookups, table leaves may be such lookups, and the schema table's
+// leaves give the B-trees' roots.
+func (f *sqliteFile) structure(k uint32, pg []byte, h int, tree, gen uint32, in link, r *reader, o *output) {
+	switch pg[h] {
+	case sqliteIndexInterior:
+		if _, ok := f.schema.tableOf(tree); ok && gen != 0 {
+			f.addSeparators(k, pg, h, gen)
+		}
+	case sqliteTableInterior:
+		f.addTableInterior(k)
+	case sqliteTableLeaf:
+		if tree == 1 {
+			f.readSchema(k, pg, h, r.st)
+		}
+		f.readTableLeaf(k, pg, h, r, o)
+	case sqliteIndexLeaf:
+		if table, ok := f.schema.tableOf(tree); ok {
+			f.addIndexLeaf(k, pg, h, table, in, r, o)
+		}
+	}
+	if pg[h] == sqliteIndexInterior || pg[h] == sqliteIndexLeaf {
+		if obj := f.schema.object(k); obj != nil && !obj.index {
+			obj.noRowid = true // a WITHOUT ROWID table: its root is an index page
+		}
+	}
+}
+
+// readSchema reads the schema records of sqlite_schema leaf k (its usable
+// bytes in pg, header at h), replacing those read from it before.
+func (f *sqliteFile) readSchema(k uint32, pg []byte, h int, st *Stats) {
+	f.schema.drop(k)
+	n := int(binary.BigEndian.Uint16(pg[h+3:]))
+	ptrs := h + 8
+	if ptrs+2*n > len(pg) {
+		return
+	}
+	for i := range n {
+		off := int(binary.BigEndian.Uint16(pg[ptrs+2*i:]))
+		if off < ptrs+2*n || off >= len(pg) {
+			continue
+		}
+		c := pg[off:]
+		p, l1 := sqliteVarint(c)
+		_, l2 := sqliteVarint(c[l1:])
+		if l1 == 0 || l2 == 0 {
+			st.Malformed++
+			continue
+		}
+		c = c[l1+l2:]
+		rec := c[:min(uint64(len(c)), p, f.local(p, true))]
+		if !f.schema.addRecord(rec, k) {
+			st.Malformed++
+		}
+	}
 }
 
 // cells parses the B-tree page in pg (its usable bytes) whose header
@@ -402,6 +494,7 @@ func (f *sqliteFile) cells(pg []byte, h int, k uint32, st *Stats) (kids []child,
 		return nil, 0, false
 	}
 	kids = f.t.kids[:0]
+	f.look.keys, f.look.pages = f.look.keys[:0], f.look.pages[:0]
 	for i := range n {
 		off := int(binary.BigEndian.Uint16(pg[ptrs+2*i:]))
 		if off < ptrs+2*n || off >= len(pg) {
@@ -411,7 +504,15 @@ func (f *sqliteFile) cells(pg []byte, h int, k uint32, st *Stats) (kids []child,
 		kids = f.cell(kids, pg, off, typ, k, st)
 	}
 	if interior {
-		kids = f.appendChild(kids, binary.BigEndian.Uint32(pg[h+8:]), k, st)
+		right := binary.BigEndian.Uint32(pg[h+8:])
+		if n := len(kids); typ == sqliteTableInterior {
+			if kids = f.appendChild(kids, right, k, st); len(kids) > n {
+				f.look.keys = append(f.look.keys, tableInteriorKey)
+				f.look.pages = append(f.look.pages, right)
+			}
+		} else {
+			kids = f.appendChild(kids, right, k, st)
+		}
 	}
 	f.t.kids = kids
 	return kids, pool, true
@@ -425,9 +526,16 @@ func (f *sqliteFile) cell(kids []child, pg []byte, off int, typ byte, k uint32, 
 			st.Malformed++
 			return kids
 		}
+		n := len(kids)
 		kids = f.appendChild(kids, binary.BigEndian.Uint32(c), k, st)
 		if typ == sqliteTableInterior {
-			return kids // a child pointer and a rowid: no payload
+			// A child pointer and a rowid, no payload: the child holds
+			// the rowids up to this one (the rowid map's key).
+			if key, l := sqliteVarint(c[4:]); len(kids) > n && l > 0 {
+				f.look.keys = append(f.look.keys, int64(key))
+				f.look.pages = append(f.look.pages, kids[n].page)
+			}
+			return kids
 		}
 		c = c[4:]
 	}

@@ -102,20 +102,27 @@ func TestSQLiteHeaderErrors(t *testing.T) {
 type dbstatEntry struct {
 	name, path, typ string
 	page            uint32
+	ncell           int // -1 when the file has no cell counts
 }
 
 func readDbstat(t *testing.T, name string) []dbstatEntry {
 	t.Helper()
 	var out []dbstatEntry
 	for _, f := range readFields(t, name) {
-		if len(f) != 4 {
+		if len(f) != 4 && len(f) != 5 {
 			t.Fatalf("%s: line %v", name, f)
 		}
 		p, err := strconv.ParseUint(f[2], 10, 32)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, dbstatEntry{name: f[0], path: f[1], page: uint32(p), typ: f[3]})
+		n := -1
+		if len(f) == 5 {
+			if n, err = strconv.Atoi(f[4]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out = append(out, dbstatEntry{name: f[0], path: f[1], page: uint32(p), typ: f[3], ncell: n})
 	}
 	return out
 }
@@ -612,23 +619,30 @@ func TestSQLiteSkippedPages(t *testing.T) {
 	}
 }
 
-// page builds a B-tree page of type typ with the given cells.
+// btreePage builds a B-tree page of type typ with the given cells.
 func btreePage(size int, typ byte, right uint32, cells [][]byte) []byte {
+	return btreePageAt(size, 0, typ, right, cells)
+}
+
+// btreePageAt builds a B-tree page whose header is at offset at (100 on
+// page 1).
+func btreePageAt(size, at int, typ byte, right uint32, cells [][]byte) []byte {
 	pg := make([]byte, size)
-	pg[0] = typ
+	b := pg[at:]
+	b[0] = typ
 	h := 8
 	if typ == sqliteIndexInterior || typ == sqliteTableInterior {
 		h = 12
-		binary.BigEndian.PutUint32(pg[8:], right)
+		binary.BigEndian.PutUint32(b[8:], right)
 	}
-	binary.BigEndian.PutUint16(pg[3:], uint16(len(cells)))
+	binary.BigEndian.PutUint16(b[3:], uint16(len(cells)))
 	end := size
 	for i, c := range cells {
 		end -= len(c)
 		copy(pg[end:], c)
-		binary.BigEndian.PutUint16(pg[h+2*i:], uint16(end))
+		binary.BigEndian.PutUint16(b[h+2*i:], uint16(end))
 	}
-	binary.BigEndian.PutUint16(pg[5:], uint16(end))
+	binary.BigEndian.PutUint16(b[5:], uint16(end))
 	return pg
 }
 

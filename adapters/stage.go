@@ -22,12 +22,18 @@ type Stats struct {
 	// counted once per read: PagesHit were within the access being
 	// handled (the program had just read them: page-cache hits),
 	// PagesEarlier were read by the program earlier (GGUF metadata read
-	// sequentially), and PagesIO are any others, which may have cost I/O
-	// (a header read when the first access to a file is not its first
-	// page, or a page read by an access that covered it only in part).
-	Reads, PagesHit, PagesEarlier, PagesIO uint64
+	// sequentially, SQLite table interior pages read again), PagesCached
+	// were read only because the page cache held them (Config.ReadCached:
+	// no I/O), and PagesIO are any others, which may have cost I/O (a
+	// header read when the first access to a file is not its first page,
+	// or a page read by an access that covered it only in part).
+	Reads, PagesHit, PagesEarlier, PagesCached, PagesIO uint64
 	// Malformed counts pages, cells and fields the parsers rejected.
 	Malformed uint64
+	// Lookups counts the table leaves read that the SQLite adapter
+	// matched to an entry of an index page being scanned (the table
+	// lookups of an index scan).
+	Lookups uint64
 }
 
 // FileStatus describes a recognized file.

@@ -46,12 +46,19 @@ type link struct {
 	pos  uint16
 }
 
+// cursor is a scan's position in a list: the position last entered and
+// the run of adjacent steps that led there.
+type cursor struct {
+	last int32 // position last entered, or noLast
+	run  int32 // > 0: adjacent forward steps; < 0: backward steps
+}
+
 type slot struct {
+	cursor
 	kids []child
 	page uint32
 	gen  uint32 // 0: free
-	last int32  // position last entered, or noLast
-	run  int32  // > 0: adjacent forward steps; < 0: backward steps
+	tree uint32 // root page of the B-tree the node belongs to, 0 unknown (sqlite)
 	used uint64
 	up   link // where this node sits in its parent's list
 }
@@ -175,36 +182,43 @@ func (t *tracker) enter(l link, o *output) int {
 	if s.last == j {
 		return s.dir(t.confirm)
 	}
-	d := j - s.last
-	switch {
-	case s.last == noLast:
-		s.run = 0
-	case d == 1:
-		s.run = min(max(s.run, 0)+1, maxRun)
-	case d == -1:
-		s.run = max(min(s.run, 0)-1, -maxRun)
-	case t.lenient && s.run >= t.confirm && s.run > 0 && d > 1 && int(d) <= t.ahead:
-		s.run = min(s.run+1, maxRun)
-	case t.lenient && -s.run >= t.confirm && s.run < 0 && d < -1 && int(-d) <= t.ahead:
-		s.run = max(s.run-1, -maxRun)
-	default:
-		s.run = 0
-	}
-	s.last = j
-	dir := s.dir(t.confirm)
+	dir := s.step(j, j-s.last, t.confirm, t.ahead, t.lenient)
 	if dir == 0 {
 		return 0
 	}
 	t.emitFrom(s, j, dir, o)
 	if s.atEnd(j, dir) {
-		t.propagate(s, dir, o)
+		t.propagate(s.up, dir, o)
 	}
 	return dir
 }
 
-// dir is the direction of the scan a slot is in, 0 when none. With
+// step moves the cursor to position j, d steps from the last one, and
+// returns the direction of the scan it is then in (0: none). A scan is
+// confirm adjacent steps in one direction; once established and when
+// lenient, a step may skip up to ahead positions in the scan's direction.
+func (c *cursor) step(j, d, confirm int32, ahead int, lenient bool) int {
+	switch {
+	case c.last == noLast:
+		c.run = 0
+	case d == 1:
+		c.run = min(max(c.run, 0)+1, maxRun)
+	case d == -1:
+		c.run = max(min(c.run, 0)-1, -maxRun)
+	case lenient && c.run >= confirm && c.run > 0 && d > 1 && int(d) <= ahead:
+		c.run = min(c.run+1, maxRun)
+	case lenient && -c.run >= confirm && c.run < 0 && d < -1 && int(-d) <= ahead:
+		c.run = max(c.run-1, -maxRun)
+	default:
+		c.run = 0
+	}
+	c.last = j
+	return c.dir(confirm)
+}
+
+// dir is the direction of the scan a cursor is in, 0 when none. With
 // confirm 0 every entry counts, forward unless the last step was back.
-func (s *slot) dir(confirm int32) int {
+func (s *cursor) dir(confirm int32) int {
 	switch {
 	case confirm == 0 && s.run < 0:
 		return -1
@@ -222,10 +236,10 @@ func (s *slot) atEnd(j int32, dir int) bool {
 	return (dir > 0 && int(j) == len(s.kids)-1) || (dir < 0 && j == 0)
 }
 
-// propagate continues a scan that left node s in the node's parent.
-func (t *tracker) propagate(s *slot, dir int, o *output) {
+// propagate continues a scan that left a node in the node's parent: l is
+// where the node sits in its parent's list.
+func (t *tracker) propagate(l link, dir int, o *output) {
 	for range maxDepth {
-		l := s.up
 		if l.gen == 0 {
 			return
 		}
@@ -245,8 +259,20 @@ func (t *tracker) propagate(s *slot, dir int, o *output) {
 		if !p.atEnd(j, dir) {
 			return
 		}
-		s = p
+		l = p.up
 	}
+}
+
+// slotAt returns the slot l points into, nil when l is no longer valid.
+func (t *tracker) slotAt(l link) *slot {
+	if l.gen == 0 {
+		return nil
+	}
+	s := &t.pools[l.pool][l.slot]
+	if s.gen != l.gen || int(l.pos) >= len(s.kids) {
+		return nil
+	}
+	return s
 }
 
 // emitFrom emits the entries after position j of s in direction dir.
@@ -269,13 +295,13 @@ func (t *tracker) emitFrom(s *slot, j int32, dir int, o *output) {
 	o.tree(parent, uint32(j), t.out)
 }
 
-// add makes kids the traversal list of node page in pool. in is where the
-// node was entered from (gen 0: not a listed child) and dir the scan that
-// entered it: in a scan the node emits its list from its first entry in
-// that direction at once.
-func (t *tracker) add(pool int, page uint32, kids []child, in link, dir int, o *output) {
+// add makes kids the traversal list of node page in pool and returns its
+// slot (nil for an empty list). in is where the node was entered from
+// (gen 0: not a listed child) and dir the scan that entered it: in a scan
+// the node emits its list from its first entry in that direction at once.
+func (t *tracker) add(pool int, page uint32, kids []child, in link, dir int, o *output) *slot {
 	if len(kids) == 0 {
-		return
+		return nil
 	}
 	kids = kids[:min(len(kids), maxKids)]
 	ps := t.pools[pool]
@@ -296,12 +322,12 @@ func (t *tracker) add(pool int, page uint32, kids []child, in link, dir int, o *
 	}
 	s := &ps[si]
 	t.clock++
-	*s = slot{kids: append(s.kids[:0], kids...), page: page, gen: t.gen, last: noLast, used: t.clock, up: in}
+	*s = slot{cursor: cursor{last: noLast}, kids: append(s.kids[:0], kids...), page: page, gen: t.gen, used: t.clock, up: in}
 	for k := range s.kids {
 		t.insert(ientry{page: s.kids[k].page, gen: s.gen, pool: uint8(pool), slot: uint8(si), pos: uint16(k)})
 	}
 	if dir == 0 {
-		return
+		return s
 	}
 	start := int32(0)
 	if dir < 0 {
@@ -310,6 +336,7 @@ func (t *tracker) add(pool int, page uint32, kids []child, in link, dir int, o *
 	s.last = start
 	s.run = int32(dir) * max(t.confirm, 1)
 	t.emitFrom(s, start, dir, o)
+	return s
 }
 
 // victim picks the slot to reuse: a free one, else the least recently used

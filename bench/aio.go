@@ -62,8 +62,16 @@ func ioDestroy(ctx aioCtx) {
 	unix.Syscall(unix.SYS_IO_DESTROY, uintptr(ctx), 0, 0)
 }
 
-func ioSubmit(ctx aioCtx, cbs []*iocb) (int, error) {
-	n, _, e := unix.Syscall(unix.SYS_IO_SUBMIT, uintptr(ctx), uintptr(len(cbs)), uintptr(unsafe.Pointer(&cbs[0])))
+// ioSubmit submits cbs. io_submit can block (for a free request tag when
+// the device queue is full), so it tells the scheduler unless raw.
+func ioSubmit(ctx aioCtx, cbs []*iocb, raw bool) (int, error) {
+	var n uintptr
+	var e unix.Errno
+	if raw {
+		n, _, e = unix.RawSyscall(unix.SYS_IO_SUBMIT, uintptr(ctx), uintptr(len(cbs)), uintptr(unsafe.Pointer(&cbs[0])))
+	} else {
+		n, _, e = unix.Syscall(unix.SYS_IO_SUBMIT, uintptr(ctx), uintptr(len(cbs)), uintptr(unsafe.Pointer(&cbs[0])))
+	}
 	if e == unix.EINTR || e == unix.EAGAIN {
 		return 0, nil
 	}

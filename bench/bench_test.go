@@ -5,7 +5,10 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -135,6 +138,18 @@ func TestFioArgsAndParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := " " + strings.Join(j.Args, " ") + " "
+	if strings.Contains(args, "cpus_allowed") {
+		t.Errorf("unpinned point pins fio: %s", args)
+	}
+	p.CPUs = []int{1, 0}
+	j2, err := FioArgs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a2 := strings.Join(j2.Args, " "); !strings.Contains(a2, "--cpus_allowed=0,1 --cpus_allowed_policy=split") {
+		t.Errorf("pinned point: fio args %s", a2)
+	}
+	p.CPUs = nil
 	for _, want := range []string{" --ioengine=io_uring ", " --iodepth=32 ", " --numjobs=2 ", " --sqthread_poll=1 ", " --fixedbufs=1 ", " --registerfiles=1 ", " --direct=1 ", " --runtime=5 "} {
 		if !strings.Contains(args, want) {
 			t.Errorf("fio args lack %q: %s", want, args)
@@ -153,5 +168,133 @@ func TestFioArgsAndParse(t *testing.T) {
 	}
 	if _, err := ParseFio([]byte(`{"jobs":[]}`), p); err == nil {
 		t.Fatal("empty fio output accepted")
+	}
+}
+
+func TestParseCPUList(t *testing.T) {
+	for in, want := range map[string]string{"0-3,6": "0,1,2,3,6", "1,1,0": "0,1", " 2 ": "2", "5-5": "5"} {
+		got, err := ParseCPUList(in)
+		if err != nil || formatCPUList(got) != want {
+			t.Errorf("ParseCPUList(%q) = %v, %v; want %s", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "a", "3-1", "-1", "1-", "2000", "0,,1"} {
+		if got, err := ParseCPUList(in); err == nil {
+			t.Errorf("ParseCPUList(%q) = %v, want an error", in, got)
+		}
+	}
+}
+
+// TestCompletionIRQCPUsFakeSysfs builds the sysfs and procfs shape of a
+// virtio-blk disk on this VM: /sys/dev/block/254:0 -> .../virtio1/block/vda,
+// its PCI function with MSI interrupts 35 (config, CPU 0) and 36 (the
+// request queue, CPU 1).
+func TestCompletionIRQCPUsFakeSysfs(t *testing.T) {
+	root := t.TempDir()
+	sys, proc := filepath.Join(root, "sys"), filepath.Join(root, "proc")
+	pci := filepath.Join(sys, "devices/pci0000:00/0000:00:02.0")
+	vda := filepath.Join(pci, "virtio1/block/vda")
+	for _, d := range []string{filepath.Join(vda, "vda1"), filepath.Join(pci, "msi_irqs/35"), filepath.Join(pci, "msi_irqs/36"),
+		filepath.Join(sys, "dev/block"), filepath.Join(proc, "irq/35"), filepath.Join(proc, "irq/36")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Symlink("../../../virtio1", filepath.Join(vda, "device")))
+	must(os.Symlink(vda, filepath.Join(sys, "dev/block/254:0")))
+	must(os.Symlink(filepath.Join(vda, "vda1"), filepath.Join(sys, "dev/block/254:1")))
+	must(os.WriteFile(filepath.Join(vda, "vda1/partition"), []byte("1\n"), 0o644))
+	must(os.WriteFile(filepath.Join(proc, "interrupts"), []byte(
+		"           CPU0       CPU1\n 35:          0          1  PCI-MSIX-0000:00:02.0   0-edge      virtio1-config\n"+
+			" 36:          0    2211902  PCI-MSIX-0000:00:02.0   1-edge      virtio1-req.0\n"), 0o644))
+	must(os.WriteFile(filepath.Join(proc, "irq/35/effective_affinity_list"), []byte("0\n"), 0o644))
+	must(os.WriteFile(filepath.Join(proc, "irq/36/effective_affinity_list"), []byte("1\n"), 0o644))
+	for _, minor := range []uint32{0, 1} {
+		if got := completionIRQCPUs(sys, proc, 254, minor); formatCPUList(got) != "1" {
+			t.Errorf("254:%d: completion CPUs %v, want [1] (the request queue's, not the config interrupt's)", minor, got)
+		}
+	}
+	if got := completionIRQCPUs(sys, proc, 8, 0); got != nil {
+		t.Errorf("unknown device: %v, want nil", got)
+	}
+}
+
+// allowedTwo returns two CPUs this process may run on, or skips.
+func allowedTwo(t *testing.T) [2]int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	var cpus []int
+	for c := 0; c < maxCPU && len(cpus) < 2; c++ {
+		if set.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	if len(cpus) < 2 {
+		t.Skip("the process may run on one CPU only; pinning to two different CPUs needs two")
+	}
+	return [2]int{cpus[0], cpus[1]}
+}
+
+func TestPinnedPlacement(t *testing.T) {
+	cpus := allowedTwo(t)
+	path := filepath.Join(scratchDir(t), "scratch")
+	const size = 16 << 20
+	if err := PrepareScratch(path, size, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cpus {
+		for _, backend := range []string{Psync, Uring} {
+			p := Point{Path: path, Size: size, Backend: backend, RW: "randread", Threads: 1, QD: 1,
+				Duration: 150 * time.Millisecond, FixedBufs: true, RegisterFiles: true, CPUs: []int{c}}
+			r, err := Run(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := strconv.Itoa(c) + ":100%"
+			if r.Placement != want || r.CPUs != strconv.Itoa(c) {
+				t.Errorf("%s pinned to CPU %d: placement %q, cpus %q; want %q", backend, c, r.Placement, r.CPUs, want)
+			}
+			// Every QD1 O_DIRECT read blocks the thread once.
+			if r.CtxSwitches < 0.5 || r.CtxSwitches > 5 || r.Migrations > 0.01 {
+				t.Errorf("%s pinned to CPU %d: %.3f context switches and %.4f migrations per op", backend, c, r.CtxSwitches, r.Migrations)
+			}
+		}
+	}
+	if _, err := Run(Point{Path: path, Size: size, Backend: Psync, RW: "randread", Threads: 1, QD: 1,
+		Duration: 10 * time.Millisecond, CPUs: []int{maxCPU - 1}}); err == nil {
+		t.Error("a CPU outside the affinity mask was accepted")
+	}
+}
+
+// TestRunSampled checks the sampler that reports where fio's threads run:
+// a busy child forked from a thread pinned to a CPU inherits the pin.
+func TestRunSampled(t *testing.T) {
+	cpus := allowedTwo(t)
+	for _, c := range cpus {
+		restore := func() func() {
+			runtime.LockOSThread()
+			r, err := pinThread(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func() { r(); runtime.UnlockOSThread() }
+		}()
+		cmd := exec.Command("/bin/sh", "-c", "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done")
+		pl, err := runSampled(cmd, 1)
+		restore()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := formatShare(pl.share); got != strconv.Itoa(c)+":100%" {
+			t.Errorf("child pinned to CPU %d: placement %q", c, got)
+		}
 	}
 }

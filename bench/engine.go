@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,14 +49,19 @@ type Point struct {
 	Harvest       string        // uring backends: "wait", "backoff" or "auto" (""): wait for uring, backoff with SQPOLL, as fio does
 	DeferTaskrun  bool          // uring (no SQPOLL): COOP_TASKRUN|SINGLE_ISSUER|DEFER_TASKRUN like fio 3.33
 	SQThreadIdle  time.Duration // SQPOLL idle window
-	// RawSyscalls issues the blocking syscalls (pread/pwrite, io_getevents,
-	// io_uring_enter) without telling the Go scheduler, and raises
-	// GOMAXPROCS to Threads+1 for the point so each thread keeps its P.
+	// RawSyscalls issues the syscalls that may block (pread/pwrite,
+	// io_submit, io_getevents, waiting io_uring_enter) without telling the
+	// Go scheduler, and raises GOMAXPROCS to Threads+1 for the point so
+	// each thread keeps its P.
 	RawSyscalls bool
 	// BatchSubmit submits the requests freed by one harvest together (one
 	// io_submit / io_uring_enter) instead of one syscall per request as
 	// fio does by default (iodepth_batch_submit=1).
 	BatchSubmit bool
+	// CPUs pins worker thread i to the i-th CPU of this set (ascending,
+	// modulo its size), as fio's cpus_allowed with cpus_allowed_policy=split
+	// pins job i; empty: the scheduler places the threads.
+	CPUs []int
 }
 
 // Result is one measured point. The JSON keys are stable.
@@ -92,12 +98,27 @@ type Result struct {
 	Batch       bool    `json:"batch_submit"`
 	Mlocked     *bool   `json:"mlocked,omitempty"`
 	Errors      uint64  `json:"errors"`
+	// CPUs is the pin set (Point.CPUs), empty when unpinned.
+	CPUs string `json:"cpus,omitempty"`
+	// Placement is the share of the worker threads' run time by CPU, e.g.
+	// "0:3% 1:97%", sampled every 10 ms from /proc for ours and for fio.
+	Placement string `json:"placement"`
+	// OnIRQCPU is the share of that run time on the CPUs that take the
+	// device's completion interrupts (nil when they are unknown).
+	OnIRQCPU *float64 `json:"on_irq_cpu_share,omitempty"`
+	// CtxSwitches, Involuntary and Migrations are the worker threads'
+	// context switches (all, and involuntary ones) and CPU migrations per
+	// operation, from /proc/PID/task/TID/sched; fio's include its set-up.
+	CtxSwitches float64 `json:"ctx_switches_per_op"`
+	Involuntary float64 `json:"involuntary_switches_per_op"`
+	Migrations  float64 `json:"migrations_per_op"`
 }
 
 // threadResult is what one benchmark thread reports.
 type threadResult struct {
 	ops, syscalls, errors uint64
 	hist                  Histogram
+	cpus                  cpuTally // call cpus.tick() once per operation
 	err                   error
 }
 
@@ -149,7 +170,50 @@ func (p *Point) validate() error {
 	if p.Backend == Psync {
 		p.QD = 1
 	}
+	if len(p.CPUs) > 0 {
+		cpus, err := allowedCPUs(p.CPUs)
+		if err != nil {
+			return err
+		}
+		p.CPUs = cpus
+	}
 	return nil
+}
+
+// allowedCPUs sorts and dedups cpus and checks that this process may run
+// on each.
+func allowedCPUs(cpus []int) ([]int, error) {
+	var allowed unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
+		return nil, fmt.Errorf("read CPU affinity: %w", err)
+	}
+	set := map[int]bool{}
+	var out []int
+	for _, c := range cpus {
+		if c < 0 || c >= maxCPU || !allowed.IsSet(c) {
+			return nil, fmt.Errorf("CPU %d is not one this process may run on (see taskset -p %d)", c, os.Getpid())
+		}
+		if !set[c] {
+			set[c] = true
+			out = append(out, c)
+		}
+	}
+	sort.Ints(out)
+	return out, nil
+}
+
+// pinThread pins the calling (locked) OS thread to cpu and returns a
+// function restoring its previous affinity.
+func pinThread(cpu int) (func(), error) {
+	var old, set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		return nil, fmt.Errorf("read thread CPU affinity: %w", err)
+	}
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return nil, fmt.Errorf("pin thread to CPU %d: %w", cpu, err)
+	}
+	return func() { unix.SchedSetaffinity(0, &old) }, nil
 }
 
 // isWrite says whether op i of a thread writes.
@@ -211,7 +275,8 @@ func Run(p Point) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Tool: "predictio", Backend: p.Backend, RW: p.RW, Threads: p.Threads, QD: p.QD, CachedPages: cached, Raw: p.RawSyscalls, Batch: p.BatchSubmit}
+	res := Result{Tool: "predictio", Backend: p.Backend, RW: p.RW, Threads: p.Threads, QD: p.QD, CachedPages: cached, Raw: p.RawSyscalls, Batch: p.BatchSubmit,
+		CPUs: formatCPUList(p.CPUs)}
 	if p.RawSyscalls {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(runtime.NumCPU(), p.Threads+1)))
 	}
@@ -234,6 +299,9 @@ func Run(p Point) (Result, error) {
 // the CPU snapshot is taken.
 func runThreads(p *Point, res *Result, extra func(), body func(i int, stop *atomic.Bool, tr *threadResult)) error {
 	trs := make([]threadResult, p.Threads)
+	first := make([]schedCounters, p.Threads)
+	last := make([]schedCounters, p.Threads)
+	pid := os.Getpid()
 	var stop atomic.Bool
 	var ready, done sync.WaitGroup
 	startGate := make(chan struct{})
@@ -244,12 +312,31 @@ func runThreads(p *Point, res *Result, extra func(), body func(i int, stop *atom
 			defer done.Done()
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
+			tid := unix.Gettid()
+			if len(p.CPUs) > 0 {
+				restore, err := pinThread(p.CPUs[i%len(p.CPUs)])
+				if err != nil {
+					trs[i].err = err
+					ready.Done()
+					return
+				}
+				defer restore()
+			}
+			first[i], _ = readSchedCounters(pid, tid)
 			ready.Done()
 			<-startGate
 			body(i, &stop, &trs[i])
+			last[i], _ = readSchedCounters(pid, tid)
 		}(i)
 	}
 	ready.Wait()
+	for i := range trs {
+		if trs[i].err != nil {
+			// Release the others; they see stop before their first op.
+			stop.Store(true)
+		}
+	}
+	irqCPUs := CompletionIRQCPUs(p.Path)
 	ticks0 := pollerTicks()
 	cpu0 := cpuNow()
 	t0 := time.Now()
@@ -292,7 +379,16 @@ func runThreads(p *Point, res *Result, extra func(), body func(i int, stop *atom
 	res.CPUus = float64(cpu.Microseconds()) / ops
 	res.Pollers = len(ticks1)
 	res.PollerCPUus = float64(pollerDelta(ticks0, ticks1)) * (1e6 / clockTicksHz) / ops
+	selfPlacement(tallies(trs), first, last).fill(res, irqCPUs)
 	return nil
+}
+
+func tallies(trs []threadResult) []cpuTally {
+	t := make([]cpuTally, len(trs))
+	for i := range trs {
+		t[i] = trs[i].cpus
+	}
+	return t
 }
 
 // rw64 is pread64/pwrite64, raw or through the Go scheduler.
@@ -367,6 +463,7 @@ func psyncThread(p *Point, id int, stop *atomic.Bool, tr *threadResult) {
 		}
 		tr.hist.Record(time.Since(t0))
 		tr.ops++
+		tr.cpus.tick()
 	}
 }
 
@@ -426,7 +523,7 @@ func aioThread(p *Point, id int, stop *atomic.Bool, tr *threadResult) {
 				batch = pending[:1]
 			}
 			now := time.Now()
-			n, err := ioSubmit(ctx, batch)
+			n, err := ioSubmit(ctx, batch, p.RawSyscalls)
 			tr.syscalls++
 			if err != nil {
 				tr.err = err
@@ -461,6 +558,7 @@ func aioThread(p *Point, id int, stop *atomic.Bool, tr *threadResult) {
 			}
 			tr.hist.Record(time.Since(starts[s]))
 			tr.ops++
+			tr.cpus.tick()
 			free = append(free, s)
 		}
 		inflight -= n
@@ -542,6 +640,7 @@ func runEngine(p *Point, res *Result) error {
 				tr.err = err
 				break
 			}
+			tr.cpus.tick()
 			if errCount[i] > 0 {
 				break
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -40,6 +41,12 @@ func FioArgs(p Point) (FioJob, error) {
 		"--lat_percentiles=1", "--output-format=json", "--invalidate=1",
 	}
 	j.Matched = append(j.Matched, "direct=1", "bs=4k", "rw="+rw, "numjobs="+strconv.Itoa(p.Threads)+" (threads)", "runtime="+strconv.Itoa(secs)+"s", "norandommap (uniform offsets, like ours)")
+	if len(p.CPUs) > 0 {
+		// split: job i runs on the i-th CPU of the set, as our thread i.
+		list := formatCPUList(p.CPUs)
+		j.Args = append(j.Args, "--cpus_allowed="+list, "--cpus_allowed_policy=split")
+		j.Matched = append(j.Matched, "cpus_allowed="+list+" cpus_allowed_policy=split (thread i on the i-th CPU)")
+	}
 	if p.RW == "mix" {
 		j.Args = append(j.Args, "--rwmixread=50")
 		j.Notes = append(j.Notes, "fio's randrw picks read or write at random with rwmixread=50; ours strictly alternates")
@@ -163,9 +170,38 @@ func ParseFio(out []byte, p Point) (Result, error) {
 	return r, nil
 }
 
+// runSampled runs cmd to completion while sampling where its threads run,
+// and reports the workers threads that ran longest.
+func runSampled(cmd *exec.Cmd, workers int) (placement, error) {
+	if err := cmd.Start(); err != nil {
+		return placement{}, err
+	}
+	// Sample until the child is a zombie: until we reap it, its PID (and
+	// so /proc/PID) cannot be reused by another process.
+	ps := startPlacement(cmd.Process.Pid)
+	for !exited(cmd.Process.Pid) {
+		time.Sleep(placementTick / 5)
+	}
+	pl := ps.finish(workers)
+	return pl, cmd.Wait()
+}
+
+// exited says whether process pid (our child, not yet reaped) has exited.
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+}
+
 // RunFio runs fio for p and measures its CPU time (getrusage
 // RUSAGE_CHILDREN around the run, so fio's start-up is included).
 func RunFio(fio string, p Point) (Result, FioJob, error) {
+	if err := p.validate(); err != nil {
+		return Result{}, FioJob{}, err
+	}
 	job, err := FioArgs(p)
 	if err != nil {
 		return Result{}, job, err
@@ -175,20 +211,24 @@ func RunFio(fio string, p Point) (Result, FioJob, error) {
 	if err != nil {
 		return Result{}, job, err
 	}
+	irqCPUs := CompletionIRQCPUs(p.Path)
 	var ru0, ru1 unix.Rusage
 	unix.Getrusage(unix.RUSAGE_CHILDREN, &ru0)
 	cmd := exec.Command(fio, job.Args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// fio's job threads are the p.Threads threads that ran longest.
+	pl, err := runSampled(cmd, p.Threads)
 	if err != nil {
 		return Result{}, job, fmt.Errorf("run %s %s: %w: %s", fio, strings.Join(job.Args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	unix.Getrusage(unix.RUSAGE_CHILDREN, &ru1)
-	r, err := ParseFio(out, p)
+	r, err := ParseFio(stdout.Bytes(), p)
 	if err != nil {
 		return r, job, err
 	}
+	r.CPUs = formatCPUList(p.CPUs)
+	pl.fill(&r, irqCPUs)
 	cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
 	r.CPUus = float64(cpu.Microseconds()) / float64(r.Ops)
 	r.CachedPages = cached

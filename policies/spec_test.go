@@ -9,7 +9,7 @@ import (
 )
 
 func TestNamesAndDescribe(t *testing.T) {
-	want := []string{"launch", "markov", "oracle", "physical", "readahead", "stride", "tensor", "tree"}
+	want := []string{"launch", "markov", "oracle", "physical", "readahead", "rocksdb", "stride", "tensor", "tree"}
 	if got := Names(); !slices.Equal(got, want) {
 		t.Fatalf("Names() = %v, want %v", got, want)
 	}
@@ -36,7 +36,7 @@ func TestBuildErrors(t *testing.T) {
 		spec string
 		want []string
 	}{
-		{"nope", []string{`"nope"`, "unknown policy", "valid policies: launch, markov, oracle, physical, readahead, stride, tensor, tree"}},
+		{"nope", []string{`"nope"`, "unknown policy", "valid policies: launch, markov, oracle, physical, readahead, rocksdb, stride, tensor, tree"}},
 		{"", []string{"unknown policy"}},
 		{"tree:windw=3", []string{`unknown parameter "windw"`, "valid keys: window, ttl"}},
 		{"tree:window", []string{"not key=value", "valid keys"}},

@@ -8,12 +8,17 @@
 #                               an index on the text key
 #   sqlite/without-rowid-1k.db.gz, -64k.db.gz  the first layout with 1 KiB
 #                               and 64 KiB pages
+#   sqlite/rowid-insert.db.gz   3000 rows of 1 KiB in a rowid table keyed by an
+#                               automatic index, rowids in insertion (random
+#                               key) order; -1k.db.gz: 1000 rows in 1 KiB pages,
+#                               where every row spills to an overflow page
 #   sqlite/*.reads              the preads of range scans over them by the
 #                               sqlite3 shell (strace), "OFFSET LENGTH" a line
 #   sqlite/*.dbstat             their B-tree structure as SQLite's dbstat
 #                               table reports it: path, page, page type
 #   sqlite/without-rowid-key.bundle  the first key scan recorded by
-#                               predictio record (needs root; timestamps vary)
+#                               predictio record (needs root; timestamps vary);
+#                               rowid-insert-key.bundle: the rowid-insert one
 #   lmdb/small.mdb.gz           data.mdb of 3000 entries of 1 KiB, random order (mdb_load)
 #   lmdb/big.mdb.gz             data.mdb of 300 entries of 9000 bytes (overflow runs)
 #   lmdb/*.pages                the pages a cold range scan by lmdb-scan
@@ -46,6 +51,8 @@ mkdir -p "$out/sqlite" "$out/lmdb" "$out/gguf"
 "$w" sqlite -o "$tmp/rowid.db" -layout rowid -rows 2000 -seed 2 -compressible
 "$w" sqlite -o "$tmp/without-rowid-1k.db" -layout without-rowid -rows 200 -seed 4 -page-size 1024 -compressible
 "$w" sqlite -o "$tmp/without-rowid-64k.db" -layout without-rowid -rows 3000 -seed 5 -page-size 65536 -compressible
+"$w" sqlite -o "$tmp/rowid-insert.db" -layout rowid-insert -rows 3000 -seed 6 -compressible
+"$w" sqlite -o "$tmp/rowid-insert-1k.db" -layout rowid-insert -rows 1000 -seed 8 -page-size 1024 -compressible
 # scan NAME DB LAYOUT BY START N: strace one range scan, keep its reads.
 scan() {
 	local name=$1 db=$2 q
@@ -70,6 +77,30 @@ scan rowid-rowid "$tmp/rowid.db" rowid rowid 300 600
 scan rowid-key "$tmp/rowid.db" rowid key 300 300
 scan without-rowid-64k-key "$tmp/without-rowid-64k.db" without-rowid key 500 1000
 scan without-rowid-1k-key "$tmp/without-rowid-1k.db" without-rowid key 20 100
+scan rowid-insert-key "$tmp/rowid-insert.db" rowid-insert key 300 600
+scan rowid-insert-1k-key "$tmp/rowid-insert-1k.db" rowid-insert key 100 300
+# queries NAME DB QUERY...: strace the sqlite3 shell running the queries.
+queries() {
+	local name=$1 db=$2
+	shift 2
+	"$w" evict "$db"
+	strace -o "$tmp/$name.strace" -e trace=openat,read,pread64,lseek \
+		sqlite3 -batch "$db" "PRAGMA mmap_size=0" "PRAGMA cache_size=-2048" "$@" >/dev/null
+	{
+		echo "# sqlite3 $(sqlite3 --version | cut -d' ' -f1): $*"
+		"$w" strace-reads -in "$tmp/$name.strace" -path "$db"
+	} >"$out/sqlite/$name.reads"
+}
+queries rowid-insert-desc "$tmp/rowid-insert.db" \
+	"SELECT count(*), sum(length(field0)) FROM (SELECT field0 FROM usertable WHERE ycsb_key <= 'user0000002000' ORDER BY ycsb_key DESC LIMIT 600)"
+# An index-only scan (a covering index: no lookups) and point lookups.
+queries rowid-insert-covering "$tmp/rowid-insert.db" \
+	"SELECT count(*) FROM (SELECT ycsb_key FROM usertable WHERE ycsb_key >= 'user0000000300' ORDER BY ycsb_key LIMIT 600)"
+points=()
+for k in 17 512 1999 233 2900 1024 77 1500 2600 888 5 2222; do
+	points+=("$(printf "SELECT length(field0) FROM usertable WHERE ycsb_key = 'user%010d'" "$k")")
+done
+queries rowid-insert-points "$tmp/rowid-insert.db" "${points[@]}"
 # The same key scan recorded by predictio record (root, eBPF): the kernel's
 # view of it, with readahead and page-cache inserts.
 if [ "$(id -u)" -eq 0 ] && go build -o "$tmp/predictio" ./cmd/predictio; then
@@ -77,6 +108,10 @@ if [ "$(id -u)" -eq 0 ] && go build -o "$tmp/predictio" ./cmd/predictio; then
 	"$w" evict "$tmp/without-rowid.db"
 	"$tmp/predictio" record -o "$out/sqlite/without-rowid-key.bundle" -- \
 		sqlite3 -batch "$tmp/without-rowid.db" "PRAGMA mmap_size=0" "PRAGMA cache_size=-2048" "$q" >/dev/null
+	q=$("$w" sqlite-scan -layout rowid-insert -by key -start 300 -n 600)
+	"$w" evict "$tmp/rowid-insert.db"
+	"$tmp/predictio" record -o "$out/sqlite/rowid-insert-key.bundle" -- \
+		sqlite3 -batch "$tmp/rowid-insert.db" "PRAGMA mmap_size=0" "PRAGMA cache_size=-2048" "$q" >/dev/null
 else
 	echo "make-adapter-testdata: not root or no predictio; no recorded bundle" >&2
 fi
@@ -85,10 +120,19 @@ for db in without-rowid rowid without-rowid-1k without-rowid-64k; do
 	sqlite3 -batch "$tmp/$db.db" "SELECT name, path, pageno, pagetype FROM dbstat WHERE name != 'sqlite_schema' ORDER BY name, path" |
 		tr '|' ' ' >"$out/sqlite/$db.dbstat"
 done
+# With the cell count: in path order the table's leaves hold rowids 1..N
+# (rowid-insert assigns them in insertion order), so it gives each rowid's
+# leaf.
+for db in rowid-insert rowid-insert-1k; do
+	sqlite3 -batch "$tmp/$db.db" "SELECT name, path, pageno, pagetype, ncell FROM dbstat WHERE name != 'sqlite_schema' ORDER BY name, path" |
+		tr '|' ' ' >"$out/sqlite/$db.dbstat"
+done
 gzip -9n <"$tmp/without-rowid.db" >"$out/sqlite/without-rowid.db.gz"
 gzip -9n <"$tmp/rowid.db" >"$out/sqlite/rowid.db.gz"
 gzip -9n <"$tmp/without-rowid-1k.db" >"$out/sqlite/without-rowid-1k.db.gz"
 gzip -9n <"$tmp/without-rowid-64k.db" >"$out/sqlite/without-rowid-64k.db.gz"
+gzip -9n <"$tmp/rowid-insert.db" >"$out/sqlite/rowid-insert.db.gz"
+gzip -9n <"$tmp/rowid-insert-1k.db" >"$out/sqlite/rowid-insert-1k.db.gz"
 
 # --- LMDB -------------------------------------------------------------------
 scanner=$("$w" lmdb-scanner -o "$tmp")

@@ -30,7 +30,11 @@ if [ -x scripts/bpf-check.sh ]; then
 fi
 
 echo "== go test"
-go test -count=1 -timeout 30m ./...
+# One package at a time: the tests of several packages (replay, policies,
+# backend, record, effect) evict, drop or compare the system's page cache and
+# dentry cache for real (drop_caches, POSIX_FADV_DONTNEED, readahead traced
+# against the kernel), which packages running side by side would disturb.
+go test -p 1 -count=1 -timeout 45m ./...
 
 echo "== go test -race (uring, engine)"
 race_pkgs=$(go list ./uring/... ./engine/... 2>/dev/null || true)

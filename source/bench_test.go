@@ -19,6 +19,11 @@ import (
 type bundleConsumer struct{ w *formats.Writer }
 
 func (c bundleConsumer) Consume(b *Batch) error {
+	for _, f := range b.Files {
+		if err := c.w.AddFile(f); err != nil {
+			return err
+		}
+	}
 	for i := range b.Accesses {
 		if err := c.w.Append(&b.Accesses[i]); err != nil {
 			return err

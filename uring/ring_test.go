@@ -520,6 +520,28 @@ func BenchmarkNop(b *testing.B) {
 	}
 }
 
+// BenchmarkSubmitNoWait is one NOP per io_uring_enter that does not wait
+// (Submit, then Reap: a NOP completes inside the submit). Such enters are
+// raw syscalls (Ring.enter); this measures what one costs.
+func BenchmarkSubmitNoWait(b *testing.B) {
+	r := newRing(b, 8)
+	cqes := make([]CQE, 8)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		r.GetSQE().PrepNop()
+		if _, err := r.Submit(); err != nil {
+			b.Fatal(err)
+		}
+		for got := 0; got < 1; {
+			n, err := r.Reap(cqes)
+			if err != nil {
+				b.Fatal(err)
+			}
+			got += n
+		}
+	}
+}
+
 // TestSharedPollerOneThread checks that ATTACH_WQ shares the SQPOLL thread:
 // two attached rings have one poller, an independent ring adds one. A new
 // poller names itself iou-sqp-PID once it first runs, and pollers of rings

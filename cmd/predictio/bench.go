@@ -17,7 +17,7 @@ func init() {
 	c := &command{
 		name:    "bench",
 		summary: "measure the I/O engine against psync, libaio and fio (bench engine), a device profile for simulate (bench device), or cold launches with the live runtime (bench launch)",
-		usage: "predictio bench engine [--backend LIST] [--rw randread|randwrite|mix] [--qd LIST] [--threads LIST] [--duration D] [--size N] [--file F] [--vs-fio] [--json]\n" +
+		usage: "predictio bench engine [--backend LIST] [--rw randread|randwrite|mix] [--qd LIST] [--threads LIST] [--duration D] [--size N] [--file F] [--cpus LIST] [--vs-fio] [--json]\n" +
 			"       predictio bench device [--file F] [--duration 30s] [-o profile.json]\n" +
 			"       predictio bench launch [--programs LIST] [--modes LIST] [--rounds 5] [--learn 3] [--warm] [--overhead] [--json F] [--plot F] [--markdown F]",
 		example: "predictio bench engine --backend uring,libaio --qd 32 --threads 1 --duration 5s --vs-fio --reps 3\n" +
@@ -96,6 +96,7 @@ func benchEngine(c *command, args []string) int {
 	idle := fs.Duration("sq-thread-idle", time.Second, "SQPOLL idle window (sq_thread_idle)")
 	raw := fs.Bool("raw-syscalls", true, "make blocking syscalls without the Go scheduler's hand-off (about 4 us less CPU per wait here); GOMAXPROCS is raised to threads+1")
 	batch := fs.Bool("batch-submit", false, "libaio and uring: submit the requests freed by one harvest in one syscall instead of one syscall per request (fio's default iodepth_batch_submit=1)")
+	cpus := fs.String("cpus", "", "pin worker thread i to the i-th CPU of this set (e.g. 1 or 0-1), ours and fio's alike (fio: cpus_allowed, cpus_allowed_policy=split); auto: the CPUs taking the device's completion interrupts first, one CPU per thread; empty: the scheduler places the threads, and at QD 1 the result then depends on whether each tool's thread lands on the completion-interrupt CPU (printed in the header)")
 	vsFio := fs.Bool("vs-fio", false, "also run fio with the same job on the same file, interleaved, and print our/fio ratios")
 	fioBin := fs.String("fio", "fio", "fio binary for --vs-fio")
 	reps := fs.Int("reps", 1, "repetitions per point (A/B interleaved with fio under --vs-fio)")
@@ -124,6 +125,12 @@ func benchEngine(c *command, args []string) int {
 	if err != nil {
 		return fail(2, err)
 	}
+	var cpuList []int
+	if *cpus != "" && *cpus != "auto" {
+		if cpuList, err = bench.ParseCPUList(*cpus); err != nil {
+			return fail(2, fmt.Errorf("bench engine: --cpus: %w", err))
+		}
+	}
 	var bl []string
 	for _, b := range strings.Split(*backends, ",") {
 		b = strings.TrimSpace(b)
@@ -138,8 +145,8 @@ func benchEngine(c *command, args []string) int {
 	}
 	m := bench.Matrix{
 		Template: bench.Point{Path: *file, Size: size, RW: *rw, Duration: *dur, FixedBufs: *fixed, RegisterFiles: *regFiles,
-			Harvest: *harvest, DeferTaskrun: *deferTR, SQThreadIdle: *idle, RawSyscalls: *raw, BatchSubmit: *batch},
-		Backends: bl, Threads: thList, QDs: qdList, Reps: *reps, Progress: os.Stderr,
+			Harvest: *harvest, DeferTaskrun: *deferTR, SQThreadIdle: *idle, RawSyscalls: *raw, BatchSubmit: *batch, CPUs: cpuList},
+		Backends: bl, Threads: thList, QDs: qdList, Reps: *reps, Progress: os.Stderr, AutoCPUs: *cpus == "auto",
 	}
 	// Validate the template before filling a 1 GiB file.
 	probe := m.Template

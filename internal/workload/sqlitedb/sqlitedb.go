@@ -226,11 +226,30 @@ func ScanSQL(layout Layout, by Scan, start, n int) (string, error) {
 	return "", fmt.Errorf("scan sqlite database: scan %q on layout %q; valid: key on every layout, rowid on %s", by, layout, Rowid)
 }
 
+// ScanDescSQL returns a query that reads n rows, values included, in
+// descending key order from row start down.
+func ScanDescSQL(start, n int) string {
+	return fmt.Sprintf("SELECT count(*), sum(length(field0)) FROM (SELECT field0 FROM usertable WHERE ycsb_key <= '%s' ORDER BY ycsb_key DESC LIMIT %d)", Key(start), n)
+}
+
+// CoveringSQL returns a query that reads n keys from row start on and no
+// values: on the rowid layouts a scan of the index alone (a covering
+// index), which looks up no table rows.
+func CoveringSQL(start, n int) string {
+	return fmt.Sprintf("SELECT count(*) FROM (SELECT ycsb_key FROM usertable WHERE ycsb_key >= '%s' ORDER BY ycsb_key LIMIT %d)", Key(start), n)
+}
+
+// PointSQL returns a query that reads row i's value by its key.
+func PointSQL(i int) string {
+	return fmt.Sprintf("SELECT length(field0) FROM usertable WHERE ycsb_key = '%s'", Key(i))
+}
+
 // ScanArgs returns the argument vector that runs query with Pragmas on
 // the database at path: sqlite3 executes each argument in turn.
-func ScanArgs(sqlite, path, query string) []string {
+// More queries may follow; they run in one connection, in order.
+func ScanArgs(sqlite, path, query string, more ...string) []string {
 	if sqlite == "" {
 		sqlite = "sqlite3"
 	}
-	return append(append([]string{sqlite, "-batch", path}, Pragmas...), query)
+	return append(append(append([]string{sqlite, "-batch", path}, Pragmas...), query), more...)
 }

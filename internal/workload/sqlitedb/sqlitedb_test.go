@@ -2,6 +2,7 @@ package sqlitedb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -118,5 +119,75 @@ func TestRandomOrder(t *testing.T) {
 	}
 	if p := Order(1000, 5); len(p) != 1000 || slices.Equal(p, Order(1000, 6)) || !slices.Equal(p, Order(1000, 5)) {
 		t.Error("Order is not a seeded permutation")
+	}
+}
+
+func TestParseStrace(t *testing.T) {
+	in := `openat(AT_FDCWD, "/x/y.db", O_RDONLY|O_CLOEXEC) = 3
+openat(AT_FDCWD, "/x/y.db", O_RDWR|O_CREAT|O_NOFOLLOW|O_CLOEXEC, 0644) = 4
+pread64(4, "SQLite format 3\0\20\0\1\1\0@  \0\0\0\2\0\0\4\0"..., 100, 0) = 100
+pread64(3, "zz"..., 100, 0) = 100
+1234  pread64(4, "\r\0\0\0\1\17\2"..., 4096, 8192) = 4096
+lseek(4, 12288, SEEK_SET)               = 12288
+read(4, "\n\0"..., 4096)                = 4096
+read(4, "", 4096)                       = 0
+openat(AT_FDCWD, "/x/other", O_RDONLY) = 4
+pread64(4, "q"..., 4096, 0) = 4096
+`
+	got, err := ParseStrace(strings.NewReader(in), "/x/y.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Read{{0, 100}, {8192, 4096}, {12288, 4096}}
+	if !slices.Equal(got, want) {
+		t.Errorf("reads %v, want %v", got, want)
+	}
+	if _, err := ParseStrace(strings.NewReader(in), "/x/z.db"); err == nil || !strings.Contains(err.Error(), "/x/z.db is never opened") {
+		t.Errorf("a file never opened: %v", err)
+	}
+}
+
+// TestTraceReads traces the real shell: a key scan of the rowid-insert
+// layout reads the header, index pages and table pages, page-sized and
+// page-aligned; a covering scan reads fewer pages than the same scan
+// that looks rows up; point lookups run in one connection.
+func TestTraceReads(t *testing.T) {
+	sqlite3(t)
+	db := filepath.Join(t.TempDir(), "y.db")
+	if err := Build(context.Background(), Config{Path: db, Layout: RowidInsert, Rows: 2000, Seed: 3, Compressible: true}); err != nil {
+		t.Fatal(err)
+	}
+	q, _ := ScanSQL(RowidInsert, ByKey, 100, 300)
+	scan, err := TraceReads(context.Background(), ScanArgs("", db, q), db)
+	if errors.Is(err, ErrNoStrace) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 300 rows in random rows of 667 leaves: most lookups read a leaf
+	// (SQLite's page cache holds the others).
+	if len(scan) < 200 || scan[0] != (Read{0, 100}) {
+		t.Fatalf("%d reads, first %v: want the header and a read for most rows looked up", len(scan), scan[:min(len(scan), 3)])
+	}
+	for _, r := range scan[1:] {
+		if r.Len == 4096 && r.Off%4096 != 0 {
+			t.Errorf("read %v is not page aligned", r)
+		}
+	}
+	covering, err := TraceReads(context.Background(), ScanArgs("", db, CoveringSQL(100, 300)), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(covering) >= len(scan)/10 {
+		t.Errorf("the covering scan read %d times, the scan with lookups %d", len(covering), len(scan))
+	}
+	desc, err := TraceReads(context.Background(), ScanArgs("", db, ScanDescSQL(1000, 300)), db)
+	if err != nil || len(desc) < 200 {
+		t.Errorf("descending scan: %d reads, %v", len(desc), err)
+	}
+	points, err := TraceReads(context.Background(), ScanArgs("", db, PointSQL(5), PointSQL(1500), PointSQL(700)), db)
+	if err != nil || len(points) < 6 || len(points) > 30 {
+		t.Errorf("three point lookups: %d reads, %v", len(points), err)
 	}
 }

@@ -1,0 +1,226 @@
+package eval
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/internal/harness"
+	"github.com/predictio/predictio/record"
+)
+
+func init() { Register(launchSuite{}) }
+
+// launchSuite is the paper's figure 10: cold launches of real, unmodified
+// programs, baseline against predictio run's launch profile (issue 12).
+// The paper used five desktop applications; these are the command-line
+// programs of issue 12, plus LibreOffice where it is installed.
+type launchSuite struct{}
+
+func (launchSuite) Info() Info {
+	return Info{
+		Name: "launch", Figures: "10",
+		Measures: "cold-launch wall time of real programs (python3 with 11 stdlib imports, node with 4 core modules, gcc compiling a C file, sqlite3 opening a database and querying it, LibreOffice headless where installed): baseline, noop (runtime on, requests discarded) and predictio run's launch profile learned from 3 cold launches, whole command timed",
+		Needs:    "root with eBPF (predictio record finds each launch's files for the cold check); python3, node, gcc, sqlite3 (scripts/setup.sh); predictio run (issue 12) for the noop and predictio modes; libreoffice-core-nogui for the large program",
+		Expected: func(quick bool, dev harness.Preset) time.Duration {
+			switch {
+			case quick:
+				return 45 * time.Second
+			case dev.Name == "hdd":
+				return 40 * time.Minute
+			}
+			return 4 * time.Minute
+		},
+		Paper: []PaperFigure{{Figure: "10", Caption: "cold start of five unmodified desktop applications (Firefox, VSCode, Shotcut, PyCharm, Blender...) with the history-based launch policy, normalized to Baseline",
+			Values: []string{"PredictIO reduces mean cold-start latency by 5.3-26.3% (geometric mean 13.4%)", "Firefox and VSCode benefit most, PyCharm least",
+				"per-application values are in the figure only, not in the text"}}},
+		Compare: func(s *SuiteResult) []Comparison {
+			return []Comparison{
+				{"cold launch, geometric mean of predictio / Baseline over the programs", "0.866 (-13.4%; five desktop apps, -5.3% to -26.3%)", geomeanText(s, "predictio", "baseline")},
+				{"cold launch, python3, predictio / Baseline", "-", ratioText(s, "python3", "predictio", "baseline", "wall_s")},
+				{"cold launch, Noop / Baseline, python3 (the runtime's cost)", "-", ratioText(s, "python3", "noop", "baseline", "wall_s")},
+			}
+		},
+		Plots: func(s *SuiteResult) []*Figure {
+
+			modes := []string{"baseline", "noop", "predictio"}
+			return []*Figure{normalizedBars(s, "launch-normalized", "Cold launch, normalized to baseline (figure 10)", "wall time / Baseline", "wall_s", "baseline", modes)}
+		},
+	}
+}
+
+// launchProgram is one program of the suite.
+type launchProgram struct {
+	id   string
+	argv []string
+	need string // the Debian package, for the not-run message
+}
+
+func launchPrograms(dir string) []launchProgram {
+	py := "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		py = "python3"
+	}
+	return []launchProgram{
+		{"python3", []string{py, "-c", "import json, csv, decimal, email.parser, http.client, xml.dom.minidom, sqlite3, argparse, logging, unittest, asyncio"}, "python3"},
+		{"node", []string{"node", "-e", "require('http'); require('crypto'); require('zlib'); require('stream')"}, "nodejs"},
+		{"gcc", []string{"gcc", "-O2", "-c", filepath.Join(dir, "hello.c"), "-o", filepath.Join(dir, "hello.o")}, "gcc"},
+		{"sqlite3", []string{"sqlite3", filepath.Join(dir, "small.db"), "SELECT count(*), sum(length(v)) FROM t WHERE k BETWEEN 100 AND 900"}, "sqlite3"},
+		{"libreoffice", []string{"soffice", "--headless", "--convert-to", "pdf", "--outdir", dir, filepath.Join(dir, "doc.txt")}, "libreoffice-core-nogui"},
+	}
+}
+
+func (launchSuite) Plan(ctx context.Context, c *Context) (*Plan, error) {
+	dir := c.workPath("launch")
+	if err := launchFixtures(ctx, dir); err != nil {
+		return nil, err
+	}
+	lr := probeRun(ctx, c.Predictio)
+	progs := launchPrograms(dir)
+	if c.Quick {
+		progs = progs[:2]
+	}
+	plan := &Plan{Notes: []string{"Each launch's files (executable, libraries, modules, data) come from one predictio record of it; before every run they are evicted and counted. " +
+		"Pages that other processes keep mapped (libc, ld.so) cannot be evicted: such a run is reported as not verified, with the residue."}}
+	for _, pr := range progs {
+		ps := &PointSpec{ID: pr.id, Params: map[string]string{"program": pr.id, "command": strings.Join(pr.argv, " ")}, Est: time.Second}
+		if _, err := exec.LookPath(pr.argv[0]); err != nil {
+			ps.NotRun = fmt.Sprintf("needs %s (apt-get install %s)", pr.argv[0], pr.need)
+			ps.Modes = []ModeSpec{{Name: "baseline"}, {Name: "noop"}, {Name: "predictio"}}
+			plan.Points = append(plan.Points, ps)
+			continue
+		}
+		files, note := launchFiles(ctx, c, pr)
+		if note != "" {
+			plan.Notes = append(plan.Notes, pr.id+": "+note)
+		}
+		ps.Files = files
+		profile := filepath.Join(dir, "profile-"+pr.id)
+		ps.Modes = append(ps.Modes, ModeSpec{Name: "baseline", Run: wallRun(nil, dir, pr.argv)})
+		noop, why := lr.command(nil, "none", pr.argv)
+		ps.Modes = append(ps.Modes, ModeSpec{Name: "noop", NotRun: why, Run: wallRun(lr, dir, withProfile(noop, profile))})
+		pol, why := lr.command(nil, "", pr.argv)
+		if why == "" {
+			pol = withProfile(pol, profile)
+			why = trainProfile(ctx, c, dir, pol, files)
+		}
+		ps.Modes = append(ps.Modes, ModeSpec{Name: "predictio", NotRun: why, Run: wallRun(lr, dir, pol)})
+		for _, spec := range c.Policies {
+			argv, why := lr.command([]string{spec}, "", pr.argv)
+			ps.Modes = append(ps.Modes, ModeSpec{Name: spec, NotRun: why, Run: wallRun(lr, dir, argv)})
+		}
+		plan.Points = append(plan.Points, ps)
+	}
+	return plan, nil
+}
+
+// withProfile inserts --profile DIR after "predictio run".
+func withProfile(argv []string, dir string) []string {
+	if len(argv) < 2 {
+		return argv
+	}
+	return append([]string{argv[0], argv[1], "--profile", dir}, argv[2:]...)
+}
+
+// trainProfile makes 3 cold launches under predictio run so that its
+// launch profile has learned the program (issue 12: learned from at most
+// 3 launches); it returns why the predictio mode cannot run, or "".
+func trainProfile(ctx context.Context, c *Context, dir string, argv, files []string) string {
+	for i := range 3 {
+		if _, err := harness.MakeCold(files, harness.ColdOptions{DropCaches: c.DropCaches}); err != nil {
+			return "train the launch profile: " + err.Error()
+		}
+		if _, _, err := timed(ctx, dir, argv); err != nil {
+			return fmt.Sprintf("train the launch profile (launch %d): %v", i+1, err)
+		}
+	}
+	return ""
+}
+
+// wallRun times one run of argv.
+func wallRun(lr *liveRuntime, dir string, argv []string) func(context.Context, *RunInfo) (*Sample, error) {
+	return func(ctx context.Context, _ *RunInfo) (*Sample, error) {
+		run, jf := lr.withJSON(argv, dir)
+		el, _, err := timed(ctx, dir, run)
+		if err != nil {
+			return nil, err
+		}
+		s := &Sample{Metrics: map[string]float64{"wall_s": el.Seconds()}}
+		if jf != "" {
+			runCounters(jf, s)
+		}
+		return s, nil
+	}
+}
+
+// launchFixtures writes the C file, the small database and the document
+// the programs open.
+func launchFixtures(ctx context.Context, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("set up launch: %w", err)
+	}
+	src := "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\nint main(int argc, char **argv) {\n\tchar buf[64];\n\tsnprintf(buf, sizeof buf, \"%d\", argc);\n\tputs(strlen(buf) > 1 ? argv[0] : buf);\n\treturn 0;\n}\n"
+	if err := os.WriteFile(filepath.Join(dir, "hello.c"), []byte(src), 0o644); err != nil {
+		return fmt.Errorf("set up launch: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "doc.txt"), []byte(strings.Repeat("predictio launch document\n", 200)), 0o644); err != nil {
+		return fmt.Errorf("set up launch: %w", err)
+	}
+	db := filepath.Join(dir, "small.db")
+	if _, err := os.Stat(db); err == nil {
+		return nil
+	}
+	if _, err := exec.LookPath("sqlite3"); err != nil {
+		return nil // the sqlite3 point reports it
+	}
+	sql := "CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT); WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM s WHERE i < 20000) INSERT INTO t SELECT i, hex(randomblob(200)) FROM s;"
+	if _, _, err := timed(ctx, dir, []string{"sqlite3", db + ".tmp", sql}); err != nil {
+		return fmt.Errorf("set up launch: %w", err)
+	}
+	return os.Rename(db+".tmp", db)
+}
+
+// launchFiles records one launch of pr and returns the regular files it
+// touched, for the cold check. Without a recorder it falls back to the
+// executable alone and says so.
+func launchFiles(ctx context.Context, c *Context, pr launchProgram) ([]string, string) {
+	exe, _ := exec.LookPath(pr.argv[0])
+	tmp, err := os.MkdirTemp(c.WorkDir, "launch-record-")
+	if err != nil {
+		return []string{exe}, "cold check covers the executable only: " + err.Error()
+	}
+	defer os.RemoveAll(tmp)
+	out := filepath.Join(tmp, "bundle")
+	_, err = record.Run(ctx, record.Config{Output: out, Command: pr.argv, Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: io.Discard})
+	if err != nil {
+		return []string{exe}, "cold check covers the executable only (predictio record failed: " + err.Error() + ")"
+	}
+	b, err := formats.Open(out)
+	if err != nil {
+		return []string{exe}, "cold check covers the executable only: " + err.Error()
+	}
+	defer b.Close()
+	fs, err := b.Files()
+	if err != nil {
+		return []string{exe}, "cold check covers the executable only: " + err.Error()
+	}
+	var files []string
+	for _, f := range fs {
+		if f.Path == "" || strings.HasPrefix(f.Path, c.WorkDir+"/launch-record-") {
+			continue
+		}
+		if st, err := os.Stat(f.Path); err == nil && st.Mode().IsRegular() {
+			files = append(files, f.Path)
+		}
+	}
+	if len(files) == 0 {
+		return []string{exe}, "cold check covers the executable only: the recording named no files"
+	}
+	return files, ""
+}

@@ -1,0 +1,212 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// ColdCheck is the verified state of a workload's files after eviction:
+// how many of their pages were still in the page cache when the run
+// started.
+type ColdCheck struct {
+	// Method says how the caches were dropped and how residency was
+	// counted, e.g. "drop_caches=3 + POSIX_FADV_DONTNEED, cachestat".
+	Method   string `json:"method"`
+	Files    int    `json:"files"`
+	Pages    uint64 `json:"pages"`    // pages of the files
+	Resident uint64 `json:"resident"` // of them still cached after eviction
+	// Verified is true when no page of the files stayed resident.
+	Verified bool `json:"verified"`
+	// Residue names up to five files with resident pages, the largest
+	// first ("libc.so.6: 12 of 471 pages").
+	Residue []string `json:"residue,omitempty"`
+}
+
+// String says what the check found, for reports.
+func (c ColdCheck) String() string {
+	if c.Verified {
+		return fmt.Sprintf("cold: 0 of %d pages of %d files resident (%s)", c.Pages, c.Files, c.Method)
+	}
+	return fmt.Sprintf("not cold: %d of %d pages of %d files resident (%s): %s", c.Resident, c.Pages, c.Files, c.Method, strings.Join(c.Residue, "; "))
+}
+
+// ColdOptions configures MakeCold.
+type ColdOptions struct {
+	// DropCaches writes 3 to /proc/sys/vm/drop_caches (page cache,
+	// dentries and inodes of the whole machine, as the PredictIO paper's
+	// method) after sync. Without it only the files themselves are
+	// evicted, which other processes' tests on the same machine tolerate.
+	DropCaches bool
+}
+
+// MakeCold evicts paths (files, or directories whose regular files are all
+// taken) from the page cache and verifies the result by counting their
+// resident pages. It fails only when eviction itself fails; a file that
+// stays resident (mapped or locked by another process) is reported in the
+// check, not as an error. Needs root for DropCaches; counting needs Linux
+// 6.5 for cachestat and falls back to mincore(2) before it.
+func MakeCold(paths []string, o ColdOptions) (ColdCheck, error) {
+	files, err := expand(paths)
+	if err != nil {
+		return ColdCheck{}, err
+	}
+	method := "POSIX_FADV_DONTNEED"
+	if o.DropCaches {
+		unix.Sync()
+		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0); err != nil {
+			return ColdCheck{}, fmt.Errorf("drop caches (needs root): %w", err)
+		}
+		method = "sync, drop_caches=3 + POSIX_FADV_DONTNEED"
+	}
+	for _, f := range files {
+		if err := fadviseDontNeed(f); err != nil {
+			return ColdCheck{}, err
+		}
+	}
+	c, err := CountResident(files)
+	c.Method = method + ", " + c.Method
+	return c, err
+}
+
+// CountResident counts the resident pages of files (regular files, not
+// expanded). Method is "cachestat" or "mincore".
+func CountResident(files []string) (ColdCheck, error) {
+	c := ColdCheck{Files: len(files), Method: "cachestat"}
+	type res struct {
+		name     string
+		have, of uint64
+	}
+	var residue []res
+	for _, f := range files {
+		have, of, how, err := residentPages(f)
+		if err != nil {
+			return c, err
+		}
+		c.Method = how
+		c.Pages += of
+		c.Resident += have
+		if have > 0 {
+			residue = append(residue, res{filepath.Base(f), have, of})
+		}
+	}
+	sort.Slice(residue, func(i, j int) bool { return residue[i].have > residue[j].have })
+	for i, r := range residue {
+		if i == 5 {
+			c.Residue = append(c.Residue, fmt.Sprintf("and %d more files", len(residue)-5))
+			break
+		}
+		c.Residue = append(c.Residue, fmt.Sprintf("%s: %d of %d pages", r.name, r.have, r.of))
+	}
+	c.Verified = c.Resident == 0
+	return c, nil
+}
+
+// expand turns directories into the regular files under them.
+func expand(paths []string) ([]string, error) {
+	var out []string
+	for _, p := range paths {
+		err := filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.Type().IsRegular() {
+				out = append(out, path)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list workload files: %w", err)
+		}
+	}
+	return out, nil
+}
+
+func fadviseDontNeed(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("evict %s: %w", path, err)
+	}
+	defer f.Close()
+	// Dirty pages are not dropped: write them back first.
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("evict %s: fsync: %w", path, err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		return fmt.Errorf("evict %s: %w", path, err)
+	}
+	return nil
+}
+
+// residentPages returns the resident and total pages of a file.
+func residentPages(path string) (have, of uint64, how string, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("count resident pages of %s: %w", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("count resident pages of %s: %w", path, err)
+	}
+	ps := uint64(os.Getpagesize())
+	of = (uint64(st.Size()) + ps - 1) / ps
+	if of == 0 {
+		return 0, 0, "cachestat", nil
+	}
+	var cs unix.Cachestat_t
+	err = unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{Off: 0, Len: 0}, &cs, 0)
+	if err == nil {
+		return cs.Cache, of, "cachestat", nil
+	}
+	if !errors.Is(err, unix.ENOSYS) {
+		return 0, 0, "", fmt.Errorf("cachestat %s: %w", path, err)
+	}
+	have, err = mincoreCount(f, st.Size())
+	return have, of, "mincore", err
+}
+
+// mincoreCount counts resident pages with mmap and mincore (before Linux
+// 6.5), in 1 GiB windows so that huge files map in bounded pieces.
+func mincoreCount(f *os.File, size int64) (uint64, error) {
+	const window = 1 << 30
+	ps := int64(os.Getpagesize())
+	var n uint64
+	for off := int64(0); off < size; off += window {
+		l := min(window, size-off)
+		m, err := unix.Mmap(int(f.Fd()), off, int(l), unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			return 0, fmt.Errorf("mincore %s: mmap: %w", f.Name(), err)
+		}
+		vec := make([]byte, (l+ps-1)/ps)
+		err = Mincore(m, vec)
+		unix.Munmap(m)
+		if err != nil {
+			return 0, fmt.Errorf("mincore %s: %w", f.Name(), err)
+		}
+		for _, v := range vec {
+			n += uint64(v & 1)
+		}
+	}
+	return n, nil
+}
+
+// Mincore is mincore(2): vec gets one byte per page of b, bit 0 set when
+// the page is resident.
+func Mincore(b, vec []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	_, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(unsafe.Pointer(&vec[0])))
+	if e != 0 {
+		return e
+	}
+	return nil
+}
