@@ -143,7 +143,7 @@ func Defaults() Config {
 		LogFormat:  "text",
 		Learn: LearnConfig{
 			Exclude:     []string{"predictio"},
-			Launches:    5,
+			Launches:    3,
 			MinLaunches: 1,
 			Window:      Duration{10 * time.Second},
 			Refresh:     Duration{time.Hour},

@@ -31,7 +31,7 @@ import (
 var DefaultPolicies = []string{"launch", "markov"}
 
 // DefaultKeep is how many launches a profile keeps by default.
-const DefaultKeep = 5
+const DefaultKeep = 3
 
 // RunConfig configures Run.
 type RunConfig struct {

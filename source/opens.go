@@ -34,8 +34,16 @@ func (s *Source) readOpens() {
 	// programs submit them with a wakeup) or a flush (flushOpens): a
 	// source with nothing to trace wakes nobody. Batched mode polls.
 	poll := s.cfg.Latency == Batched
+	// While paused only execs reach the ring, and they wake the reader.
+	arm := func() {
+		if poll && !s.paused.Load() {
+			s.opens.SetDeadline(time.Now().Add(readDeadline))
+		} else {
+			s.opens.SetDeadline(time.Time{})
+		}
+	}
 	if poll {
-		s.opens.SetDeadline(time.Now().Add(readDeadline))
+		arm()
 	} else {
 		// The LowLatency event reader (real-time) waits for this one
 		// to resolve a new file's path: it must not wait behind the
@@ -68,13 +76,16 @@ func (s *Source) readOpens() {
 			continue
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			s.markOpens(t)
-			if !final && poll {
-				s.opens.SetDeadline(time.Now().Add(readDeadline))
+			if !final {
+				arm()
 			}
 		case errors.Is(err, ringbuf.ErrFlushed):
 			// Everything submitted before the flush was asked for has
 			// been read (t may be older: taken before a blocking read).
 			s.markOpens(max(t, s.flushAt.Load()))
+			if !final {
+				arm() // Pause and Resume flush to change the poll
+			}
 		default:
 			s.markOpens(math.MaxUint64)
 			return // closed

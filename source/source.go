@@ -121,6 +121,7 @@ type Source struct {
 	opens     *ringbuf.Reader
 	opensMark atomic.Uint64 // all open events submitted before this monotonic time are processed
 	flushAt   atomic.Uint64 // when flushOpens last asked the opens reader to catch up
+	paused    atomic.Bool   // Pause: the access programs are detached
 	movedMu   sync.Mutex
 	moved     chan struct{} // closed when opensMark moves (markOpens)
 	rpmu      sync.Mutex
