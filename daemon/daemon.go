@@ -10,7 +10,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -319,6 +318,3 @@ func (d *Daemon) close() {
 		d.store.close()
 	}
 }
-
-// errClosed is returned by calls on a closed daemon.
-var errClosed = errors.New("daemon stopped")

@@ -80,15 +80,16 @@ func (t *tracer) pauseIfIdle() {
 	t.paused = true
 }
 
-// stop cancels a scheduled detach (the source is being closed).
+// stop cancels a scheduled detach and waits for one under way (the
+// source is being closed).
 func (t *tracer) stop() {
-	t.done.Store(true)
 	t.tmu.Lock()
 	if t.timer != nil {
 		t.timer.Stop()
 		t.timer = nil
 	}
 	t.tmu.Unlock()
-	t.mu.Lock() // wait for a detach under way
-	t.mu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.done.Store(true)
 }

@@ -228,7 +228,6 @@ type runner struct {
 	cmd      *exec.Cmd
 	start    time.Time
 	startNS  uint64
-	warnings []string
 	release  func()
 	ob       *effect.Observer
 	stage2   *adapters.Stage

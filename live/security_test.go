@@ -47,11 +47,10 @@ func prefetchFor(t *testing.T, p *policies.LaunchProfile, pid int, ac *source.Ac
 		t.Fatal(err)
 	}
 	l.Exec(uint32(pid), p.Program.Path, 0, 1)
-	st := l.Stats()
 	if _, err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	st = l.Stats()
+	st := l.Stats()
 	time.Sleep(100 * time.Millisecond) // the kernel's reads of what was advised
 	return st
 }

@@ -10,7 +10,6 @@
 package launchbench
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -156,6 +155,3 @@ func writeDoc(dir string) error {
 	}
 	return os.WriteFile(filepath.Join(dir, "doc.txt"), []byte(b.String()), 0o644)
 }
-
-// errSkip marks a program that cannot run here.
-var errSkip = errors.New("skipped")
