@@ -285,9 +285,22 @@ func (p *LaunchProfile) AddLaunch(l Launch, files []LaunchFile, keep int) error 
 			p.Launches[li].Touches = ts
 		}
 	}
-	nl := Launch{StartUnixNS: l.StartUnixNS, WallNS: l.WallNS, Touches: make([]LaunchTouch, len(l.Touches))}
-	for i, t := range l.Touches {
-		nl.Touches[i] = LaunchTouch{File: remap[t.File], FirstNS: t.FirstNS, Kinds: t.Kinds, Ranges: slices.Clone(t.Ranges)}
+	// Two of the launch's files may be one of the profile's (one path:
+	// a file that did not exist and then did, or was replaced during
+	// the launch): their touches merge, so a launch touches a file once.
+	nl := Launch{StartUnixNS: l.StartUnixNS, WallNS: l.WallNS, Touches: make([]LaunchTouch, 0, len(l.Touches))}
+	at := make(map[uint32]int, len(l.Touches))
+	for _, t := range l.Touches {
+		f := remap[t.File]
+		if i, dup := at[f]; dup {
+			m := &nl.Touches[i]
+			m.FirstNS = min(m.FirstNS, t.FirstNS)
+			m.Kinds |= t.Kinds
+			m.Ranges = append(m.Ranges, t.Ranges...)
+			continue
+		}
+		at[f] = len(nl.Touches)
+		nl.Touches = append(nl.Touches, LaunchTouch{File: f, FirstNS: t.FirstNS, Kinds: t.Kinds, Ranges: slices.Clone(t.Ranges)})
 	}
 	p.Launches = append(p.Launches, nl)
 	if n := len(p.Launches) - keep; n > 0 {

@@ -432,3 +432,29 @@ func TestLaunchPolicyLeavesLargeSequentialFilesToReadahead(t *testing.T) {
 		t.Errorf("pages prefetched %v: want the sequential /db's first chunk (8) and all of /mapped (100)", pages)
 	}
 }
+
+// TestLaunchProfileOnePathTwice: a launch that touched one path as two
+// files (it did not exist, then did) touches the profile's file once,
+// and the profile still decodes.
+func TestLaunchProfileOnePathTwice(t *testing.T) {
+	p := &LaunchProfile{Program: lf("/usr/bin/x", 9)}
+	l := Launch{Touches: []LaunchTouch{
+		{File: 0, FirstNS: 5, Kinds: 1 << formats.KindStat},
+		{File: 1, FirstNS: 9, Kinds: 1 << formats.KindRead, Ranges: []Range{{0, 2}}},
+	}}
+	missing := LaunchFile{Path: "/tmp/late"}
+	present := lf("/tmp/late", 4)
+	if err := p.AddLaunch(l, []LaunchFile{missing, present}, 3); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Files) != 1 || len(p.Launches[0].Touches) != 1 {
+		t.Fatalf("%d files, %d touches; want 1 and 1", len(p.Files), len(p.Launches[0].Touches))
+	}
+	tc := p.Launches[0].Touches[0]
+	if tc.FirstNS != 5 || !Has(tc.Kinds, formats.KindStat) || !Has(tc.Kinds, formats.KindRead) || len(tc.Ranges) != 1 {
+		t.Errorf("merged touch %+v", tc)
+	}
+	if _, err := DecodeLaunchProfile(EncodeLaunchProfile(p)); err != nil {
+		t.Fatal(err)
+	}
+}
