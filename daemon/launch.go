@@ -145,6 +145,60 @@ func (d *Daemon) onExec(n execNote) {
 	}
 	if prof.Wants(d.cfg.Learn.Launches, d.cfg.Learn.Refresh.Duration, time.Now()) {
 		d.learn(n, program, root, exe)
+	} else if d.ob != nil {
+		go d.demandTree(pid)
+	}
+}
+
+// demandTree makes the processes of a launch that is prefetched but not
+// learned (so not traced: the daemon sees none of their events) demand
+// processes of the effect observer, so that their use of the prefetched
+// pages is counted: it follows /proc/PID/task/TID/children from the
+// launch's first process every 20 ms, for at most 3 s or until that
+// process exits.
+func (d *Daemon) demandTree(root uint32) {
+	seen := map[uint32]bool{root: true}
+	deadline := time.Now().Add(min(3*time.Second, d.cfg.Learn.Window.Duration))
+	for time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		alive := false
+		stack := []uint32{root}
+		for len(stack) > 0 && len(seen) < 4096 {
+			p := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			tasks, err := os.ReadDir("/proc/" + strconv.FormatUint(uint64(p), 10) + "/task")
+			if err != nil {
+				continue
+			}
+			if p == root {
+				alive = true
+			}
+			for _, t := range tasks {
+				b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(p), 10) + "/task/" + t.Name() + "/children")
+				if err != nil {
+					continue
+				}
+				for _, f := range bytes.Fields(b) {
+					c, err := strconv.ParseUint(string(f), 10, 32)
+					if err != nil {
+						continue
+					}
+					if !seen[uint32(c)] {
+						seen[uint32(c)] = true
+						d.loop.AddDemand(uint32(c))
+					}
+					stack = append(stack, uint32(c))
+				}
+			}
+		}
+		if !alive {
+			break
+		}
+	}
+	for p := range seen {
+		if p != root {
+			d.loop.ForgetPID(p)
+		}
 	}
 }
 

@@ -8,9 +8,15 @@ import (
 // past it the set is cleared (ForgetPID keeps it small in the daemon).
 const maxDemand = 1 << 14
 
-// addDemand makes pid a demand process of the observer, once.
+// addDemand makes pid a demand process of the observer, once; it runs
+// on the loop's goroutine (Consume, Exec).
 func (l *Loop) addDemand(pid uint32) {
 	l.lastPID = pid
+	l.demandOf(pid)
+}
+
+// demandOf makes pid a demand process; safe from any goroutine.
+func (l *Loop) demandOf(pid uint32) {
 	l.emu.Lock()
 	defer l.emu.Unlock()
 	if _, ok := l.demand[pid]; ok {
@@ -27,6 +33,14 @@ func (l *Loop) addDemand(pid uint32) {
 	}
 }
 
+// AddDemand makes pid a demand process of the observer (a process of a
+// launch the loop sees no events of: the daemon's prefetched launches).
+func (l *Loop) AddDemand(pid uint32) {
+	if l.cfg.Effect != nil {
+		l.demandOf(pid)
+	}
+}
+
 // ForgetPID stops counting pid's lookups as demand (its launch is over).
 func (l *Loop) ForgetPID(pid uint32) {
 	if l.cfg.Effect == nil {
@@ -37,9 +51,6 @@ func (l *Loop) ForgetPID(pid uint32) {
 	if _, ok := l.demand[pid]; ok {
 		delete(l.demand, pid)
 		_ = l.cfg.Effect.RemoveDemandProcess(int(pid))
-	}
-	if l.lastPID == pid {
-		l.lastPID = 0
 	}
 }
 

@@ -70,6 +70,10 @@ type MetricsDelta struct {
 	UsedInTime float64 `json:"pages_used_in_time"`
 	Late       float64 `json:"pages_late"`
 	Launches   float64 `json:"launches_prefetched"`
+	// DaemonRead is what the daemon process read from storage over the
+	// launch (/proc/PID/io read_bytes), in 4 KiB pages: its prefetches,
+	// measured outside it.
+	DaemonRead float64 `json:"daemon_read_pages"`
 }
 
 // Report is a run's samples and their summary.
@@ -197,6 +201,9 @@ func (b *bench) prepare() error {
 		if exe, err = filepath.Abs(exe); err != nil {
 			return err
 		}
+		for _, sn := range p.Sentinels {
+			expand(sn, dir) // resolves {py} now, not after a drop_caches
+		}
 		b.progs = append(b.progs, p)
 		b.dirs[name], b.keys[name] = dir, exe
 	}
@@ -304,8 +311,10 @@ func (b *bench) launch(ctx context.Context, p Program, m string, round int) (*Sa
 		s.Residue = res
 	}
 	var before map[string]float64
+	var read0 uint64
 	if m == ModeDaemon || m == ModeDaemonNoop {
 		before = b.scrape()
+		read0 = b.daemonRead()
 	}
 	res, err := runCmd(ctx, args, dir)
 	if err != nil {
@@ -316,6 +325,7 @@ func (b *bench) launch(ctx context.Context, p Program, m string, round int) (*Sa
 		// The daemon learns the launch when it ends: let it settle.
 		time.Sleep(100 * time.Millisecond)
 		s.Metrics = delta(before, b.scrape(), b.keys[p.Name])
+		s.Metrics.DaemonRead = float64(b.daemonRead()-read0) / 4096
 	}
 	return s, nil
 }
@@ -428,6 +438,24 @@ func (b *bench) stopDaemon() {
 	_ = b.daemon.Process.Signal(syscall.SIGTERM)
 	_ = b.daemon.Wait()
 	b.daemon = nil
+}
+
+// daemonRead is the daemon process's read_bytes (/proc/PID/io).
+func (b *bench) daemonRead() uint64 {
+	if b.daemon == nil {
+		return 0
+	}
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(b.daemon.Process.Pid) + "/io")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "read_bytes: "); ok {
+			n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // scrape reads the daemon's /metrics samples.

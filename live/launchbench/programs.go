@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // Program is one benchmarked launch: a command and what it needs.
@@ -78,14 +79,16 @@ func expand(s, work string) string {
 	return s
 }
 
-// pythonStdlib is the stdlib directory of the python3 on PATH.
-func pythonStdlib() string {
+// pythonStdlib is the stdlib directory of the python3 on PATH, asked once
+// (at prepare, before any measurement: asking runs python3, which must
+// not happen between a drop_caches and the launch it prepares).
+var pythonStdlib = sync.OnceValue(func() string {
 	out, err := exec.Command("python3", "-c", "import json, os; print(os.path.dirname(os.path.dirname(json.__file__)))").Output()
 	if err != nil {
 		return "/usr/lib/python3.11"
 	}
 	return strings.TrimSpace(string(out))
-}
+})
 
 // available reports why p cannot run here, or nil.
 func available(p Program) error {
