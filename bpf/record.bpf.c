@@ -82,9 +82,11 @@ struct open_event {
 const struct event *unused_event __attribute__((unused));
 const struct open_event *unused_open_event __attribute__((unused));
 
+#define OPENS_BYTES (1 << 20)
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 20);
+	__uint(max_entries, OPENS_BYTES);
 } opens SEC(".maps");
 
 // pids: the followed processes and threads. Not preallocated (elements
@@ -719,7 +721,18 @@ static __always_inline int emit_open(__u64 pid_tgid, __s32 dfd, const char *path
 		n = bpf_probe_read_user_str(o->path, sizeof(o->path), path);
 	if (n < 0)
 		o->path[0] = 0;
-	bpf_ringbuf_submit(o, 0);
+	// In batched mode (wakeup_bytes > 0) the opens reader is woken only
+	// for execs (a consumer may wait for them: source.Config.OnExec) and
+	// when the ring is a quarter full; it polls on a short deadline and
+	// is flushed when the decoder needs a path. Otherwise every record
+	// wakes it.
+	__u64 flag = 0;
+	if (wakeup_bytes != 0 && !(flags & OPEN_EXEC)) {
+		flag = BPF_RB_NO_WAKEUP;
+		if (bpf_ringbuf_query(&opens, BPF_RB_AVAIL_DATA) >= OPENS_BYTES / 4)
+			flag = BPF_RB_FORCE_WAKEUP;
+	}
+	bpf_ringbuf_submit(o, flag);
 	return 0;
 }
 

@@ -74,18 +74,19 @@ type trace struct {
 	files    []*fileInfo
 	byID     map[uint32]*fileInfo
 	threads  []*thread
-	hints    []formats.Hint // all, in timestamp order
-	global   []formats.Hint // hints no replayed thread sent: delivered on the replay clock
-	t0       uint64         // first timestamp, of an access or a hint: the replay clock's origin
-	firstTS  uint64         // first access's timestamp
-	ops      int            // demand accesses
-	pages    uint64         // demand pages
-	clipped  uint64         // pages past the recorded end of file, not replayed
-	skipped  uint64         // accesses of kinds that are not demand (cache add, readahead, cache delete)
-	unknown  uint64         // accesses naming a file id not in files.arrow
-	hintSkip uint64         // hints naming a file id not in files.arrow
-	execs    uint64         // exec rows: not replayed
-	metaOps  int            // metadata operations (open, stat, readdir, mmap)
+	hints    []formats.Hint   // all, in timestamp order
+	global   []formats.Hint   // hints no replayed thread sent: delivered on the replay clock
+	t0       uint64           // first timestamp, of an access or a hint: the replay clock's origin
+	firstTS  uint64           // first access's timestamp
+	ops      int              // demand accesses
+	pages    uint64           // demand pages
+	clipped  uint64           // pages past the recorded end of file, not replayed
+	skipped  uint64           // accesses of kinds that are not demand (cache add, readahead, cache delete)
+	unknown  uint64           // accesses naming a file id not in files.arrow
+	hintSkip uint64           // hints naming a file id not in files.arrow
+	execs    uint64           // exec rows: not replayed
+	execRows []formats.Access // the first maxExecRows exec rows: the launch policy's triggers
+	metaOps  int              // metadata operations (open, stat, readdir, mmap)
 	// serviceTimes says that access rows carry end_ns (format 1.1);
 	// recordedWall is the manifest's timing.recorded_wall_ns.
 	serviceTimes bool
@@ -261,6 +262,9 @@ func (t *trace) assignHints() {
 	}
 }
 
+// maxExecRows bounds the exec rows kept for the policies.
+const maxExecRows = 4096
+
 // addAccess adds an accesses.arrow row to its thread: a demand access
 // (merged into the previous one when both are rows of one recorded
 // operation), a metadata operation, or nothing (false) for the kinds that
@@ -271,6 +275,9 @@ func (t *trace) addAccess(a *formats.Access, byTID map[uint32]*thread) bool {
 	switch {
 	case a.Kind == formats.KindExec:
 		t.execs++
+		if len(t.execRows) < maxExecRows {
+			t.execRows = append(t.execRows, *a)
+		}
 		return false
 	case !ok && !meta:
 		t.skipped++

@@ -179,6 +179,11 @@ func (r *Replayer) events() []policies.Event {
 			evs = append(evs, ev)
 		}
 	}
+	for i := range t.execRows { // ProcessExec: the launch policy's trigger
+		var ev policies.Event
+		ev.FromAccess(&t.execRows[i])
+		evs = append(evs, ev)
+	}
 	for _, th := range t.threads {
 		for _, o := range th.ops {
 			// With the operation's completion, mapping and op, so that

@@ -308,8 +308,18 @@ func (r *Replayer) policyEnv() policies.Env {
 			}
 			return policies.KeyOf(&fi.File), true
 		},
-		Markov: r.opt.Markov,
+		Markov:     r.opt.Markov,
+		LaunchFile: policies.BundleLaunchFiles(r.bundleFiles()),
 	}
+}
+
+// bundleFiles returns the bundle's file rows.
+func (r *Replayer) bundleFiles() []formats.File {
+	out := make([]formats.File, len(r.t.files))
+	for i, f := range r.t.files {
+		out[i] = f.File
+	}
+	return out
 }
 
 // buildPolicies builds the policies of a run spec; baseline has none.

@@ -156,6 +156,14 @@ func (r *Replayer) runOnce(ctx context.Context, spec string, round int) (*Run, e
 		// file_id.
 		be := st.be
 		st.emit = func(req *policies.Request) { be.Submit(req) }
+		// The bundle's exec rows (a launch's exec comes before its
+		// accesses) are dispatched as the run starts: the launch policy
+		// prefetches from them.
+		for i := range r.t.execRows {
+			var ev policies.Event
+			ev.FromAccess(&r.t.execRows[i])
+			st.disp.Dispatch(&ev, st.emit)
+		}
 	}
 	io0 := readBytes()
 	workers := r.execute(ctx, st, spec, round)

@@ -149,6 +149,10 @@ func (b *batch) row(i int, ev *policies.Event) {
 	}
 	ev.Kind, ev.TS, ev.PID, ev.TID, ev.File = policies.EventFileAccess, b.ts[i], b.pid[i], b.tid[i], b.file[i]
 	ev.Access = b.access(i)
+	if b.kind[i] == formats.KindExec {
+		// The launch policy's trigger (Event.FromAccess).
+		ev.Kind, ev.Access = policies.EventProcessExec, policies.FileAccess{}
+	}
 }
 
 // threadOf returns the clock row i runs on: its thread, or its process.

@@ -312,7 +312,17 @@ func (s *Source) Pause() error {
 		a.link = nil
 	}
 	wg.Wait()
+	s.paused.Store(true)
+	s.wakeReaders()
 	return nil
+}
+
+// wakeReaders has the ring readers re-arm their polls (Pause, Resume).
+func (s *Source) wakeReaders() {
+	if s.events != nil && s.state == 1 {
+		s.events.Flush()
+		s.flushOpens()
+	}
 }
 
 // Resume re-attaches what Pause detached.
@@ -332,6 +342,9 @@ func (s *Source) Resume() error {
 			return fmt.Errorf("resume tracing: attach %s: %w", a.probe, err)
 		}
 		a.link = l
+	}
+	if s.paused.Swap(false) {
+		s.wakeReaders()
 	}
 	return nil
 }

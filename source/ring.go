@@ -79,9 +79,20 @@ func (p *pipeline) read() {
 	if p.s.cfg.poll > 0 {
 		poll = p.s.cfg.poll
 	}
-	if !low {
-		rd.SetDeadline(time.Now().Add(poll))
+	// In Batched mode the reader polls, except while the source is paused
+	// (Pause): then only execs, forks and exits are traced, and nothing
+	// needs delivering soon; Pause and Resume flush it to re-arm.
+	arm := func() {
+		if low {
+			return
+		}
+		if p.s.paused.Load() {
+			rd.SetDeadline(time.Time{})
+		} else {
+			rd.SetDeadline(time.Now().Add(poll))
+		}
 	}
+	arm()
 	for {
 		err := rd.ReadInto(&rec)
 		if err == nil {
@@ -111,8 +122,8 @@ func (p *pipeline) read() {
 				p.done()
 				return
 			}
-			if !final && !low {
-				rd.SetDeadline(time.Now().Add(poll))
+			if !final {
+				arm()
 			}
 		default:
 			if b.n > 0 {

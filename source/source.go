@@ -62,6 +62,14 @@ type Config struct {
 	// could be made for it.
 	NoCgroup bool
 	Exec     ExecMode
+	// OnExec, when set, is called with each execve's path (made absolute)
+	// as soon as the opens ring delivers it: for every exec with
+	// ExecAll, before the exec event, whatever the Latency (the opens
+	// ring wakes its reader for every record). For a target it may come
+	// twice, from its system call and from the exec itself (and for a
+	// failed execve, once). It runs on the opens reader: it must not
+	// block, nor wait for the consumer.
+	OnExec func(pid uint32, ts uint64, path string)
 
 	Include []string // keep only files under these absolute path prefixes
 	Exclude []string // drop files under these prefixes (besides /proc, /sys and /dev)
@@ -112,8 +120,13 @@ type Source struct {
 	events    *ringbuf.Reader
 	opens     *ringbuf.Reader
 	opensMark atomic.Uint64 // all open events submitted before this monotonic time are processed
+	flushAt   atomic.Uint64 // when flushOpens last asked the opens reader to catch up
+	paused    atomic.Bool   // Pause: the access programs are detached
+	movedMu   sync.Mutex
+	moved     chan struct{} // closed when opensMark moves (markOpens)
 	rpmu      sync.Mutex
 	rowPaths  map[uint64]rowPath // paths of metadata rows, by op
+	execs     execPaths
 
 	startup []Phase  // Open's stages
 	sources []string // attached, as the manifest lists them

@@ -16,9 +16,10 @@ import (
 func init() {
 	c := &command{
 		name:    "bench",
-		summary: "measure the I/O engine against psync, libaio and fio (bench engine), or a device profile for simulate (bench device)",
+		summary: "measure the I/O engine against psync, libaio and fio (bench engine), a device profile for simulate (bench device), or cold launches with the live runtime (bench launch)",
 		usage: "predictio bench engine [--backend LIST] [--rw randread|randwrite|mix] [--qd LIST] [--threads LIST] [--duration D] [--size N] [--file F] [--cpus LIST] [--vs-fio] [--json]\n" +
-			"       predictio bench device [--file F] [--duration 30s] [-o profile.json]",
+			"       predictio bench device [--file F] [--duration 30s] [-o profile.json]\n" +
+			"       predictio bench launch [--programs LIST] [--modes LIST] [--rounds 5] [--learn 3] [--warm] [--overhead] [--json F] [--plot F] [--markdown F]",
 		example: "predictio bench engine --backend uring,libaio --qd 32 --threads 1 --duration 5s --vs-fio --reps 3\n" +
 			"predictio bench device --duration 30s -o vda.json",
 	}
@@ -32,13 +33,15 @@ func init() {
 			return benchEngine(c, args[1:])
 		case "device":
 			return benchDevice(c, args[1:])
+		case "launch":
+			return benchLaunch(c, args[1:])
 		case "-h", "-help", "--help":
 			commandHelp(os.Stdout, c)
 			return 0
 		}
-		return fail(2, fmt.Errorf("bench: unknown subcommand %q; want engine or device", args[0]))
+		return fail(2, fmt.Errorf("bench: unknown subcommand %q; want engine, device or launch", args[0]))
 	}
-	c.subcommands = []string{"engine", "device"}
+	c.subcommands = []string{"engine", "device", "launch"}
 	register(c)
 }
 
