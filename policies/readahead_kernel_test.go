@@ -901,11 +901,9 @@ func checkLookups(t *testing.T, tr *raTracer, r *raResult) (kern, matched int) {
 	}
 	want := r.kern
 	if stop < len(ls) {
-		boundary := len(r.evs)
+		boundary := -1
 		if stop > 0 {
 			boundary = lpos[stop-1]
-		} else {
-			boundary = -1
 		}
 		n := 0
 		for n < len(r.kernPos) && r.kernPos[n] < boundary {
