@@ -57,6 +57,8 @@ func (k EventKind) String() string {
 		return "tensor_layout"
 	case EventLayerStart:
 		return "layer_start"
+	case EventProcessExec:
+		return "process_exec"
 	}
 	return "unknown"
 }

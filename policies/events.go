@@ -2,8 +2,13 @@ package policies
 
 import "github.com/predictio/predictio/formats"
 
-// FromAccess sets ev to the FileAccess event of an accesses.arrow row.
+// FromAccess sets ev to the event of an accesses.arrow row: the
+// ProcessExec event of an exec row, the FileAccess event of any other.
 func (ev *Event) FromAccess(a *formats.Access) {
+	if a.Kind == formats.KindExec {
+		*ev = Event{Kind: EventProcessExec, TS: a.TS, PID: a.PID, TID: a.TID, File: a.FileID}
+		return
+	}
 	*ev = Event{Kind: EventFileAccess, TS: a.TS, PID: a.PID, TID: a.TID, File: a.FileID, Access: AccessOf(a)}
 }
 

@@ -16,6 +16,11 @@ type Range struct {
 type Request struct {
 	File   uint32 // file_id of the bundle, or a backend-registered id
 	Ranges []Range
+	// Meta asks the runtime to warm the file's metadata before its pages:
+	// the lookups of its path, its inode and its directory's entries (the
+	// launch policy sets it). Backends that prefetch only pages ignore it;
+	// a request may carry Meta with no ranges.
+	Meta bool
 }
 
 // Backend executes prefetch requests. Submit never blocks on I/O: a backend
@@ -50,6 +55,7 @@ const (
 	EventTreeChildEnter
 	EventTensorLayout
 	EventLayerStart
+	EventProcessExec
 	numEventKinds
 )
 
@@ -67,6 +73,7 @@ type Event struct {
 	Tree   TreeChildEnter // EventTreeChildEnter
 	Tensor TensorLayout   // EventTensorLayout
 	Layer  LayerStart     // EventLayerStart
+	Exec   ProcessExec    // EventProcessExec
 }
 
 // FileAccess is a kernel-observed access to pages of a file.
@@ -110,6 +117,15 @@ type TensorLayout struct {
 // LayerStart says a runtime started executing layer Index.
 type LayerStart struct {
 	Index uint32
+}
+
+// ProcessExec says a process started running a program: an exec row of a
+// bundle (formats.KindExec) or the live source's exec event. Event.File is
+// the file the kernel runs (a script's interpreter); Path is the program
+// as it was asked for, resolved (the script, or the command a launch was
+// started with), when the producer knows it, else "".
+type ProcessExec struct {
+	Path string
 }
 
 // Emit receives a request from a policy. The request and its ranges are only

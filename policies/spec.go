@@ -39,6 +39,15 @@ type Env struct {
 	Future *Future
 	// Markov is the trained history model of the markov policy.
 	Markov *MarkovModel
+	// Launch holds the launch profiles of the launch policy (its spec's
+	// profile= parameter loads them otherwise).
+	Launch *LaunchModel
+	// LaunchFile returns the file id under which the launch policy names
+	// the file of a profile's step in its requests (a bundle's file of
+	// that path and identity; the live runtime registers the file with
+	// its backend after checking that it is unchanged and that process
+	// pid may read it), or false to skip the step.
+	LaunchFile func(pid uint32, s *LaunchStep) (uint32, bool)
 	// FileRA returns the readahead parameters of a file's device and
 	// filesystem (read_ahead_kb, max_sectors_kb, large folios), e.g. from
 	// sysfs for the file's path on this machine. The readahead model uses

@@ -9,7 +9,7 @@ import (
 )
 
 func TestNamesAndDescribe(t *testing.T) {
-	want := []string{"markov", "oracle", "physical", "readahead", "rocksdb", "stride", "tensor", "tree"}
+	want := []string{"launch", "markov", "oracle", "physical", "readahead", "rocksdb", "stride", "tensor", "tree"}
 	if got := Names(); !slices.Equal(got, want) {
 		t.Fatalf("Names() = %v, want %v", got, want)
 	}
@@ -30,12 +30,13 @@ func TestNamesAndDescribe(t *testing.T) {
 }
 
 func TestBuildErrors(t *testing.T) {
-	env := Env{Future: NewFuture(nil), Markov: NewMarkovBuilder(0).Build()}
+	env := Env{Future: NewFuture(nil), Markov: NewMarkovBuilder(0).Build(), Launch: NewLaunchModel(),
+		LaunchFile: func(uint32, *LaunchStep) (uint32, bool) { return 0, false }}
 	for _, tc := range []struct {
 		spec string
 		want []string
 	}{
-		{"nope", []string{`"nope"`, "unknown policy", "valid policies: markov, oracle, physical, readahead, rocksdb, stride, tensor, tree"}},
+		{"nope", []string{`"nope"`, "unknown policy", "valid policies: launch, markov, oracle, physical, readahead, rocksdb, stride, tensor, tree"}},
 		{"", []string{"unknown policy"}},
 		{"tree:windw=3", []string{`unknown parameter "windw"`, "valid keys: window, ttl"}},
 		{"tree:window", []string{"not key=value", "valid keys"}},
@@ -73,7 +74,8 @@ func TestBuildErrors(t *testing.T) {
 }
 
 func TestBuildAllDefaults(t *testing.T) {
-	env := Env{Future: NewFuture(nil), Markov: NewMarkovBuilder(0).Build()}
+	env := Env{Future: NewFuture(nil), Markov: NewMarkovBuilder(0).Build(), Launch: NewLaunchModel(),
+		LaunchFile: func(uint32, *LaunchStep) (uint32, bool) { return 0, false }}
 	for _, n := range Names() {
 		p, err := Build(n, env)
 		if err != nil {
@@ -122,7 +124,8 @@ func TestDocsListParameters(t *testing.T) {
 }
 
 func TestDescribeExamplesBuild(t *testing.T) {
-	env := Env{Future: NewFuture(nil), Markov: NewMarkovBuilder(0).Build()}
+	env := Env{Future: NewFuture(nil), Markov: NewMarkovBuilder(0).Build(), Launch: NewLaunchModel(),
+		LaunchFile: func(uint32, *LaunchStep) (uint32, bool) { return 0, false }}
 	for _, n := range Names() {
 		ex := registry[n].example
 		if ex == "" || !strings.Contains(Describe(n), "example: "+ex) {

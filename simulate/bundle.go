@@ -91,10 +91,11 @@ func (in *Input) FileKey(file uint32) (policies.FileKey, bool) {
 }
 
 // Env returns the policy environment of the bundle: page size, file sizes
-// and identities, and the kernel it was recorded on (when its release
-// parses) for the readahead model.
+// and identities, the kernel it was recorded on (when its release parses)
+// for the readahead model, and the bundle's files for launch profiles.
 func (in *Input) Env() policies.Env {
-	env := policies.Env{PageSize: in.PageSize, FilePages: in.FilePages, FileKey: in.FileKey}
+	env := policies.Env{PageSize: in.PageSize, FilePages: in.FilePages, FileKey: in.FileKey,
+		LaunchFile: policies.BundleLaunchFiles(in.Files)}
 	if k := in.Bundle.Manifest().Host.KernelRelease; k != "" {
 		if _, err := policies.ParseKernelVersion(k); err == nil {
 			env.Kernel = k

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/policies"
 )
 
@@ -73,6 +74,11 @@ func (b *batch) event(i int, ev *policies.Event) {
 	se := &b.evs[i]
 	if se.hint >= 0 {
 		*ev = b.hints[se.hint]
+		return
+	}
+	if se.access.Kind == formats.KindExec {
+		// The launch policy's trigger (Event.FromAccess).
+		*ev = policies.Event{Kind: policies.EventProcessExec, TS: se.ts, PID: se.pid, TID: se.tid, File: se.file}
 		return
 	}
 	if ev.Kind != policies.EventFileAccess {

@@ -120,6 +120,10 @@ func (s *bundleSource) Next() bool {
 		}
 		ev.Kind, ev.TS, ev.PID, ev.TID, ev.File = policies.EventFileAccess, a.TS, a.PID, a.TID, a.FileID
 		ev.Access = policies.AccessOf(a)
+		if a.Kind == formats.KindExec {
+			// The launch policy's trigger (Event.FromAccess).
+			ev.Kind, ev.Access = policies.EventProcessExec, policies.FileAccess{}
+		}
 		s.advanceAcc = true
 		return true
 	}

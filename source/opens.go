@@ -29,7 +29,13 @@ type rowPath struct {
 func (s *Source) readOpens() {
 	var rec ringbuf.Record
 	final := false
-	s.opens.SetDeadline(time.Now().Add(readDeadline))
+	// In LowLatency mode the reader blocks until an open arrives (the
+	// programs submit them with a wakeup) or a flush (flushOpens): a
+	// source with nothing to trace wakes nobody. Batched mode polls.
+	poll := s.cfg.Latency == Batched
+	if poll {
+		s.opens.SetDeadline(time.Now().Add(readDeadline))
+	}
 	for {
 		t := monoNow()
 		err := s.opens.ReadInto(&rec)
@@ -48,22 +54,27 @@ func (s *Source) readOpens() {
 				s.putRowPath(op, rowPath{pid: pid, dfd: dfd, path: path})
 			} else {
 				s.files.resolveOpen(pid, dfd, path, flags&openExec != 0)
+				if flags&openExec != 0 {
+					s.noteExec(le64(b[0:]), pid, dfd, path)
+				}
 			}
 			continue
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			s.opensMark.Store(t)
-			if !final {
+			s.markOpens(t)
+			if !final && poll {
 				s.opens.SetDeadline(time.Now().Add(readDeadline))
 			}
 		case errors.Is(err, ringbuf.ErrFlushed):
-			s.opensMark.Store(t)
+			// Everything submitted before the flush was asked for has
+			// been read (t may be older: taken before a blocking read).
+			s.markOpens(max(t, s.flushAt.Load()))
 		default:
-			s.opensMark.Store(math.MaxUint64)
+			s.markOpens(math.MaxUint64)
 			return // closed
 		}
 		if s.stopping.Load() {
 			if final {
-				s.opensMark.Store(math.MaxUint64)
+				s.markOpens(math.MaxUint64)
 				return
 			}
 			// Drain what is left, then stop.
@@ -79,11 +90,40 @@ func (s *Source) waitOpens(ts uint64) {
 	if s.opensMark.Load() >= ts {
 		return
 	}
-	s.opens.Flush()
-	deadline := time.Now().Add(100 * time.Millisecond)
-	for s.opensMark.Load() < ts && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Microsecond)
+	moved := s.opensMoved()
+	s.flushOpens()
+	timeout := time.NewTimer(100 * time.Millisecond)
+	defer timeout.Stop()
+	for s.opensMark.Load() < ts {
+		select {
+		case <-moved:
+			moved = s.opensMoved()
+		case <-timeout.C:
+			return
+		}
 	}
+}
+
+// markOpens records that every open event submitted before ts has been
+// processed, and wakes the waiters (waitOpens, takeRowPath).
+func (s *Source) markOpens(ts uint64) {
+	s.opensMark.Store(ts)
+	s.movedMu.Lock()
+	if s.moved != nil {
+		close(s.moved)
+		s.moved = nil
+	}
+	s.movedMu.Unlock()
+}
+
+// opensMoved returns a channel closed at the next markOpens.
+func (s *Source) opensMoved() <-chan struct{} {
+	s.movedMu.Lock()
+	defer s.movedMu.Unlock()
+	if s.moved == nil {
+		s.moved = make(chan struct{})
+	}
+	return s.moved
 }
 
 // maxRowPaths bounds the paths waiting for their rows (a row lost in a
@@ -105,9 +145,9 @@ func (s *Source) putRowPath(op uint64, p rowPath) {
 // processed everything submitted before after: a path still missing then
 // was lost (the opens ring was full).
 func (s *Source) takeRowPath(op, after uint64) (rowPath, bool) {
-	flushed := false
-	deadline := time.Now().Add(100 * time.Millisecond)
+	var timeout *time.Timer
 	for {
+		moved := s.opensMoved()
 		s.rpmu.Lock()
 		p, ok := s.rowPaths[op]
 		if ok {
@@ -117,15 +157,27 @@ func (s *Source) takeRowPath(op, after uint64) (rowPath, bool) {
 		if ok {
 			return p, true
 		}
-		if s.opensMark.Load() >= after || time.Now().After(deadline) {
+		if s.opensMark.Load() >= after {
 			return rowPath{}, false
 		}
-		if !flushed {
-			s.opens.Flush()
-			flushed = true
+		if timeout == nil {
+			s.flushOpens()
+			timeout = time.NewTimer(100 * time.Millisecond)
+			defer timeout.Stop()
 		}
-		time.Sleep(50 * time.Microsecond)
+		select {
+		case <-moved:
+		case <-timeout.C:
+			return rowPath{}, false
+		}
 	}
+}
+
+// flushOpens has the opens reader read what is in the ring now and then
+// mark everything submitted before now as processed.
+func (s *Source) flushOpens() {
+	s.flushAt.Store(monoNow())
+	s.opens.Flush()
 }
 
 func le64(b []byte) uint64 { return uint64(le32(b)) | uint64(le32(b[4:]))<<32 }

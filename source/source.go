@@ -112,8 +112,12 @@ type Source struct {
 	events    *ringbuf.Reader
 	opens     *ringbuf.Reader
 	opensMark atomic.Uint64 // all open events submitted before this monotonic time are processed
+	flushAt   atomic.Uint64 // when flushOpens last asked the opens reader to catch up
+	movedMu   sync.Mutex
+	moved     chan struct{} // closed when opensMark moves (markOpens)
 	rpmu      sync.Mutex
 	rowPaths  map[uint64]rowPath // paths of metadata rows, by op
+	execs     execPaths
 
 	startup []Phase  // Open's stages
 	sources []string // attached, as the manifest lists them

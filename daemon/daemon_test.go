@@ -1,0 +1,599 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/predictio/predictio/internal/tracetest"
+	"github.com/predictio/predictio/live"
+	"github.com/predictio/predictio/policies"
+	"github.com/predictio/predictio/source"
+)
+
+// TestMain doubles as the programs the tests launch (PREDICTIO_DAEMON_HELPER).
+func TestMain(m *testing.M) {
+	switch os.Getenv("PREDICTIO_DAEMON_HELPER") {
+	case "":
+		tracetest.Main(m)
+	case "read":
+		os.Exit(helperRead(false))
+	case "probe":
+		os.Exit(helperRead(true))
+	default:
+		os.Exit(3)
+	}
+}
+
+// helperRead reads the files of PREDICTIO_DAEMON_FILES (':'-separated)
+// and prints their checksum. With probe it first waits
+// PREDICTIO_DAEMON_WAIT_MS and prints "cached N of M" for each file.
+func helperRead(probe bool) int {
+	files := strings.Split(os.Getenv("PREDICTIO_DAEMON_FILES"), ":")
+	if probe {
+		ms, _ := strconv.Atoi(os.Getenv("PREDICTIO_DAEMON_WAIT_MS"))
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+		for _, p := range files {
+			f, err := os.Open(p)
+			if err != nil {
+				return 4
+			}
+			var cs unix.Cachestat_t
+			st, _ := f.Stat()
+			_ = unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &cs, 0)
+			fmt.Printf("cached %d of %d\n", cs.Cache, (st.Size()+4095)/4096)
+			f.Close()
+		}
+	}
+	var sum uint64
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return 4
+		}
+		for _, c := range b {
+			sum += uint64(c)
+		}
+	}
+	fmt.Printf("sum %d\n", sum)
+	return 0
+}
+
+func requireDaemon(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, CAP_SETUID, CAP_SETGID)")
+	}
+	if err := source.Check("sched:sched_process_exec"); err != nil {
+		if errors.Is(err, source.ErrPermission) || errors.Is(err, source.ErrNotSupported) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+}
+
+// testProgram copies this test binary to a program of its own, so that
+// the daemon learns only the test's launches of it.
+func testProgram(t *testing.T, dir, name string) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog := filepath.Join(dir, name)
+	b, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(prog, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return prog
+}
+
+// testConfig is a daemon configuration private to the test, learning only
+// programs under dir.
+func testConfig(t *testing.T, dir string) Config {
+	t.Helper()
+	c := Defaults()
+	c.ProfileDir = filepath.Join(dir, "profiles")
+	c.Socket = filepath.Join(dir, "daemon.sock")
+	c.Metrics = "127.0.0.1:0"
+	c.Learn.Programs = []string{dir + "/*"}
+	c.Learn.Window = Duration{5 * time.Second}
+	return c
+}
+
+// logBuffer collects the daemon's log for failure messages.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startDaemon runs a daemon in this process until the test ends.
+func startDaemon(t *testing.T, cfg Config) (*Daemon, *logBuffer) {
+	t.Helper()
+	log := &logBuffer{}
+	d, err := New(cfg, Options{Log: log})
+	if err != nil {
+		t.Fatalf("start daemon: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { d.Run(ctx); close(done) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", log.String())
+		}
+	})
+	return d, log
+}
+
+// launch runs prog as the given helper over files and returns its output.
+func runProg(t *testing.T, prog, mode string, files []string, env ...string) string {
+	t.Helper()
+	cmd := exec.Command(prog)
+	cmd.Env = append(append(os.Environ(), "PREDICTIO_DAEMON_HELPER="+mode, "PREDICTIO_DAEMON_FILES="+strings.Join(files, ":")), env...)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v", prog, err)
+	}
+	return string(out)
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func launches(d *Daemon, program string) int {
+	for _, p := range d.Status().Profiles {
+		if p.Program == program {
+			return p.Launches
+		}
+	}
+	return 0
+}
+
+func coldFiles(t *testing.T, n, size int) []string {
+	t.Helper()
+	dir := tracetest.DiskDir(t)
+	var out []string
+	for i := range n {
+		sub := filepath.Join(dir, fmt.Sprint(i))
+		os.Mkdir(sub, 0o755)
+		out = append(out, tracetest.ColdFile(t, sub, size))
+	}
+	return out
+}
+
+func evict(t *testing.T, files []string) {
+	for _, f := range files {
+		tracetest.Evict(t, f)
+	}
+}
+
+func probedPages(t *testing.T, out string) []uint64 {
+	t.Helper()
+	var got []uint64
+	for _, line := range strings.Split(out, "\n") {
+		var c, m uint64
+		if _, err := fmt.Sscanf(line, "cached %d of %d", &c, &m); err == nil {
+			got = append(got, c)
+		}
+	}
+	return got
+}
+
+// metrics scrapes the daemon's endpoint and returns its samples by name
+// with labels.
+func metrics(t *testing.T, d *Daemon) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + d.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	m := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") || line == "" {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err == nil {
+			m[line[:i]] = v
+		}
+	}
+	return m
+}
+
+// TestDaemonLearnsAndPrefetches: the daemon learns a program's launch
+// without any wrapper, and at its next exec prefetches what it read: the
+// pages are cached before the program reads a byte. /metrics agrees with
+// what the program saw.
+func TestDaemonLearnsAndPrefetches(t *testing.T) {
+	requireDaemon(t)
+	dir := t.TempDir()
+	prog := testProgram(t, dir, "prog")
+	files := coldFiles(t, 3, 512<<10)
+	d, _ := startDaemon(t, testConfig(t, dir))
+	sum := runProg(t, prog, "read", files)
+	waitFor(t, "the first launch to be learned", func() bool { return launches(d, prog) == 1 })
+	waitFor(t, "the profile to be saved", func() bool {
+		_, err := os.Stat(live.ProfilePath(filepath.Join(dir, "profiles"), prog))
+		return err == nil
+	})
+	p, err := live.LoadProfile(filepath.Join(dir, "profiles"), prog)
+	if err != nil || p == nil {
+		t.Fatalf("profile on disk: %v", err)
+	}
+	st, err := os.Stat(filepath.Join(dir, "profiles"))
+	if err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("profile directory mode %v, want 0700", st.Mode())
+	}
+	var got []uint64
+	var out string
+	for range 3 { // another test's drop_caches may evict the prefetched pages first
+		evict(t, files)
+		out = runProg(t, prog, "probe", files, "PREDICTIO_DAEMON_WAIT_MS=300")
+		if got = probedPages(t, out); len(got) == 3 && slices.Min(got) >= 120 {
+			break
+		}
+	}
+	if len(got) != 3 || slices.Min(got) < 120 {
+		t.Fatalf("pages cached when the program started: %v of 128 each, want all prefetched", got)
+	}
+	if !strings.Contains(out, strings.TrimSpace(sum)) {
+		t.Errorf("the prefetched program read %q, the first %q", out, sum)
+	}
+	waitFor(t, "the second launch to be learned", func() bool { return launches(d, prog) >= 2 })
+	m := metrics(t, d)
+	if v := m[`predictio_daemon_program_launches_total{action="prefetched",program="`+prog+`"}`]; v < 1 {
+		t.Errorf("metrics: %v prefetched launches of %s", v, prog)
+	}
+	if v := m[`predictio_daemon_program_pages_total{effect="used_in_time",program="`+prog+`"}`]; d.ob != nil && v < 3*120 {
+		t.Errorf("metrics: %v pages of %s used in time, want the 384 the program found cached", v, prog)
+	}
+	if v := m[`predictio_daemon_pages_total{effect="prefetched",policy="launch"}`]; d.ob != nil && v < 3*120 {
+		t.Errorf("metrics: %v pages prefetched by the launch policy", v)
+	}
+	if v := m[`predictio_daemon_cpu_seconds_total{mode="user"}`]; v <= 0 {
+		t.Errorf("metrics: daemon CPU %v", v)
+	}
+}
+
+// TestDaemonSkipsLaunchesRunOwns: while predictio run holds a claim on
+// its process, the daemon neither learns nor prefetches the launches below
+// it.
+func TestDaemonSkipsLaunchesRunOwns(t *testing.T) {
+	requireDaemon(t)
+	dir := t.TempDir()
+	prog := testProgram(t, dir, "prog")
+	files := coldFiles(t, 1, 64<<10)
+	d, _ := startDaemon(t, testConfig(t, dir))
+	release := live.ClaimLaunches(d.cfg.Socket, os.Getpid())
+	runProg(t, prog, "read", files)
+	time.Sleep(300 * time.Millisecond)
+	if n := launches(d, prog); n != 0 {
+		t.Errorf("the daemon learned %d launches run owns", n)
+	}
+	if s := d.Status(); s.Counts.Claimed == 0 || s.Claims != 1 {
+		t.Errorf("status: %d execs skipped for run, %d claims; want some and 1", s.Counts.Claimed, s.Claims)
+	}
+	release()
+	waitFor(t, "the claim to end", func() bool { return d.Status().Claims == 0 })
+	runProg(t, prog, "read", files)
+	waitFor(t, "a launch after the claim to be learned", func() bool { return launches(d, prog) == 1 })
+}
+
+// TestDaemonRelearnsAChangedProgram: a profile whose executable changed is
+// dropped and learned again.
+func TestDaemonRelearnsAChangedProgram(t *testing.T) {
+	requireDaemon(t)
+	dir := t.TempDir()
+	prog := testProgram(t, dir, "prog")
+	files := coldFiles(t, 1, 64<<10)
+	d, _ := startDaemon(t, testConfig(t, dir))
+	runProg(t, prog, "read", files)
+	runProg(t, prog, "read", files)
+	waitFor(t, "two launches", func() bool { return launches(d, prog) == 2 })
+	testProgram(t, dir, "prog") // a new file: new inode and mtime
+	runProg(t, prog, "read", files)
+	waitFor(t, "the relearned profile", func() bool { return launches(d, prog) == 1 })
+	if d.Status().Counts.Relearned != 1 {
+		t.Errorf("relearned %d, want 1", d.Status().Counts.Relearned)
+	}
+}
+
+// TestDaemonBoundsProfiles: at most limits.max_profiles profiles are kept,
+// in memory and on disk.
+func TestDaemonBoundsProfiles(t *testing.T) {
+	requireDaemon(t)
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	cfg.Limits.MaxProfiles = 2
+	files := coldFiles(t, 1, 64<<10)
+	d, _ := startDaemon(t, cfg)
+	for i := range 3 {
+		prog := testProgram(t, dir, fmt.Sprint("prog", i))
+		runProg(t, prog, "read", files)
+		waitFor(t, "a launch of "+prog, func() bool { return launches(d, prog) == 1 })
+	}
+	d.mu.Lock()
+	d.store.flush()
+	d.mu.Unlock()
+	names, _ := filepath.Glob(filepath.Join(cfg.ProfileDir, "*"+policies.LaunchProfileExt))
+	if s := d.Status(); len(s.Profiles) != 2 || len(names) != 2 {
+		t.Errorf("%d profiles in memory, %d on disk; want 2 and 2", len(s.Profiles), len(names))
+	}
+	if launches(d, filepath.Join(dir, "prog0")) != 0 {
+		t.Error("the least recently launched program's profile was kept")
+	}
+}
+
+// TestDaemonReload: SIGHUP's reload applies learn.programs.
+func TestDaemonReload(t *testing.T) {
+	requireDaemon(t)
+	dir := t.TempDir()
+	prog := testProgram(t, dir, "prog")
+	files := coldFiles(t, 1, 64<<10)
+	cfg := testConfig(t, dir)
+	cfg.Learn.Programs = []string{"nothing-matches"}
+	path := filepath.Join(dir, "daemon.toml")
+	write := func(programs string) {
+		body := fmt.Sprintf("profile_dir = %q\nsocket = %q\nmetrics = %q\n[learn]\nprograms = [%q]\n", cfg.ProfileDir, cfg.Socket, cfg.Metrics, programs)
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("nothing-matches")
+	cfg, err := LoadConfig(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &logBuffer{}
+	d, err := New(cfg, Options{ConfigPath: path, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { d.Run(context.Background()); close(done) }()
+	defer func() { syscall.Kill(os.Getpid(), syscall.SIGTERM); <-done }()
+	runProg(t, prog, "read", files)
+	time.Sleep(200 * time.Millisecond)
+	if launches(d, prog) != 0 {
+		t.Fatal("learned a program the configuration does not name")
+	}
+	write(dir + "/*")
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitFor(t, "the reload", func() bool { return strings.Contains(log.String(), "reloaded") })
+	runProg(t, prog, "read", files)
+	waitFor(t, "a launch after the reload", func() bool { return launches(d, prog) == 1 })
+}
+
+// TestDaemonIdleCPU: a daemon with nothing to do uses no CPU. The daemon
+// runs as its own process; its CPU time over 3 s without any exec of a
+// program it follows is at most 30 ms (1%).
+func TestDaemonIdleCPU(t *testing.T) {
+	requireDaemon(t)
+	dir := t.TempDir()
+	bin := buildPredictio(t)
+	cfg := filepath.Join(dir, "d.toml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("profile_dir = %q\nsocket = %q\nmetrics = \"\"\n[learn]\nprograms = [\"nothing\"]\n",
+		filepath.Join(dir, "p"), filepath.Join(dir, "s"))), 0o644)
+	cmd := exec.Command(bin, "daemon", "--config", cfg)
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
+	waitFor(t, "the daemon's socket", func() bool { _, err := QueryStatus(filepath.Join(dir, "s")); return err == nil })
+	time.Sleep(500 * time.Millisecond)
+	c0 := procCPU(t, cmd.Process.Pid)
+	time.Sleep(3 * time.Second)
+	c1 := procCPU(t, cmd.Process.Pid)
+	if d := c1 - c0; d > 30*time.Millisecond {
+		t.Errorf("idle daemon used %v of CPU in 3 s; want at most 30 ms", d)
+	} else {
+		t.Logf("idle daemon: %v of CPU in 3 s (the machine's other execs are seen and ignored)", d)
+	}
+}
+
+// procCPU returns a process's user+system CPU time.
+func procCPU(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	ut, _ := strconv.ParseUint(f[11], 10, 64)
+	st, _ := strconv.ParseUint(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+}
+
+func buildPredictio(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("PREDICTIO_BIN"); p != "" {
+		return p
+	}
+	bin := filepath.Join(t.TempDir(), "predictio")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/predictio/predictio/cmd/predictio")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("build predictio: %v", err)
+	}
+	return bin
+}
+
+// TestDaemonKill9: SIGKILL of the daemon while it learns and prefetches
+// loses no profile (each is the old or the new one, whole) and leaves the
+// programs unharmed; the next daemon starts from the saved profiles.
+func TestDaemonKill9(t *testing.T) {
+	requireDaemon(t)
+	dir := t.TempDir()
+	bin := buildPredictio(t)
+	prog := testProgram(t, dir, "prog")
+	files := coldFiles(t, 8, 1<<20)
+	pdir := filepath.Join(dir, "p")
+	cfg := filepath.Join(dir, "d.toml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("profile_dir = %q\nsocket = %q\nmetrics = \"\"\n[learn]\nprograms = [%q]\n",
+		pdir, filepath.Join(dir, "s"), dir+"/*")), 0o644)
+	start := func() *exec.Cmd {
+		cmd := exec.Command(bin, "daemon", "--config", cfg)
+		cmd.Stderr = io.Discard
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the daemon's socket", func() bool { _, err := QueryStatus(filepath.Join(dir, "s")); return err == nil })
+		return cmd
+	}
+	d := start()
+	sum := runProg(t, prog, "read", files)
+	waitFor(t, "a learned launch", func() bool {
+		s, err := QueryStatus(filepath.Join(dir, "s"))
+		return err == nil && s.Counts.Learned >= 1
+	})
+	waitFor(t, "the profile to be saved", func() bool { _, err := os.Stat(live.ProfilePath(pdir, prog)); return err == nil })
+	// Kill it at points of the next launches: while it prefetches 8 cold
+	// MiB, while the program runs, as its launch ends, while its profile
+	// is saved.
+	for i, kill := range []struct {
+		afterStart, afterExit time.Duration
+	}{{2 * time.Millisecond, -1}, {10 * time.Millisecond, -1}, {0, 0}, {0, 10 * time.Millisecond}, {0, 21 * time.Millisecond}, {0, 25 * time.Millisecond}} {
+		if i > 0 {
+			d = start()
+		}
+		evict(t, files)
+		cmd := exec.Command(prog)
+		cmd.Env = append(os.Environ(), "PREDICTIO_DAEMON_HELPER=read", "PREDICTIO_DAEMON_FILES="+strings.Join(files, ":"))
+		var out strings.Builder
+		cmd.Stdout = &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if kill.afterExit < 0 {
+			time.Sleep(kill.afterStart)
+			d.Process.Kill()
+		}
+		err := cmd.Wait()
+		if kill.afterExit >= 0 {
+			time.Sleep(kill.afterExit)
+			d.Process.Kill()
+		}
+		d.Wait()
+		if err != nil || out.String() != sum {
+			t.Fatalf("kill %d: the program under a killed daemon: %v, printed %q, want %q", i, err, out.String(), sum)
+		}
+		b, err := os.ReadFile(live.ProfilePath(pdir, prog))
+		if err != nil {
+			t.Fatalf("kill %d: profile lost: %v", i, err)
+		}
+		if _, err := policies.DecodeLaunchProfile(b); err != nil {
+			t.Fatalf("kill %d: profile damaged: %v", i, err)
+		}
+	}
+	d = start()
+	defer func() { d.Process.Signal(syscall.SIGTERM); d.Wait() }()
+	s, err := QueryStatus(filepath.Join(dir, "s"))
+	if err != nil || len(s.Profiles) != 1 {
+		t.Fatalf("restarted daemon: %v, %+v", err, s)
+	}
+	if tmps, _ := filepath.Glob(filepath.Join(pdir, ".*")); len(tmps) != 0 {
+		t.Errorf("temporary files left after a restart: %v", tmps)
+	}
+}
+
+// TestConfigErrors: a configuration error names the file and the key.
+func TestConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ body, want string }{
+		{"profile_dirr = \"/x\"\n", "unknown key profile_dirr"},
+		{"metrics = \"0.0.0.0:9477\"\n", "key metrics"},
+		{"backend = \"direct\"\n", "key backend"},
+		{"[learn]\nlaunches = 0\n", "key learn.launches"},
+		{"[learn]\nwindow = \"forever\"\n", "window"},
+		{"[limits]\nring_bytes = \"3M\"\n", "key limits.ring_bytes"},
+		{"[limits]\nmax_profile_bytes = \"lots\"\n", "max_profile_bytes"},
+		{"policies = [\"nope\"]\n", "key policies"},
+		{"log_level = \"loud\"\n", "key log_level"},
+	} {
+		p := filepath.Join(dir, "c.toml")
+		os.WriteFile(p, []byte(c.body), 0o644)
+		_, err := LoadConfig(p, false)
+		if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v; want an error naming %s and %q", c.body, err, p, c.want)
+		}
+	}
+	if _, err := LoadConfig(filepath.Join(dir, "missing.toml"), true); err != nil {
+		t.Errorf("a missing default file: %v", err)
+	}
+	p := filepath.Join("..", "dist", "daemon.toml")
+	if _, err := LoadConfig(p, false); err != nil {
+		t.Errorf("the example configuration: %v", err)
+	}
+}
+
+// TestSystemdUnit: systemd-analyze verify accepts dist/predictio.service.
+func TestSystemdUnit(t *testing.T) {
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not installed (package systemd)")
+	}
+	unit, _ := filepath.Abs(filepath.Join("..", "dist", "predictio.service"))
+	// verify resolves ExecStart: give it a predictio binary where the
+	// unit expects one, through a copy of the unit in a private
+	// directory.
+	dir := t.TempDir()
+	b, err := os.ReadFile(unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := buildPredictio(t)
+	body := strings.ReplaceAll(string(b), "/usr/local/bin/predictio", bin)
+	copyUnit := filepath.Join(dir, "predictio.service")
+	os.WriteFile(copyUnit, []byte(body), 0o644)
+	out, err := exec.Command(sa, "verify", copyUnit).CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,420 @@
+package daemon
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/predictio/predictio/live"
+	"github.com/predictio/predictio/policies"
+)
+
+// A launch is a program's start-up as the daemon learns it: the process
+// that exec'd the program (the launch's first process), every process it
+// forks and every exec of them (a pyenv shim that execs bash, pyenv and
+// the interpreter is one launch), from the exec until the first process
+// exits or learn.window has passed.
+type launch struct {
+	pid     uint32 // the first process
+	program string // the resolved path given to exec: the profile's key
+	root    string // prefix of its mount namespace (live.ProcRoot)
+	exe     policies.LaunchFile
+	ran     uint32 // source file id of the first exec
+	rec     *policies.LaunchRecorder
+	start   time.Time
+	members map[uint32]bool
+	events  uint64
+	done    bool
+}
+
+// maxAncestry is how far up the process tree a process is looked for in
+// a launch or a claim.
+const maxAncestry = 32
+
+// observe is the loop's Tap: it runs for every event, with the daemon's
+// lock held (Consume).
+func (d *Daemon) observe(ev *policies.Event) {
+	if ev.Kind == policies.EventProcessExec {
+		d.onExec(ev)
+		return
+	}
+	if ev.PID == 0 {
+		return // a hint from outside any launch
+	}
+	l := d.members[ev.PID]
+	if l == nil {
+		if l = d.adopt(ev.PID); l == nil {
+			d.stray(ev.PID)
+			return
+		}
+	}
+	l.rec.Observe(ev)
+	l.events++
+	d.st.launchEvents++
+}
+
+// onExec handles an exec anywhere on the machine.
+func (d *Daemon) onExec(ev *policies.Event) {
+	d.st.execs++
+	pid := ev.PID
+	if l := d.member(pid); l != nil {
+		l.rec.Observe(ev) // a later exec of the launch: part of it
+		return
+	}
+	if d.claimed(pid) {
+		d.st.claimed++
+		return
+	}
+	path := d.src.ExecPath(pid, ev.TS)
+	if path == "" {
+		if f, ok := d.src.File(ev.File); ok {
+			path = f.Path
+		}
+	}
+	if path == "" {
+		d.st.ignored++
+		return
+	}
+	root, err := live.ProcRoot(int(pid))
+	if err != nil {
+		d.st.ignored++ // gone already
+		return
+	}
+	program, err := d.resolve(root, path)
+	if err != nil || !d.cfg.Learn.wants(program) {
+		d.st.ignored++
+		return
+	}
+	exe, err := live.StatFile(root, program)
+	if err != nil || exe.PathOnly() {
+		d.st.ignored++
+		return
+	}
+	pc := d.programCounts(program)
+	pc.Launches++
+	prof := d.store.get(program)
+	if prof != nil && !prof.Program.Same(&exe) {
+		d.log.Info("program changed since it was learned: learning it again", "program", program)
+		d.untarget(prof)
+		d.store.remove(program)
+		d.st.relearned++
+		prof = nil
+	}
+	if prof != nil {
+		d.store.touch(program)
+		if len(prof.Launches) >= d.cfg.Learn.MinLaunches {
+			d.loop.Exec(pid, program, ev.File, ev.TS)
+			d.st.prefetched++
+			pc.Prefetched++
+			d.log.Debug("prefetched", "program", program, "pid", pid, "launches", len(prof.Launches))
+		}
+	}
+	d.learn(ev, program, root, exe)
+}
+
+// learn starts following the launch of program by process pid, when
+// fewer than limits.concurrent launches are followed.
+func (d *Daemon) learn(ev *policies.Event, program, root string, exe policies.LaunchFile) {
+	pid := ev.PID
+	if len(d.launches) >= d.cfg.Limits.Concurrent {
+		d.st.notLearned++
+		return
+	}
+	if len(d.launches) == 0 {
+		// The access programs are detached between launches
+		// (source.Pause): attached again in microseconds, but the
+		// launch's first accesses until then are not learned.
+		if err := d.src.Resume(); err != nil {
+			d.log.Warn("cannot resume tracing", "err", err)
+			d.st.notLearned++
+			return
+		}
+	}
+	if err := d.src.AddPID(int(pid)); err != nil {
+		d.st.notLearned++
+		return
+	}
+	l := &launch{pid: pid, program: program, root: root, exe: exe, ran: ev.File, rec: policies.NewLaunchRecorder(ev.TS),
+		start: time.Now(), members: map[uint32]bool{pid: true}}
+	l.rec.Observe(ev)
+	d.launches[pid] = l
+	d.members[pid] = l
+	delete(d.strays, pid)
+	go d.await(l)
+}
+
+// await ends l when its first process exits or learn.window has passed,
+// whichever comes first. It waits on a pidfd (Linux 5.3): no polling.
+func (d *Daemon) await(l *launch) {
+	window := d.cfg.Learn.Window.Duration
+	// An error means the process is gone already: end at once.
+	if fd, err := unix.PidfdOpen(int(l.pid), 0); err == nil {
+		ms := int(window / time.Millisecond)
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			_, err := unix.Poll(fds, ms)
+			if err != unix.EINTR {
+				break
+			}
+			ms = int(max(time.Until(l.start.Add(window)), 0) / time.Millisecond)
+		}
+		unix.Close(fd)
+	}
+	// Events of the last moments may still be in the ring: a short
+	// grace, so that they are delivered before the launch is learned.
+	time.Sleep(20 * time.Millisecond)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.closed {
+		d.end(l)
+	}
+}
+
+// end learns launch l into its program's profile and stops tracing its
+// processes.
+func (d *Daemon) end(l *launch) {
+	if l.done {
+		return
+	}
+	l.done = true
+	delete(d.launches, l.pid)
+	for pid := range l.members {
+		delete(d.members, pid)
+		_ = d.src.RemovePID(int(pid))
+		d.loop.ForgetPID(pid)
+	}
+	if len(d.launches) == 0 {
+		// Nothing to learn: no program of the source runs on the
+		// machine's system calls, reads and faults until the next.
+		if err := d.src.Pause(); err != nil {
+			d.log.Warn("cannot pause tracing", "err", err)
+		}
+	}
+	launchRec, files := l.rec.Launch(func(id uint32) (policies.LaunchFile, bool) {
+		f, ok := d.src.File(id)
+		if !ok {
+			return policies.LaunchFile{}, false
+		}
+		return live.Resolve(l.root, f)
+	}, l.start.UnixNano(), uint64(time.Since(l.start)))
+	if len(launchRec.Touches) == 0 {
+		return
+	}
+	prof := d.store.get(l.program)
+	if prof == nil {
+		prof = &policies.LaunchProfile{Program: l.exe}
+		if f, ok := d.src.File(l.ran); ok {
+			if f.Path == "" {
+				f.Path = interpreter(l.root, l.program)
+			}
+			if lf, ok := live.Resolve(l.root, f); ok {
+				prof.Ran = lf
+			}
+		}
+	}
+	if err := prof.AddLaunch(launchRec, files, d.cfg.Learn.Launches); err != nil {
+		d.log.Warn("cannot learn a launch", "program", l.program, "err", err)
+		return
+	}
+	d.invalidate()
+	d.store.put(prof)
+	d.target(prof)
+	d.st.learned++
+	d.programCounts(l.program).Learned++
+	d.programCounts(l.program).Events += l.events
+	d.log.Info("learned a launch", "program", l.program, "pid", l.pid, "files", len(files), "launches", len(prof.Launches),
+		"pages", prof.Pages(), "traced", time.Since(l.start).Round(time.Millisecond), "events", l.events)
+}
+
+// invalidate drops the files the loop found changed from the profiles
+// that hold them.
+func (d *Daemon) invalidate() {
+	for _, c := range d.loop.Invalid() {
+		for _, p := range d.store.model.Profiles() {
+			for i := range p.Files {
+				if p.Files[i].Same(&c) {
+					p.Invalidate(uint32(i))
+					d.store.put(p)
+					d.st.invalidated++
+					break
+				}
+			}
+		}
+	}
+}
+
+// target makes the kernel trace p's program from the first instruction of
+// its next exec (source.AddExecTarget), so that its launches are learned
+// whole; for a script, whose exec names its interpreter, the launch is
+// traced from the exec event on.
+func (d *Daemon) target(p *policies.LaunchProfile) {
+	prog := p.Program.Path
+	if d.targets[prog] || (p.Ran.Path != "" && p.Ran.Path != prog) {
+		return
+	}
+	if err := d.src.AddExecTarget(prog); err == nil {
+		d.targets[prog] = true
+	}
+}
+
+func (d *Daemon) untarget(p *policies.LaunchProfile) {
+	prog := p.Program.Path
+	if d.targets[prog] {
+		_ = d.src.RemoveExecTarget(prog)
+		delete(d.targets, prog)
+	}
+}
+
+// resolveTTL is how long an exec path's resolution is reused (execs of
+// the same program are frequent: a compile's gcc, cc1, as, ld).
+const resolveTTL = 5 * time.Second
+
+type resolved struct {
+	program string
+	at      time.Time
+}
+
+// resolve returns path without symlinks, inside root; cached for this
+// namespace's paths.
+func (d *Daemon) resolve(root, path string) (string, error) {
+	if root != "" {
+		return live.ResolveInRoot(root, path)
+	}
+	if r, ok := d.resolved[path]; ok && time.Since(r.at) < resolveTTL {
+		return r.program, nil
+	}
+	p, err := live.ResolveInRoot("", path)
+	if err != nil {
+		return "", err
+	}
+	if len(d.resolved) >= 4096 {
+		clear(d.resolved)
+	}
+	d.resolved[path] = resolved{p, time.Now()}
+	return p, nil
+}
+
+// member returns the launch process pid is part of, or nil.
+func (d *Daemon) member(pid uint32) *launch {
+	if l := d.members[pid]; l != nil {
+		return l
+	}
+	return d.adopt(pid)
+}
+
+// adopt returns the launch process pid belongs to (a descendant of one of
+// its processes), adding it; nil when none.
+func (d *Daemon) adopt(pid uint32) *launch {
+	if len(d.launches) == 0 {
+		return nil
+	}
+	p := pid
+	for range maxAncestry {
+		pp, ok := ppid(p)
+		if !ok || pp <= 1 {
+			return nil
+		}
+		if l := d.members[pp]; l != nil {
+			l.members[pid] = true
+			d.members[pid] = l
+			return l
+		}
+		p = pp
+	}
+	return nil
+}
+
+// stray stops tracing a process that is no launch's (a process of an
+// ended launch, or one an exec target added that the daemon skips).
+func (d *Daemon) stray(pid uint32) {
+	if t, ok := d.strays[pid]; ok && time.Since(t) < time.Second {
+		return
+	}
+	if len(d.strays) > 4096 {
+		clear(d.strays)
+	}
+	d.strays[pid] = time.Now()
+	_ = d.src.RemovePID(int(pid))
+	d.st.strayRemoved++
+}
+
+// claimed reports whether pid descends from a process that predictio run
+// claimed. While there are claims, a process whose parent cannot be read
+// (it has exited already) counts as claimed: the daemon must never
+// learn or prefetch a launch run owns, and it could not follow an exited
+// one anyway.
+func (d *Daemon) claimed(pid uint32) bool {
+	if len(d.claims) == 0 {
+		return false
+	}
+	p := pid
+	for range maxAncestry {
+		if d.claims[int(p)] > 0 {
+			return true
+		}
+		pp, ok := ppid(p)
+		if !ok {
+			return p == pid
+		}
+		if pp <= 1 {
+			return false
+		}
+		p = pp
+	}
+	return false
+}
+
+// ppid reads the parent of pid from /proc/PID/stat.
+func ppid(pid uint32) (uint32, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+4 > len(b) {
+		return 0, false
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 2 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(f[1]), 10, 32)
+	return uint32(v), err == nil
+}
+
+func (d *Daemon) programCounts(program string) *programCounts {
+	pc := d.st.byProgram[program]
+	if pc == nil {
+		if len(d.st.byProgram) >= 4*d.cfg.Limits.MaxProfiles {
+			clear(d.st.byProgram) // bounded: counts restart
+		}
+		pc = &programCounts{}
+		d.st.byProgram[program] = pc
+	}
+	return pc
+}
+
+// interpreter returns the interpreter of a script's #! line (inside root).
+func interpreter(root, path string) string {
+	f, err := os.Open(root + path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b := make([]byte, 256)
+	n, _ := f.Read(b)
+	line, _, _ := bytes.Cut(b[:n], []byte("\n"))
+	rest, ok := bytes.CutPrefix(line, []byte("#!"))
+	if !ok {
+		return ""
+	}
+	fs := bytes.Fields(rest)
+	if len(fs) == 0 || fs[0][0] != '/' {
+		return ""
+	}
+	return string(fs[0])
+}

@@ -1,0 +1,379 @@
+package policies
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/predictio/predictio/formats"
+)
+
+func lf(path string, ino uint64) LaunchFile {
+	return LaunchFile{Path: path, Dev: 254 << 20, Ino: ino, Size: 1 << 20, MtimeNS: 1700000000e9, Mode: 0o100644}
+}
+
+// recordLaunch runs events through a recorder and merges the launch into p.
+func recordLaunch(t *testing.T, p *LaunchProfile, files map[uint32]LaunchFile, evs []Event, keep int) {
+	t.Helper()
+	r := NewLaunchRecorder(1000)
+	for i := range evs {
+		r.Observe(&evs[i])
+	}
+	l, fs := r.Launch(func(id uint32) (LaunchFile, bool) { f, ok := files[id]; return f, ok }, 42, 5e6)
+	if err := p.AddLaunch(l, fs, keep); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func acc(ts uint64, file uint32, kind formats.AccessKind, page uint64, n uint32) Event {
+	return Event{Kind: EventFileAccess, TS: ts, PID: 7, File: file, Access: FileAccess{Kind: kind, Page: page, NPages: n}}
+}
+
+func TestLaunchRecorderOrderAndRanges(t *testing.T) {
+	files := map[uint32]LaunchFile{1: lf("/usr/bin/prog", 1), 2: lf("/usr/lib/libc.so", 2), 3: lf("/etc/conf", 3), 4: lf("/usr/lib/dir", 4)}
+	p := &LaunchProfile{Program: files[1]}
+	recordLaunch(t, p, files, []Event{
+		{Kind: EventProcessExec, TS: 1000, PID: 7, File: 1},
+		acc(1100, 2, formats.KindFault, 10, 1),
+		acc(1200, 2, formats.KindMap, 11, 4), // adjacent: merged into 10+5
+		acc(1300, 1, formats.KindRead, 0, 2),
+		acc(1400, 2, formats.KindRead, 100, 1),
+		acc(1500, 3, formats.KindCacheAdd, 0, 8), // not demand: ignored
+		acc(1600, 4, formats.KindReaddir, 0, 0),  // metadata: a touch with no pages
+		acc(1700, 2, formats.KindRead, 2, 3),     // before the others: sorted on Launch
+	}, 3)
+	plan := p.Plan()
+	var got []string
+	for _, s := range plan {
+		got = append(got, s.File.Path)
+	}
+	want := []string{"/usr/bin/prog", "/usr/lib/libc.so", "/usr/lib/dir"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("plan order %v, want %v", got, want)
+	}
+	if r := plan[1].Ranges; !reflect.DeepEqual(r, []Range{{2, 3}, {10, 5}, {100, 1}}) {
+		t.Errorf("libc ranges %v", r)
+	}
+	if r := plan[0].Ranges; !reflect.DeepEqual(r, []Range{{0, 2}}) {
+		t.Errorf("prog ranges %v", r)
+	}
+	if len(plan[2].Ranges) != 0 || plan[2].FirstNS != 600 || !Has(plan[2].Kinds, formats.KindReaddir) || Has(plan[2].Kinds, formats.KindRead) {
+		t.Errorf("dir step %+v", plan[2])
+	}
+	if !Has(plan[0].Kinds, formats.KindExec) || !Has(plan[0].Kinds, formats.KindRead) || !Has(plan[1].Kinds, formats.KindMap) {
+		t.Errorf("kinds %b %b", plan[0].Kinds, plan[1].Kinds)
+	}
+	if p.Pages() != 11 {
+		t.Errorf("pages %d, want 11", p.Pages())
+	}
+}
+
+func TestLaunchProfileKeepsLastLaunchesAndDropsChangedFiles(t *testing.T) {
+	files := map[uint32]LaunchFile{1: lf("/a", 1), 2: lf("/b", 2)}
+	p := &LaunchProfile{Program: lf("/usr/bin/x", 9)}
+	for i := range 4 {
+		recordLaunch(t, p, files, []Event{acc(2000, 1, formats.KindRead, uint64(i), 1), acc(3000, 2, formats.KindRead, 50, 1)}, 2)
+	}
+	if len(p.Launches) != 2 {
+		t.Fatalf("%d launches kept, want 2", len(p.Launches))
+	}
+	if r := p.Plan()[0].Ranges; !reflect.DeepEqual(r, []Range{{2, 2}}) {
+		t.Errorf("/a ranges %v, want pages 2 and 3 of the last two launches", r)
+	}
+	// /b is replaced (new inode): the old launches' touches of it go.
+	files[2] = lf("/b", 22)
+	recordLaunch(t, p, files, []Event{acc(2000, 2, formats.KindRead, 7, 1)}, 3)
+	for _, s := range p.Plan() {
+		if s.File.Path == "/b" && (s.File.Ino != 22 || !reflect.DeepEqual(s.Ranges, []Range{{7, 1}}) || s.Seen != 1) {
+			t.Errorf("/b after replacement: %+v ranges %v", *s.File, s.Ranges)
+		}
+	}
+	p.Invalidate(p.Plan()[0].Index)
+	for _, s := range p.Plan() {
+		if s.File.Path == "/a" {
+			t.Errorf("/a still planned after Invalidate")
+		}
+	}
+}
+
+func TestLaunchProfileRoundTrip(t *testing.T) {
+	files := map[uint32]LaunchFile{1: lf("/usr/bin/prog", 1), 2: lf("/usr/lib/libc.so", 2)}
+	p := &LaunchProfile{Program: lf("/root/.pyenv/shims/python3", 5), Ran: lf("/usr/bin/env", 6)}
+	recordLaunch(t, p, files, []Event{acc(1100, 2, formats.KindFault, 1<<40, 3), acc(1200, 1, formats.KindRead, 0, 9)}, 5)
+	recordLaunch(t, p, files, []Event{acc(1100, 1, formats.KindRead, 4, 9)}, 5)
+	b := EncodeLaunchProfile(p)
+	q, err := DecodeLaunchProfile(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(EncodeLaunchProfile(q), b) {
+		t.Fatal("decode then encode differs")
+	}
+	if !reflect.DeepEqual(q.Plan(), p.Plan()) {
+		t.Errorf("plans differ:\n%+v\n%+v", q.Plan(), p.Plan())
+	}
+	// Every single-byte change is caught (the checksum, or the magic).
+	for i := range b {
+		c := bytes.Clone(b)
+		c[i] ^= 0x40
+		if _, err := DecodeLaunchProfile(c); !errors.Is(err, ErrLaunchProfile) {
+			t.Fatalf("byte %d flipped: %v", i, err)
+		}
+	}
+	if _, err := DecodeLaunchProfile(b[:len(b)-1]); !errors.Is(err, ErrLaunchProfile) {
+		t.Fatalf("truncated: %v", err)
+	}
+}
+
+// withCRC appends a valid checksum to body.
+func withCRC(body []byte) []byte {
+	return binary.LittleEndian.AppendUint32(body, crc32.Checksum(body, castagnoli))
+}
+
+func TestDecodeLaunchProfileNamesTheField(t *testing.T) {
+	file := func(path string) []byte {
+		b := binary.AppendUvarint(nil, uint64(len(path)))
+		b = append(b, path...)
+		for range 4 {
+			b = binary.AppendUvarint(b, 1)
+		}
+		return binary.AppendUvarint(b, 0)
+	}
+	head := append([]byte(launchMagic), 1)
+	head = append(head, file("/bin/x")...)
+	head = append(head, file("")...)
+	cases := []struct {
+		body []byte
+		want string
+	}{
+		{append(append([]byte(launchMagic), 2), 0), "version 2"},
+		{append(append(append([]byte(launchMagic), 1), file("rel")...), file("")...), "field program.path"},
+		{append(append(bytes.Clone(head), 1), file("")...), "field files[0].path"},
+		{append(bytes.Clone(head), 0xff, 0xff, 0xff, 0xff, 0x0f), "field files"},
+		// one file, one launch, one touch naming file 3
+		{append(append(append(bytes.Clone(head), 1), file("/f")...), 1, 0, 0, 1, 3, 0, 0, 0), "field launches[0].touches[0].file"},
+		// a range of 0 pages
+		{append(append(append(bytes.Clone(head), 1), file("/f")...), 1, 0, 0, 1, 0, 0, 0, 1, 0, 0), "launches[0].touches[0].ranges[0]"},
+		// a range before page 0
+		{append(append(append(bytes.Clone(head), 1), file("/f")...), 1, 0, 0, 1, 0, 0, 0, 1, 1, 1), "launches[0].touches[0].ranges[0]"},
+		{append(append(append(bytes.Clone(head), 1), file("/f")...), 0, 9), "bytes after the last launch"},
+	}
+	for _, c := range cases {
+		_, err := DecodeLaunchProfile(withCRC(c.body))
+		if !errors.Is(err, ErrLaunchProfile) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("want an error with %q, got %v", c.want, err)
+		}
+	}
+}
+
+func FuzzDecodeLaunchProfile(f *testing.F) {
+	files := map[uint32]LaunchFile{1: lf("/usr/bin/prog", 1), 2: lf("/usr/lib/libc.so", 2)}
+	p := &LaunchProfile{Program: lf("/usr/bin/prog", 1)}
+	r := NewLaunchRecorder(0)
+	for _, ev := range []Event{acc(5, 1, formats.KindRead, 0, 4), acc(9, 2, formats.KindFault, 77, 1)} {
+		r.Observe(&ev)
+	}
+	l, fs := r.Launch(func(id uint32) (LaunchFile, bool) { f, ok := files[id]; return f, ok }, 1, 2)
+	_ = p.AddLaunch(l, fs, 3)
+	f.Add(EncodeLaunchProfile(p))
+	f.Add(EncodeLaunchProfile(&LaunchProfile{Program: lf("/x", 1)}))
+	f.Add([]byte(launchMagic))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := DecodeLaunchProfile(b)
+		if err != nil {
+			if !errors.Is(err, ErrLaunchProfile) {
+				t.Fatalf("error does not wrap ErrLaunchProfile: %v", err)
+			}
+			return
+		}
+		if !bytes.Equal(EncodeLaunchProfile(p), b) {
+			t.Fatal("a valid profile does not encode to its bytes")
+		}
+		p.Plan()
+	})
+}
+
+// launchEnv names profile files by an id per path; skip lists paths
+// LaunchFile refuses.
+func launchEnv(m *LaunchModel, skip ...string) (Env, map[uint32]string) {
+	ids := map[string]uint32{}
+	names := map[uint32]string{}
+	return Env{
+		Launch: m,
+		FileKey: func(id uint32) (FileKey, bool) {
+			if n, ok := names[id]; ok {
+				return FileKey{Path: n}, true
+			}
+			return FileKey{}, false
+		},
+		LaunchFile: func(pid uint32, st *LaunchStep) (uint32, bool) {
+			f := st.File
+			for _, s := range skip {
+				if f.Path == s {
+					return 0, false
+				}
+			}
+			id, ok := ids[f.Path]
+			if !ok {
+				id = uint32(100 + len(ids))
+				ids[f.Path] = id
+				names[id] = f.Path
+			}
+			return id, true
+		},
+		MaxPages: 4,
+	}, names
+}
+
+func TestLaunchPolicyPrefetchesThePlan(t *testing.T) {
+	files := map[uint32]LaunchFile{1: lf("/usr/bin/prog", 1), 2: lf("/lib/a.so", 2), 3: lf("/etc/x", 3), 4: lf("/lib/b.so", 4)}
+	p := &LaunchProfile{Program: files[1]}
+	recordLaunch(t, p, files, []Event{
+		acc(1100, 1, formats.KindRead, 0, 2),
+		acc(1200, 2, formats.KindFault, 0, 10), // 10 pages: 3 requests of at most 4
+		acc(1300, 3, formats.KindStat, 0, 0),
+		acc(1400, 4, formats.KindRead, 0, 1),
+	}, 3)
+	env, names := launchEnv(NewLaunchModel(p), "/lib/b.so")
+	pol, err := Build("launch", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	emit := func(r *Request) {
+		s := names[r.File]
+		if r.Meta {
+			s += " meta"
+		}
+		for _, rg := range r.Ranges {
+			s += " " + strings.Repeat("p", int(rg.N))
+		}
+		got = append(got, s)
+	}
+	d := NewDispatcher(pol)
+	ev := Event{Kind: EventProcessExec, PID: 9, Exec: ProcessExec{Path: "/usr/bin/prog"}}
+	d.Dispatch(&ev, emit)
+	want := []string{"/usr/bin/prog meta pp", "/lib/a.so meta pppp", "/lib/a.so pppp", "/lib/a.so pp", "/etc/x meta"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("requests\n%q\nwant\n%q", got, want)
+	}
+	// The same process executing again (a shim's exec chain) does not
+	// prefetch twice; another process does.
+	got = nil
+	d.Dispatch(&ev, emit)
+	if len(got) != 0 {
+		t.Errorf("second exec of pid 9 prefetched again: %q", got)
+	}
+	ev.PID = 10
+	d.Dispatch(&ev, emit)
+	if len(got) != len(want) {
+		t.Errorf("pid 10: %d requests, want %d", len(got), len(want))
+	}
+	// Budgets: 3 pages in all, meta off.
+	pol, _ = Build("launch:pages=3,meta=off", env)
+	got = nil
+	pol.Handle(&ev, emit)
+	if want := []string{"/usr/bin/prog pp", "/lib/a.so p"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("pages=3: %q, want %q", got, want)
+	}
+	pol, _ = Build("launch:files=1", env)
+	got = nil
+	pol.Handle(&ev, emit)
+	if len(got) != 1 {
+		t.Errorf("files=1: %q", got)
+	}
+	// An unknown program prefetches nothing.
+	got = nil
+	pol.Handle(&Event{Kind: EventProcessExec, PID: 11, Exec: ProcessExec{Path: "/usr/bin/other"}}, emit)
+	if len(got) != 0 {
+		t.Errorf("unknown program: %q", got)
+	}
+}
+
+func TestLaunchPolicySeenAndRanAlias(t *testing.T) {
+	files := map[uint32]LaunchFile{1: lf("/a", 1), 2: lf("/b", 2)}
+	p := &LaunchProfile{Program: lf("/root/.pyenv/shims/python3", 5), Ran: lf("/usr/bin/env", 6)}
+	recordLaunch(t, p, files, []Event{acc(1, 1, formats.KindRead, 0, 1), acc(2, 2, formats.KindRead, 0, 1)}, 3)
+	recordLaunch(t, p, files, []Event{acc(1, 1, formats.KindRead, 0, 1)}, 3)
+	env, names := launchEnv(NewLaunchModel(p))
+	pol, err := Build("launch:seen=2", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A bundle's exec row names the interpreter the kernel ran.
+	names[50] = "/usr/bin/env"
+	var got []string
+	pol.Handle(&Event{Kind: EventProcessExec, PID: 1, File: 50}, func(r *Request) { got = append(got, names[r.File]) })
+	if !reflect.DeepEqual(got, []string{"/a"}) {
+		t.Errorf("seen=2 by the Ran alias: %q, want only /a", got)
+	}
+}
+
+func TestLaunchPolicyNeedsProfiles(t *testing.T) {
+	if _, err := Build("launch", Env{}); err == nil || !strings.Contains(err.Error(), "predictio run --profile") {
+		t.Errorf("no model: %v", err)
+	}
+	dir := t.TempDir()
+	p := &LaunchProfile{Program: lf("/usr/bin/prog", 1)}
+	if err := os.WriteFile(filepath.Join(dir, LaunchProfileName(p.Program.Path)), EncodeLaunchProfile(p), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env, _ := launchEnv(nil)
+	env.Launch = nil
+	pol, err := Build("launch:profile="+dir, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pol.(*launchPolicy).model.Get("/usr/bin/prog") == nil {
+		t.Error("profile= did not load the directory's profile")
+	}
+	os.WriteFile(filepath.Join(dir, "bad"+LaunchProfileExt), []byte("junk"), 0o600)
+	if _, err := Build("launch:profile="+dir, env); !errors.Is(err, ErrLaunchProfile) || !strings.Contains(err.Error(), "bad.launch") {
+		t.Errorf("damaged profile: %v", err)
+	}
+}
+
+func TestLaunchProfileName(t *testing.T) {
+	a, b := LaunchProfileName("/usr/bin/python3"), LaunchProfileName("/usr/local/bin/python3")
+	if a == b || !strings.HasPrefix(a, "python3-") || !strings.HasSuffix(a, LaunchProfileExt) {
+		t.Errorf("names %q %q", a, b)
+	}
+	if n := LaunchProfileName("/x/" + strings.Repeat("é", 100)); len(n) > 100 || strings.ContainsAny(n, "/é") {
+		t.Errorf("long name %q", n)
+	}
+}
+
+func TestLaunchProfileTrainsMarkov(t *testing.T) {
+	files := map[uint32]LaunchFile{1: lf("/data", 1)}
+	p := &LaunchProfile{Program: lf("/usr/bin/x", 9)}
+	for range 2 {
+		recordLaunch(t, p, files, []Event{
+			acc(1, 1, formats.KindRead, 40, 1), acc(2, 1, formats.KindRead, 41, 1), // one range 40+2
+			acc(3, 1, formats.KindRead, 7, 1), acc(4, 1, formats.KindRead, 90, 1),
+		}, 3)
+	}
+	if r := p.Launches[0].Touches[0].Ranges; !reflect.DeepEqual(r, []Range{{40, 2}, {7, 1}, {90, 1}}) {
+		t.Fatalf("touch keeps the access order: %v", r)
+	}
+	m := p.Markov(4096)
+	data := files[1]
+	fm, err := m.Lookup(data.Key())
+	if err != nil || fm == nil {
+		t.Fatalf("no model for /data: %v", err)
+	}
+	for _, c := range [][2]uint64{{40, 41}, {41, 7}, {7, 90}} {
+		ts := fm.Next(c[0])
+		if len(ts) != 1 || ts[0].Next != c[1] || ts[0].P != 1 {
+			t.Errorf("transitions from %d: %+v, want %d", c[0], ts, c[1])
+		}
+	}
+	if m.Runs != 2 {
+		t.Errorf("runs %d", m.Runs)
+	}
+}
