@@ -30,11 +30,11 @@ type adapterStage struct {
 	// what the program then finds in the page cache, and so the recording.
 	// The three formats' readers all read their header first.
 	headed map[uint32]struct{}
-	ev    policies.Event
-	h     formats.Hint
-	err   error
-	hints uint64
-	warns []string
+	ev     policies.Event
+	h      formats.Hint
+	err    error
+	hints  uint64
+	warns  []string
 }
 
 // maxHeaded bounds adapterStage.headed; when it is full it is cleared,

@@ -115,14 +115,14 @@ type Summary struct {
 	Files          int
 	Unresolved     int // files without a path
 	Elapsed        time.Duration
-	Sources        []string      // attached tracepoints
-	Missing        []string      // access tracepoints this kernel lacks
+	Sources        []string       // attached tracepoints
+	Missing        []string       // access tracepoints this kernel lacks
 	AdapterHints   uint64         // hints the adapters derived (in hints.arrow besides Hints)
 	Adapters       adapters.Stats // the adapters' counters
 	ReaderCPU      time.Duration  // CPU time of the ring reader's thread
-	WriterCPU      time.Duration // CPU time of the decoder and bundle writer's thread
-	CommandError   error         // the command's exit error, if any
-	ExitCode       int           // the command's exit status (0 when not a command)
+	WriterCPU      time.Duration  // CPU time of the decoder and bundle writer's thread
+	CommandError   error          // the command's exit error, if any
+	ExitCode       int            // the command's exit status (0 when not a command)
 }
 
 // String formats the summary printed at the end of a recording.

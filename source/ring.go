@@ -115,7 +115,7 @@ func (p *pipeline) read() {
 			}
 		default:
 			if b.n > 0 {
-				b = p.hand(b)
+				p.last(b)
 			}
 			p.done()
 			return
@@ -178,6 +178,17 @@ func (p *pipeline) hand(b *rawBatch) *rawBatch {
 	}
 	p.full <- b
 	return p.take()
+}
+
+// last passes b on as the reader's last batch, taking no empty one in
+// its place.
+func (p *pipeline) last(b *rawBatch) {
+	if p.dec != nil {
+		p.dec.run(b)
+		b.n = 0
+		return
+	}
+	p.full <- b
 }
 
 // done ends the reader's side.
