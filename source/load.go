@@ -28,7 +28,13 @@ type loadPlan struct {
 // missing) and drops the programs that will not be attached, so the
 // verifier only sees what runs.
 func (s *Source) plan(events string) (*loadPlan, error) {
-	spec, err := bpf.LoadRecord()
+	var spec *ebpf.CollectionSpec
+	var err error
+	if s.cfg.object != "" {
+		spec, err = ebpf.LoadCollectionSpec(s.cfg.object)
+	} else {
+		spec, err = bpf.LoadRecord()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load bpf spec: %w", err)
 	}
@@ -121,6 +127,9 @@ func (s *Source) load(p *loadPlan) error {
 		"self_tgid":    self,
 		"wakeup_bytes": wake,
 	} {
+		if spec.Variables[name] == nil && s.cfg.object != "" {
+			continue // an older object, for comparison
+		}
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("set bpf variable %s: %w", name, err)
 		}

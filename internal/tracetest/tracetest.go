@@ -36,6 +36,8 @@ func Main(m *testing.M) {
 		os.Exit(helperScan())
 	case "getppid":
 		os.Exit(helperGetppid())
+	case "syscalls":
+		os.Exit(helperSyscalls())
 	case "hints":
 		os.Exit(helperHints())
 	case "hintburst":
@@ -100,6 +102,19 @@ func helperPread() int {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
+	}
+	report(start)
+	return 0
+}
+
+// helperSyscalls makes PREDICTIO_RECORD_N getppid(2) calls, which the
+// recorder does not trace, and reports like helperPread: what tracing
+// costs a system call it has no interest in.
+func helperSyscalls() int {
+	n, _ := strconv.Atoi(os.Getenv("PREDICTIO_RECORD_N"))
+	start := markCPU()
+	for i := 0; i < n; i++ {
+		unix.Getppid()
 	}
 	report(start)
 	return 0
