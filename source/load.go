@@ -114,6 +114,13 @@ func (s *Source) load(p *loadPlan) error {
 	if !s.cfg.All {
 		spec.Maps[bpf.RecordMapFiles].MaxEntries = 16384
 	}
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("count possible CPUs: %w", err)
+	}
+	if m := spec.Maps[bpf.RecordMapInread]; m != nil {
+		m.MaxEntries = uint32(cpus)
+	}
 	wake := uint64(256 << 10)
 	if wake > uint64(ring)/4 {
 		wake = uint64(ring) / 4
@@ -126,6 +133,9 @@ func (s *Source) load(p *loadPlan) error {
 		"comm_filter":  uint8(min(len(s.cfg.Comm), 1)),
 		"self_tgid":    self,
 		"wakeup_bytes": wake,
+		// What all CPUs add between two samples of one: queryEvery
+		// records each (bpf/record.h, submit).
+		"wake_window": uint64(queryEvery * cpus * (8 + eventSize)),
 	} {
 		if spec.Variables[name] == nil && s.cfg.object != "" {
 			continue // an older object, for comparison

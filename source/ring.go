@@ -17,6 +17,10 @@ import (
 // eventSize is sizeof(struct event) in record.h.
 const eventSize = int(unsafe.Sizeof(bpf.RecordEvent{}))
 
+// queryEvery is QUERY_EVERY in record.h: the events programs sample the
+// ring's fill once per this many records of a CPU.
+const queryEvery = 16
+
 // batchLen is the number of events per batch handed from the ring reader
 // to the decoder; nBatches bounds the memory between them (64 × 4096 × 64 B
 // = 16 MiB). When every batch is in use the reader waits and the kernel
