@@ -23,6 +23,7 @@ const (
 	BenchVarBenchIno    = "bench_ino"
 	BenchVarBenchTgid   = "bench_tgid"
 	BenchVarPerTrigger  = "per_trigger"
+	BenchVarWakeWindow  = "wake_window"
 	BenchVarWakeupBytes = "wakeup_bytes"
 )
 
@@ -87,6 +88,7 @@ type BenchVariableSpecs struct {
 	BenchIno    *ebpf.VariableSpec `ebpf:"bench_ino"`
 	BenchTgid   *ebpf.VariableSpec `ebpf:"bench_tgid"`
 	PerTrigger  *ebpf.VariableSpec `ebpf:"per_trigger"`
+	WakeWindow  *ebpf.VariableSpec `ebpf:"wake_window"`
 	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
@@ -129,6 +131,7 @@ type BenchVariables struct {
 	BenchIno    *ebpf.Variable `ebpf:"bench_ino"`
 	BenchTgid   *ebpf.Variable `ebpf:"bench_tgid"`
 	PerTrigger  *ebpf.Variable `ebpf:"per_trigger"`
+	WakeWindow  *ebpf.Variable `ebpf:"wake_window"`
 	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 

@@ -275,9 +275,11 @@ struct tstate {
 	__u8 vm_state; // 0: not looked up, 1: a file mapping, 2: none
 	__u8 cf_mode;  // cf_*: the file of the last read, so the next read of it skips the inode walk
 	__u8 pad;
-	__u64 cf_file, cf_inode, cf_ino;
+	__u64 cf_file, cf_inode, cf_mnt, cf_dentry, cf_ino;
 	__u32 cf_dev;
-	__u32 gen; // target_gen when this thread was last found a target
+	__u32 gen;      // target_gen when this thread was last found a target
+	__u32 read_cpu; // the inread slot set for its read in flight
+	__u32 pad2;
 };
 
 // threads: per traced thread. Not preallocated; an entry is made at the
@@ -289,6 +291,36 @@ struct {
 	__type(key, __u32);
 	__type(value, struct tstate);
 } threads SEC(".maps");
+
+// inread[cpu] is the thread that entered a traced read system call on that
+// CPU and has not left it (0: none): a page-cache lookup inside the call
+// (one per read: the common case) is told apart with this array lookup,
+// which the verifier inlines, instead of a threads hash lookup. A thread
+// that migrates during its read, or whose slot another thread took, falls
+// back to the hash. User space sizes it to the possible CPUs.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} inread SEC(".maps");
+
+// set_inread makes the inread slot say whether thread tid (with state t)
+// is in a traced read: taken on this CPU, or released where it was taken
+// if it still holds tid.
+static __always_inline void set_inread(struct tstate *t, __u32 tid, bool in)
+{
+	__u32 cpu = in ? bpf_get_smp_processor_id() : t->read_cpu;
+	__u32 *slot = bpf_map_lookup_elem(&inread, &cpu);
+	if (!slot)
+		return;
+	if (in) {
+		*slot = tid;
+		t->read_cpu = cpu;
+	} else if (*slot == tid) {
+		*slot = 0;
+	}
+}
 
 static __always_inline struct tstate *thread_state(__u32 tid, bool create)
 {
@@ -337,7 +369,11 @@ static __always_inline bool is_read_nr(__u32 nr)
 // reading its lower file) folds in too.
 static __always_inline bool in_read(__u64 pid_tgid)
 {
-	struct tstate *t = thread_state((__u32)pid_tgid, false);
+	__u32 tid = (__u32)pid_tgid, cpu = bpf_get_smp_processor_id();
+	__u32 *slot = bpf_map_lookup_elem(&inread, &cpu);
+	if (slot && tid && *slot == tid)
+		return true;
+	struct tstate *t = thread_state(tid, false);
 	return t && t->sys_ts && is_read_nr(t->nr);
 }
 
@@ -669,7 +705,12 @@ int BPF_PROG(handle_exit, struct task_struct *p)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)pid_tgid, tgid = pid_tgid >> 32;
-	bpf_map_delete_elem(&threads, &tid);
+	struct tstate *t = thread_state(tid, false);
+	if (t) {
+		if (t->sys_ts && is_read_nr(t->nr))
+			set_inread(t, tid, false); // it dies inside a read
+		bpf_map_delete_elem(&threads, &tid);
+	}
 	if (!(target_flags & TARGET_PIDS))
 		return 0;
 	// A thread's tid was added by the fork handler.
@@ -813,38 +854,94 @@ static __always_inline __u32 file_id(struct file *f, __u32 *dev, __u64 *ino)
 	return BPF_CORE_READ(inode, i_mode);
 }
 
+// file_view is what a read needs of its struct file: the inode, the flags
+// and the position, and the path's mount and dentry (which, with the
+// inode, tell a struct file reused for another open from the one a thread
+// read last).
+struct file_view {
+	__u64 inode, mnt, dentry;
+	__u32 flags;
+	__s64 pos;
+};
+
+// read_file_view fills v from f in one bpf_probe_read_kernel of the
+// struct (a helper call costs tens of nanoseconds here) where the fields
+// lie within FILE_WINDOW bytes of each other (they do on 6.1, 6.12 and
+// 6.18), else field by field.
+#define FILE_WINDOW 160
+static __always_inline bool read_file_view(struct file *f, struct file_view *v)
+{
+	__u32 oi = bpf_core_field_offset(struct file, f_inode);
+	__u32 of = bpf_core_field_offset(struct file, f_flags);
+	__u32 op = bpf_core_field_offset(struct file, f_pos);
+	__u32 om = bpf_core_field_offset(struct file, f_path.mnt);
+	__u32 od = bpf_core_field_offset(struct file, f_path.dentry);
+	__u32 lo = oi < om ? oi : om;
+	if (of >= lo && op >= lo && od >= lo && oi - lo + 8 <= FILE_WINDOW && of - lo + 4 <= FILE_WINDOW &&
+	    op - lo + 8 <= FILE_WINDOW && om - lo + 8 <= FILE_WINDOW && od - lo + 8 <= FILE_WINDOW) {
+		__u8 w[FILE_WINDOW];
+		if (bpf_probe_read_kernel(w, sizeof(w), (void *)f + lo) < 0)
+			return false;
+		v->inode = *(__u64 *)(w + (oi - lo));
+		v->flags = *(__u32 *)(w + (of - lo));
+		v->pos = *(__s64 *)(w + (op - lo));
+		v->mnt = *(__u64 *)(w + (om - lo));
+		v->dentry = *(__u64 *)(w + (od - lo));
+		return true;
+	}
+	v->inode = (__u64)BPF_CORE_READ(f, f_inode);
+	v->flags = BPF_CORE_READ(f, f_flags);
+	v->pos = BPF_CORE_READ(f, f_pos);
+	v->mnt = (__u64)BPF_CORE_READ(f, f_path.mnt);
+	v->dentry = (__u64)BPF_CORE_READ(f, f_path.dentry);
+	return true;
+}
+
 // read_start records a read-family call on fd for its exit: the file
 // (regular, not O_DIRECT: those reads do not go through the page cache)
 // and the position read from: *off when the call passes an offset pointer
 // (sendfile64, splice, copy_file_range), pos when it passes a position
 // (pread64, preadv, preadv2 unless -1), else the file's own. A file read
-// again (the same struct file, inode and inode number as the thread's last
-// read) reuses what was read of its inode then.
+// again (the same struct file, inode, mount and dentry as the thread's
+// last read: a struct file reused for another open would have to name
+// the same inode and dentry objects) reuses its identity read then: two
+// reads of kernel memory (the descriptor table entry, the struct file).
 static __always_inline bool read_start(struct tstate *t, long fd, const __s64 *off, __s64 pos)
 {
 	struct file *f = fd_file(fd);
 	if (!f)
 		return false;
-	struct inode *inode = BPF_CORE_READ(f, f_inode);
-	__u64 ino = inode ? BPF_CORE_READ(inode, i_ino) : 0;
-	if ((__u64)f == t->cf_file && (__u64)inode == t->cf_inode && ino == t->cf_ino && ino) {
+	struct file_view v;
+	if (!read_file_view(f, &v))
+		return false;
+	if ((__u64)f == t->cf_file && v.inode == t->cf_inode && v.mnt == t->cf_mnt && v.dentry == t->cf_dentry && v.inode) {
 		t->dev = t->cf_dev;
-		t->ino = ino;
+		t->ino = t->cf_ino;
 	} else {
-		__u32 mode = file_id(f, &t->dev, &t->ino);
+		__u32 mode = 0;
+		struct inode *inode = (struct inode *)v.inode;
+		t->dev = 0;
+		t->ino = 0;
+		if (inode) {
+			t->ino = BPF_CORE_READ(inode, i_ino);
+			t->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+			mode = BPF_CORE_READ(inode, i_mode);
+		}
 		t->cf_file = (__u64)f;
-		t->cf_inode = (__u64)inode;
+		t->cf_inode = v.inode;
+		t->cf_mnt = v.mnt;
+		t->cf_dentry = v.dentry;
 		t->cf_ino = t->ino;
 		t->cf_dev = t->dev;
-		t->cf_mode = (mode & S_IFMT) == S_IFREG;
+		t->cf_mode = inode && (mode & S_IFMT) == S_IFREG;
 	}
-	if (!t->cf_mode || (BPF_CORE_READ(f, f_flags) & O_DIRECT))
+	if (!t->cf_mode || (v.flags & O_DIRECT))
 		return false;
 	if (off) {
 		if (bpf_probe_read_user(&pos, sizeof(pos), off) < 0)
 			return false;
 	} else if (pos < 0) {
-		pos = BPF_CORE_READ(f, f_pos);
+		pos = v.pos;
 	}
 	t->pos = pos;
 	return true;
@@ -895,6 +992,8 @@ int BPF_PROG(handle_sys_enter, struct pt_regs *regs, long id)
 		return emit_open(pid_tgid, (__s32)a0, (const char *)rg[6], OPEN_EXEC, 0);
 	if (!t && !(t = thread_state((__u32)pid_tgid, true)))
 		return 0;
+	if (t->sys_ts && is_read_nr(t->nr))
+		set_inread(t, (__u32)pid_tgid, false); // a read whose exit was not seen
 	t->gen = gen;
 	t->fault_ts = 0; // a fault in progress ended before this call
 	t->a0 = a0;
@@ -940,6 +1039,8 @@ int BPF_PROG(handle_sys_enter, struct pt_regs *regs, long id)
 	t->nr = id;
 	t->sys_op = new_op();
 	t->sys_ts = bpf_ktime_get_ns();
+	if (reads)
+		set_inread(t, (__u32)pid_tgid, true);
 	return 0;
 }
 
@@ -996,6 +1097,8 @@ int BPF_PROG(handle_sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	struct row r = {.ts = t->sys_ts, .end = bpf_ktime_get_ns(), .op = t->sys_op, .ret = ret, .flags = EV_SYSCALL};
 	t->sys_ts = 0;
+	if (is_read_nr(nr))
+		set_inread(t, (__u32)pid_tgid, false);
 	if (t->fault_ts >= r.ts)
 		t->fault_ts = 0; // a fault within the call ended with it
 	switch (nr) {

@@ -28,10 +28,14 @@
 
 // Counter slots of the per-CPU counters map.
 #define CNT_DROPS 0
-#define CNT_EVENTS 1 // unused (kept for the layout)
+#define CNT_SUBMITS 1 // records submitted on this CPU (submit samples the ring's fill every QUERY_EVERY)
 #define CNT_OPEN_DROPS 2
 #define CNT_FILTERED 3
 #define CNT_MAX 4
+
+// QUERY_EVERY: submit samples the ring's fill once per this many records
+// of a CPU (a power of two).
+#define QUERY_EVERY 16
 
 // event is one row of accesses.arrow as the kernel sees it, 104 bytes, in
 // the events ring buffer: a page-range access, a system call (read,
@@ -73,6 +77,10 @@ struct {
 // 0 selects low-latency delivery: the kernel wakes the reader with the
 // first record it has not yet consumed (the ring buffer's adaptive default).
 const volatile __u64 wakeup_bytes = 256 << 10;
+// wake_window: a sampled fill within [wakeup_bytes, wakeup_bytes +
+// wake_window) forces the wakeup; user space sets it to what all CPUs
+// can add between two samples of one (QUERY_EVERY records each).
+const volatile __u64 wake_window = 2 * QUERY_EVERY * (8 + 104);
 
 static __always_inline void count(__u32 slot)
 {
@@ -82,19 +90,24 @@ static __always_inline void count(__u32 slot)
 }
 
 // submit commits an events record. In batched mode (wakeup_bytes > 0) it
-// does not wake the reader, except when this record makes the pending data
-// cross wakeup_bytes: one wakeup per threshold crossing, not one per record
-// while the reader is behind.
+// does not wake the reader, except when the pending data has crossed
+// wakeup_bytes: the fill is sampled every QUERY_EVERY records of a CPU
+// (bpf_ringbuf_query costs as much as reserving a record here), and a
+// sample within the window after the threshold forces one wakeup. A
+// crossing the samples miss is caught by the reader's poll.
 static __always_inline void submit(void *rec)
 {
 	if (wakeup_bytes == 0) {
 		bpf_ringbuf_submit(rec, 0);
 		return;
 	}
-	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
 	__u64 flag = BPF_RB_NO_WAKEUP;
-	// 8-byte ring header + the record per event.
-	if (avail >= wakeup_bytes && avail < wakeup_bytes + 2 * (8 + sizeof(struct event)))
-		flag = BPF_RB_FORCE_WAKEUP;
+	__u32 k = CNT_SUBMITS;
+	__u64 *c = bpf_map_lookup_elem(&counters, &k);
+	if (c && (++*c & (QUERY_EVERY - 1)) == 0) {
+		__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+		if (avail >= wakeup_bytes && avail < wakeup_bytes + wake_window)
+			flag = BPF_RB_FORCE_WAKEUP;
+	}
 	bpf_ringbuf_submit(rec, flag);
 }

@@ -82,9 +82,13 @@ type RecordTstate struct {
 	Pad       uint8
 	CfFile    uint64
 	CfInode   uint64
+	CfMnt     uint64
+	CfDentry  uint64
 	CfIno     uint64
 	CfDev     uint32
 	Gen       uint32
+	ReadCpu   uint32
+	Pad2      uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -97,6 +101,7 @@ const (
 	RecordMapEvents            = "events"
 	RecordMapExecTargets       = "exec_targets"
 	RecordMapFiles             = "files"
+	RecordMapInread            = "inread"
 	RecordMapOpens             = "opens"
 	RecordMapOpseq             = "opseq"
 	RecordMapPids              = "pids"
@@ -129,6 +134,7 @@ const (
 	RecordVarTargetGen         = "target_gen"
 	RecordVarUnusedEvent       = "unused_event"
 	RecordVarUnusedOpenEvent   = "unused_open_event"
+	RecordVarWakeWindow        = "wake_window"
 	RecordVarWakeupBytes       = "wakeup_bytes"
 )
 
@@ -203,6 +209,7 @@ type RecordMapSpecs struct {
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	ExecTargets *ebpf.MapSpec `ebpf:"exec_targets"`
 	Files       *ebpf.MapSpec `ebpf:"files"`
+	Inread      *ebpf.MapSpec `ebpf:"inread"`
 	Opens       *ebpf.MapSpec `ebpf:"opens"`
 	Opseq       *ebpf.MapSpec `ebpf:"opseq"`
 	Pids        *ebpf.MapSpec `ebpf:"pids"`
@@ -224,6 +231,7 @@ type RecordVariableSpecs struct {
 	TargetGen         *ebpf.VariableSpec `ebpf:"target_gen"`
 	UnusedEvent       *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedOpenEvent   *ebpf.VariableSpec `ebpf:"unused_open_event"`
+	WakeWindow        *ebpf.VariableSpec `ebpf:"wake_window"`
 	WakeupBytes       *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
@@ -253,6 +261,7 @@ type RecordMaps struct {
 	Events      *ebpf.Map `ebpf:"events"`
 	ExecTargets *ebpf.Map `ebpf:"exec_targets"`
 	Files       *ebpf.Map `ebpf:"files"`
+	Inread      *ebpf.Map `ebpf:"inread"`
 	Opens       *ebpf.Map `ebpf:"opens"`
 	Opseq       *ebpf.Map `ebpf:"opseq"`
 	Pids        *ebpf.Map `ebpf:"pids"`
@@ -267,6 +276,7 @@ func (m *RecordMaps) Close() error {
 		m.Events,
 		m.ExecTargets,
 		m.Files,
+		m.Inread,
 		m.Opens,
 		m.Opseq,
 		m.Pids,
@@ -289,6 +299,7 @@ type RecordVariables struct {
 	TargetGen         *ebpf.Variable `ebpf:"target_gen"`
 	UnusedEvent       *ebpf.Variable `ebpf:"unused_event"`
 	UnusedOpenEvent   *ebpf.Variable `ebpf:"unused_open_event"`
+	WakeWindow        *ebpf.Variable `ebpf:"wake_window"`
 	WakeupBytes       *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 

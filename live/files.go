@@ -1,15 +1,8 @@
 package live
 
 import (
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -41,7 +34,7 @@ func (l *Loop) LaunchFile(pid uint32, step *policies.LaunchStep) (uint32, bool) 
 	root := ""
 	var cred *source.Cred
 	if pid != 0 && pid != selfPID {
-		r, c, err := l.creds.process(pid)
+		r, c, err := l.creds.Process(pid)
 		if err != nil {
 			l.creds.errors.Add(1)
 			return 0, false
@@ -105,182 +98,20 @@ func checkUnchanged(path string, f *policies.LaunchFile) error {
 	return nil
 }
 
-// ProcRoot returns the prefix under which paths of process pid resolve as
-// they do for it: "" when it shares this process's mount namespace and
-// root, else "/proc/PID/root". Two readlinks.
-func ProcRoot(pid int) (string, error) {
-	dir := "/proc/" + strconv.Itoa(pid)
-	ns, err := os.Readlink(dir + "/ns/mnt")
-	if err != nil {
-		return "", fmt.Errorf("read mount namespace of pid %d: %w", pid, err)
-	}
-	if ns == selfMountNS() {
-		// Same namespace; a chroot'ed process still has a root of its own.
-		if r, err := os.Readlink(dir + "/root"); err == nil && r == "/" {
-			return "", nil
-		}
-	}
-	return dir + "/root", nil
-}
-
-var selfMountNS = sync.OnceValue(func() string {
-	ns, _ := os.Readlink("/proc/self/ns/mnt")
-	return ns
-})
-
-// ResolveInRoot returns path with every symlink resolved as process pid's
-// kernel would, inside root (ProcRoot's prefix; "" for this process's):
-// absolute links restart at root, ".." stops at it. It returns the path
-// relative to root (starting with /), and fails past 40 links.
-func ResolveInRoot(root, path string) (string, error) {
-	if !filepath.IsAbs(path) {
-		return "", fmt.Errorf("resolve %q: not absolute", path)
-	}
-	rest := strings.Split(strings.TrimPrefix(filepath.Clean(path), "/"), "/")
-	var out []string
-	links := 0
-	for len(rest) > 0 {
-		c := rest[0]
-		rest = rest[1:]
-		switch c {
-		case "", ".":
-			continue
-		case "..":
-			if len(out) > 0 {
-				out = out[:len(out)-1]
-			}
-			continue
-		}
-		cur := "/" + strings.Join(append(out, c), "/")
-		target, err := os.Readlink(root + cur)
-		if err != nil {
-			var pe *os.PathError
-			if errors.As(err, &pe) && errors.Is(pe.Err, unix.EINVAL) {
-				out = append(out, c) // not a symlink
-				continue
-			}
-			return "", fmt.Errorf("resolve %s: %w", path, err)
-		}
-		if links++; links > 40 {
-			return "", fmt.Errorf("resolve %s: %w", path, unix.ELOOP)
-		}
-		if filepath.IsAbs(target) {
-			out = out[:0]
-		}
-		rest = append(strings.Split(strings.Trim(target, "/"), "/"), rest...)
-	}
-	return "/" + strings.Join(out, "/"), nil
-}
-
-// Canonical returns the symlink-free path, inside root, of the regular
-// file with kernel device dev and inode ino that path names for a process
-// whose root is root, or false when path does not name that file now.
-func Canonical(root, path string, dev, ino uint64) (string, bool) {
-	var st unix.Stat_t
-	if root == "" && unix.Lstat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-		if formats.KernelDev(st.Dev) == dev && st.Ino == ino {
-			return path, true
-		}
-		return "", false
-	}
-	p, err := ResolveInRoot(root, path)
-	if err != nil || unix.Lstat(root+p, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG ||
-		formats.KernelDev(st.Dev) != dev || st.Ino != ino {
-		return "", false
-	}
-	return p, true
-}
-
-// credCache caches processes' roots and credentials, and read checks, for
-// a short while: a launch checks hundreds of files for one process.
+// credCache is source.ProcCreds (processes' roots, credentials and read
+// checks, cached a short while: a launch checks hundreds of files for one
+// process) with the launch profiles' counters.
 type credCache struct {
-	mu                                      sync.Mutex
-	procs                                   map[uint32]procInfo
-	checks                                  map[checkKey]checkRes
+	source.ProcCreds
 	named, checked, changed, denied, errors atomic.Uint64
-}
-
-type procInfo struct {
-	root string
-	cred source.Cred
-	at   time.Time
-}
-
-type checkKey struct {
-	uid, gid uint32
-	groups   string
-	path     string
-}
-
-type checkRes struct {
-	ok bool
-	at time.Time
-}
-
-// credTTL is how long a process's credentials and a read check are reused.
-const credTTL = 2 * time.Second
-
-func (c *credCache) init() {
-	c.procs = map[uint32]procInfo{}
-	c.checks = map[checkKey]checkRes{}
 }
 
 func (c *credCache) stats() ProfileFileStats {
 	return ProfileFileStats{Named: c.named.Load(), Checked: c.checked.Load(), Changed: c.changed.Load(), Denied: c.denied.Load(), Errors: c.errors.Load()}
 }
 
-// process returns pid's root prefix and credentials.
-func (c *credCache) process(pid uint32) (string, *source.Cred, error) {
-	c.mu.Lock()
-	p, ok := c.procs[pid]
-	c.mu.Unlock()
-	if ok && time.Since(p.at) < credTTL {
-		return p.root, &p.cred, nil
-	}
-	root, err := ProcRoot(int(pid))
-	if err != nil {
-		return "", nil, err
-	}
-	cred, err := source.ProcCred(int(pid))
-	if err != nil {
-		return "", nil, err
-	}
-	p = procInfo{root: root, cred: cred, at: time.Now()}
-	c.mu.Lock()
-	if len(c.procs) > 4096 {
-		clear(c.procs)
-	}
-	c.procs[pid] = p
-	c.mu.Unlock()
-	return root, &p.cred, nil
-}
+// ProcRoot is source.ProcRoot.
+func ProcRoot(pid int) (string, error) { return source.ProcRoot(pid) }
 
-// mayRead checks that cred may read path: with the kernel's check as that
-// user (ac), or, without a checker, only for this process's own uid
-// (anybody else is refused: the runtime cannot check for them).
-func (c *credCache) mayRead(ac *source.AccessChecker, cred *source.Cred, path string) (bool, error) {
-	if cred.UID == 0 {
-		return true, nil
-	}
-	if ac == nil {
-		return cred.UID == uint32(os.Geteuid()), nil
-	}
-	k := checkKey{uid: cred.UID, gid: cred.GID, groups: fmt.Sprint(cred.Groups), path: path}
-	c.mu.Lock()
-	r, ok := c.checks[k]
-	c.mu.Unlock()
-	if ok && time.Since(r.at) < credTTL {
-		return r.ok, nil
-	}
-	yes, err := ac.MayRead(*cred, path)
-	if err != nil {
-		return false, err
-	}
-	c.mu.Lock()
-	if len(c.checks) > 65536 {
-		clear(c.checks)
-	}
-	c.checks[k] = checkRes{ok: yes, at: time.Now()}
-	c.mu.Unlock()
-	return yes, nil
-}
+// ResolveInRoot is source.ResolveInRoot.
+func ResolveInRoot(root, path string) (string, error) { return source.ResolveInRoot(root, path) }

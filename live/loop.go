@@ -157,7 +157,6 @@ func New(cfg Config, src *source.Source) (*Loop, error) {
 	l := &Loop{cfg: cfg, src: src, reg: backend.NewRegistry(), prof: map[uint32]*profFile{},
 		profByID: map[profKey]uint32{}, nextProf: profileBase, regFailed: map[uint32]struct{}{},
 		owners: map[uint32]owner{}, demand: map[uint32]struct{}{}}
-	l.creds.init()
 	if err := l.build(cfg.Policies); err != nil {
 		return nil, err
 	}
@@ -329,7 +328,7 @@ func (l *Loop) register(id uint32) bool {
 	}
 	// The backend opens with O_NOFOLLOW: register the path without
 	// symlinks, checked to name the file the program accessed.
-	path, ok := Canonical("", f.Path, f.Dev, f.Ino)
+	path, ok := source.Canonical("", f.Path, f.Dev, f.Ino)
 	if !ok {
 		if len(l.regFailed) < 1<<16 {
 			l.regFailed[id] = struct{}{}

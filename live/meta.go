@@ -150,7 +150,7 @@ func (w *launchWorkers) check(j *launchJob) bool {
 		return false
 	}
 	if j.cred != nil && !j.f.PathOnly() && (!j.f.IsDir() || policies.Has(j.kinds, formats.KindReaddir)) {
-		ok, err := c.mayRead(w.l.cfg.Access, j.cred, j.path)
+		ok, err := c.MayRead(w.l.cfg.Access, j.cred, j.path)
 		switch {
 		case err != nil:
 			c.errors.Add(1)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/policies"
+	"github.com/predictio/predictio/source"
 )
 
 // Profile directories hold one launch profile per program
@@ -178,7 +179,7 @@ func Resolve(root string, f formats.File) (policies.LaunchFile, bool) {
 	// Under another root every symlink is resolved here: the kernel
 	// would resolve an absolute one against this process's root.
 	if root != "" || unix.Lstat(path, &st) != nil || st.Mode&unix.S_IFMT == unix.S_IFLNK {
-		p, err := ResolveInRoot(root, path)
+		p, err := source.ResolveInRoot(root, path)
 		if err != nil || unix.Lstat(root+p, &st) != nil {
 			return policies.LaunchFile{}, false
 		}

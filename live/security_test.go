@@ -166,7 +166,7 @@ func TestLaunchResolvesInTheProcessMountNamespace(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	root, err := ProcRoot(pid)
+	root, err := source.ProcRoot(pid)
 	if err != nil || root == "" {
 		t.Fatalf("ProcRoot(%d) = %q, %v: want its /proc/PID/root", pid, root, err)
 	}

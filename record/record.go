@@ -27,6 +27,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/predictio/predictio/adapters"
 	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/source"
 )
@@ -52,6 +53,11 @@ type Config struct {
 	HintUIDs   []uint32 // uids besides the recorder's own (and root) allowed to send hints
 
 	RingBytes int // events ring buffer size; 0 for 16 MiB
+
+	// Adapters are the structure adapters (adapters.ParseList) run on the
+	// recorded accesses; the events they derive go into the hints table
+	// (source adapter:NAME). nil means every adapter; empty, none.
+	Adapters []string
 
 	ToolVersion string // written to the manifest's tool_version
 
@@ -109,12 +115,14 @@ type Summary struct {
 	Files          int
 	Unresolved     int // files without a path
 	Elapsed        time.Duration
-	Sources        []string      // attached tracepoints
-	Missing        []string      // access tracepoints this kernel lacks
-	ReaderCPU      time.Duration // CPU time of the ring reader's thread
-	WriterCPU      time.Duration // CPU time of the decoder and bundle writer's thread
-	CommandError   error         // the command's exit error, if any
-	ExitCode       int           // the command's exit status (0 when not a command)
+	Sources        []string       // attached tracepoints
+	Missing        []string       // access tracepoints this kernel lacks
+	AdapterHints   uint64         // hints the adapters derived (in hints.arrow besides Hints)
+	Adapters       adapters.Stats // the adapters' counters
+	ReaderCPU      time.Duration  // CPU time of the ring reader's thread
+	WriterCPU      time.Duration  // CPU time of the decoder and bundle writer's thread
+	CommandError   error          // the command's exit error, if any
+	ExitCode       int            // the command's exit status (0 when not a command)
 }
 
 // String formats the summary printed at the end of a recording.
@@ -135,6 +143,10 @@ func (s *Summary) String() string {
 	if d := s.HintDrops; d.Total() > 0 {
 		fmt.Fprintf(&b, "  hints dropped by their senders instead of blocking: %d (%d: the recorder's queue was full, it fell behind or was stopped; %d: no recorder listened); hints.arrow lacks them\n",
 			d.Total(), d.QueueFull, d.NoServer)
+	}
+	if a := s.Adapters; a.Recognized > 0 {
+		fmt.Fprintf(&b, "  adapters: %d files recognized, %d hints derived (%d tree, %d tensor) from %d accesses\n",
+			a.Recognized, s.AdapterHints, a.TreeEvents, a.TensorEvents, a.Accesses)
 	}
 	fmt.Fprintf(&b, "  sources: %s", strings.Join(s.Sources, ", "))
 	if len(s.Missing) > 0 {
@@ -216,6 +228,7 @@ type recording struct {
 	w        bundleWriter
 	sink     *bundleSink
 	files    *fileRows
+	adapt    *adapterStage
 	start    time.Time
 	cmd      *exec.Cmd
 	cmdErr   error
@@ -243,6 +256,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	defer rec.abortUnlessFinished()
+	if err := rec.startAdapters(); err != nil {
+		return nil, err
+	}
 	if err := rec.startTracing(); err != nil {
 		return nil, err
 	}
@@ -382,6 +398,22 @@ func (b *pendingBundle) recording(cfg Config, src *source.Source) (*recording, e
 	return &recording{cfg: cfg, src: src, w: w, sink: &bundleSink{w: w}, files: b.files}, nil
 }
 
+// startAdapters puts the adapters of cfg.Adapters (nil: all) in the
+// sink, before the source delivers anything.
+func (r *recording) startAdapters() error {
+	names := r.cfg.Adapters
+	if names == nil {
+		names = adapters.Names()
+	}
+	a, err := newAdapterStage(names, r.src, r.w)
+	if err != nil || a == nil {
+		return err
+	}
+	r.adapt, r.sink.adapt = a, a
+	r.w.Manifest().Recording.Adapters = a.st.Adapters()
+	return nil
+}
+
 func (r *recording) abortUnlessFinished() {
 	if !r.finished {
 		r.w.Abort()
@@ -505,6 +537,9 @@ func watchPIDs(ctx context.Context, pids []int, done chan<- struct{}) {
 // reference), then write the counters and notes and close the bundle.
 func (r *recording) finalize() (*Summary, error) {
 	r.src.Stop()
+	if r.adapt != nil {
+		r.adapt.close() // the source has delivered everything
+	}
 	man := r.w.Manifest()
 	man.End = formats.Timestamp{Wall: time.Now(), MonotonicNS: source.MonotonicNow()}
 	sum := r.summary()
@@ -529,7 +564,7 @@ func (r *recording) finalize() (*Summary, error) {
 	rows, unresolved := r.files.written()
 	sum.Files, sum.Unresolved = len(rows), unresolved
 	man.Counters = formats.Counters{
-		Events: sum.Events, DroppedEvents: sum.Dropped + sum.Discarded, Hints: sum.Hints,
+		Events: sum.Events, DroppedEvents: sum.Dropped + sum.Discarded, Hints: sum.Hints + sum.AdapterHints,
 		RejectedHints: sum.HintRejects.Total(), DroppedHints: sum.HintDrops.Total(), Files: uint64(len(rows)),
 	}
 	man.Complete = true
@@ -552,6 +587,7 @@ func (r *recording) summary() *Summary {
 		Sources: r.src.Sources(), Missing: r.src.Missing(),
 		ReaderCPU: st.ReaderCPU, WriterCPU: st.DecoderCPU,
 	}
+	sum.Adapters, sum.AdapterHints = r.adapt.stats()
 	if r.cmd != nil {
 		select {
 		case <-r.cmdDone:
@@ -582,6 +618,16 @@ func (r *recording) notes(sum *Summary) []string {
 	if d := sum.HintDrops; d.Total() > 0 {
 		notes = append(notes, fmt.Sprintf("record: senders dropped %d hints instead of blocking (queue_full %d, no_server %d; counters.dropped_hints); hints.arrow lacks them",
 			d.Total(), d.QueueFull, d.NoServer))
+	}
+	if r.adapt != nil {
+		a := sum.Adapters
+		if a.Recognized > 0 {
+			notes = append(notes, fmt.Sprintf("record: adapters recognized %d files and derived %d hints (source adapter:NAME) from %d accesses, reading the files as the accessing process: %d pages the program had just read, %d it read earlier, %d others",
+				a.Recognized, sum.AdapterHints, a.Accesses, a.PagesHit, a.PagesEarlier, a.PagesIO))
+		}
+		for _, w := range r.adapt.warns {
+			notes = append(notes, "record: "+w)
+		}
 	}
 	if len(sum.Missing) > 0 {
 		notes = append(notes, "record: tracepoints missing on this kernel: "+strings.Join(sum.Missing, ", "))

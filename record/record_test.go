@@ -39,6 +39,7 @@ func requireRecorder(t testing.TB, tracepoints ...string) {
 }
 
 type recorded struct {
+	dir      string // the bundle
 	sum      *Summary
 	man      formats.Manifest
 	files    []formats.File
@@ -72,7 +73,7 @@ func recordE(t testing.TB, ctx context.Context, cfg Config) (*recorded, error) {
 	if errs := formats.Verify(cfg.Output); len(errs) > 0 {
 		return nil, fmt.Errorf("recorded bundle fails verification: %v", errs)
 	}
-	out := &recorded{sum: sum}
+	out := &recorded{dir: cfg.Output, sum: sum}
 	b, err := formats.Open(cfg.Output)
 	if err != nil {
 		return nil, fmt.Errorf("open recorded bundle: %w", err)

@@ -28,7 +28,13 @@ type loadPlan struct {
 // missing) and drops the programs that will not be attached, so the
 // verifier only sees what runs.
 func (s *Source) plan(events string) (*loadPlan, error) {
-	spec, err := bpf.LoadRecord()
+	var spec *ebpf.CollectionSpec
+	var err error
+	if s.cfg.object != "" {
+		spec, err = ebpf.LoadCollectionSpec(s.cfg.object)
+	} else {
+		spec, err = bpf.LoadRecord()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load bpf spec: %w", err)
 	}
@@ -108,6 +114,13 @@ func (s *Source) load(p *loadPlan) error {
 	if !s.cfg.All {
 		spec.Maps[bpf.RecordMapFiles].MaxEntries = 16384
 	}
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("count possible CPUs: %w", err)
+	}
+	if m := spec.Maps[bpf.RecordMapInread]; m != nil {
+		m.MaxEntries = uint32(cpus)
+	}
 	wake := uint64(256 << 10)
 	if wake > uint64(ring)/4 {
 		wake = uint64(ring) / 4
@@ -120,7 +133,13 @@ func (s *Source) load(p *loadPlan) error {
 		"comm_filter":  uint8(min(len(s.cfg.Comm), 1)),
 		"self_tgid":    self,
 		"wakeup_bytes": wake,
+		// What all CPUs add between two samples of one: queryEvery
+		// records each (bpf/record.h, submit).
+		"wake_window": uint64(queryEvery * cpus * (8 + eventSize)),
 	} {
+		if spec.Variables[name] == nil && s.cfg.object != "" {
+			continue // an older object, for comparison
+		}
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("set bpf variable %s: %w", name, err)
 		}

@@ -18,6 +18,10 @@ import (
 // eventSize is sizeof(struct event) in record.h.
 const eventSize = int(unsafe.Sizeof(bpf.RecordEvent{}))
 
+// queryEvery is QUERY_EVERY in record.h: the events programs sample the
+// ring's fill once per this many records of a CPU.
+const queryEvery = 16
+
 // batchLen is the number of events per batch handed from the ring reader
 // to the decoder; nBatches bounds the memory between them (64 × 4096 × 64 B
 // = 16 MiB). When every batch is in use the reader waits and the kernel
@@ -127,7 +131,7 @@ func (p *pipeline) read() {
 			}
 		default:
 			if b.n > 0 {
-				b = p.hand(b)
+				p.last(b)
 			}
 			p.done()
 			return
@@ -190,6 +194,17 @@ func (p *pipeline) hand(b *rawBatch) *rawBatch {
 	}
 	p.full <- b
 	return p.take()
+}
+
+// last passes b on as the reader's last batch, taking no empty one in
+// its place.
+func (p *pipeline) last(b *rawBatch) {
+	if p.dec != nil {
+		p.dec.run(b)
+		b.n = 0
+		return
+	}
+	p.full <- b
 }
 
 // done ends the reader's side.

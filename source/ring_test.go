@@ -1,6 +1,9 @@
 package source
 
 import (
+	"fmt"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/predictio/predictio/bpf"
@@ -9,6 +12,18 @@ import (
 func TestEventLayout(t *testing.T) {
 	if eventSize != 104 {
 		t.Fatalf("struct event is %d bytes, want 104 (bpf/record.h)", eventSize)
+	}
+}
+
+// TestQueryEvery checks queryEvery (the loader's wake_window) matches
+// QUERY_EVERY in bpf/record.h, which bpf2go does not export.
+func TestQueryEvery(t *testing.T) {
+	h, err := os.ReadFile("../bpf/record.h")
+	if err != nil {
+		t.Skip(err)
+	}
+	if want := fmt.Sprintf("#define QUERY_EVERY %d\n", queryEvery); !strings.Contains(string(h), want) {
+		t.Fatalf("bpf/record.h lacks %q (source/ring.go queryEvery)", want)
 	}
 }
 

@@ -88,8 +88,9 @@ type Config struct {
 	BTFCacheDir string
 	NoBTFCache  bool
 
-	bench *benchSource  // benchmark-only event source
-	poll  time.Duration // test hook: the Batched reader's poll (0: readDeadline)
+	bench  *benchSource  // benchmark-only event source
+	poll   time.Duration // test hook: the Batched reader's poll (0: readDeadline)
+	object string        // benchmark hook: load the programs from this ELF file instead of bpf's
 }
 
 // Stats are a Source's counters so far.

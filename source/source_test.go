@@ -128,44 +128,6 @@ func open(t *testing.T, cfg Config) (*Source, *collector) {
 	return src, c
 }
 
-// gated is a helper process of this test binary that waits for a line on
-// stdin before it runs (scan, mmap, ...) with env; it stays stopped in
-// its read until go is called.
-type gated struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser
-}
-
-func startGated(t *testing.T, env ...string) *gated {
-	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("sh", "-c", `read x; exec "$0"`, exe)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	return &gated{cmd: cmd, in: in}
-}
-
-// run lets the helper go and waits for it.
-func (g *gated) run(t *testing.T) {
-	t.Helper()
-	g.in.Write([]byte("go\n"))
-	g.in.Close()
-	if err := g.cmd.Wait(); err != nil {
-		t.Fatalf("helper: %v", err)
-	}
-}
-
 // TestBatchFilesFirst traces a command that reads three files: each file's
 // row arrives in the batch of its first access or earlier, with its path.
 func TestBatchFilesFirst(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/predictio/predictio/adapters"
 	"github.com/predictio/predictio/record"
 )
 
@@ -82,6 +83,7 @@ func init() {
 		limit[uint64](fs, "ring-size", 4096, 1<<30).powerOfTwo().orZero("16M")
 		hintsAddr := fs.String("hints", "", "receive application hints on `unix:PATH` (a Unix datagram socket; see docs/hints.md)")
 		fs.Var(&hintUIDs, "hints-uid", "also accept hints from this `uid` (repeatable; the recorder's uid and root always)")
+		adaptersFlag := fs.String("adapters", "all", "structure adapters whose derived events go into the hints table: none, all, or a list of sqlite, lmdb, gguf")
 		quiet := fs.Bool("quiet", false, "no progress line and no summary")
 		if code, ok := parseFlags(fs, args); !ok {
 			return code
@@ -91,6 +93,11 @@ func init() {
 			Include: include, Exclude: exclude, Comm: comm, MinSize: uint64(minSize), RingBytes: int(ring),
 			ToolVersion: version,
 		}
+		as, err := adapters.ParseList(*adaptersFlag)
+		if err != nil {
+			return fail(2, fmt.Errorf("record: --adapters: %w", err))
+		}
+		cfg.Adapters = as
 		for _, p := range pids {
 			n, err := strconv.Atoi(p)
 			if err != nil || n < 1 || n > pidMaxLimit {

@@ -36,6 +36,8 @@ func Main(m *testing.M) {
 		os.Exit(helperScan())
 	case "getppid":
 		os.Exit(helperGetppid())
+	case "syscalls":
+		os.Exit(helperSyscalls())
 	case "hints":
 		os.Exit(helperHints())
 	case "hintburst":
@@ -57,9 +59,6 @@ func Main(m *testing.M) {
 // MmapPages is the sparse page list the mmap helper touches, in order.
 var MmapPages = []uint64{5, 900, 17, 3000, 42, 2500, 1200, 4000}
 
-// touched keeps the mmap helper's loads from being optimized away.
-var touched byte
-
 func helperMmap() int {
 	f, err := os.Open(os.Getenv("PREDICTIO_RECORD_FILE"))
 	if err != nil {
@@ -77,9 +76,11 @@ func helperMmap() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	var sum byte
 	for _, p := range MmapPages {
-		touched += b[p*4096]
+		sum += b[p*4096]
 	}
+	runtime.KeepAlive(sum) // keeps the loads from being optimized away
 	return 0
 }
 
@@ -101,6 +102,19 @@ func helperPread() int {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
+	}
+	report(start)
+	return 0
+}
+
+// helperSyscalls makes PREDICTIO_RECORD_N getppid(2) calls, which the
+// recorder does not trace, and reports like helperPread: what tracing
+// costs a system call it has no interest in.
+func helperSyscalls() int {
+	n, _ := strconv.Atoi(os.Getenv("PREDICTIO_RECORD_N"))
+	start := markCPU()
+	for i := 0; i < n; i++ {
+		unix.Getppid()
 	}
 	report(start)
 	return 0
