@@ -121,6 +121,14 @@ type Config struct {
 	// cache: live runtimes that prefetch set it; a recording, whose hints
 	// must not depend on the cache's state, should not.
 	ReadCached bool
+	// HeaderFirst recognizes a file only at an access that covers its
+	// first page, so that recognition reads only a page the program has
+	// just read itself; accesses to a file before that pass unexamined,
+	// and the file is tried again at its next access of page 0. SQLite,
+	// LMDB and GGUF readers all read their header first. The live
+	// runtimes set it: with it, an adapter that is on costs a program no
+	// read of its own.
+	HeaderFirst bool
 	// Warn receives one message per notable condition of a file (WAL mode,
 	// unsupported versions, malformed structure). nil drops them.
 	Warn func(msg string)

@@ -146,6 +146,9 @@ func (s *Stage) Process(ev *policies.Event, sink Sink) {
 	s.r = reader{ps: uint64(s.cfg.PageSize), first: a.first, end: a.first + a.n, st: &s.st}
 	f := s.states[ev.File]
 	if f == nil {
+		if s.cfg.HeaderFirst && a.first != 0 {
+			return
+		}
 		if f = s.recognize(ev); f == nil {
 			return
 		}

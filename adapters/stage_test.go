@@ -175,6 +175,29 @@ func TestStageAccounting(t *testing.T) {
 	}
 }
 
+// TestStageHeaderFirst checks Config.HeaderFirst: a file first accessed
+// past its first page is not opened (no read the program did not do)
+// until an access covers page 0, and is recognized then.
+func TestStageHeaderFirst(t *testing.T) {
+	db := gunzip(t, "sqlite/without-rowid.db.gz", "x.db")
+	cf := &countingFiles{paths: map[uint32]string{1: db}, refuse: map[uint32]bool{}, opens: map[uint32]int{}}
+	s, err := NewStage(Config{HeaderFirst: true}, cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sink := func(*policies.Event, string) {}
+	s.Process(accessEv(1, formats.KindRead, 5), sink)
+	s.Process(accessEv(1, formats.KindRead, 7), sink)
+	if cf.opens[1] != 0 || s.Stats().Recognized != 0 || s.Stats().Unrecognized != 0 {
+		t.Fatalf("before page 0: opens %v, stats %+v: want the file untouched", cf.opens, s.Stats())
+	}
+	s.Process(accessEv(1, formats.KindRead, 0), sink)
+	if st := s.Stats(); cf.opens[1] != 1 || st.Recognized != 1 || st.PagesIO != 0 {
+		t.Errorf("at page 0: opens %v, stats %+v: want it recognized from the page just read", cf.opens, st)
+	}
+}
+
 // TestStageDispatch runs a recorded scan through Stage.Dispatch into the
 // tree policy: the policy's requests must cover the pages the scan reads
 // later, which they cannot do without the adapter.

@@ -265,7 +265,7 @@ var errNotTraced = errors.New("not traced: the profile is fresh and no policy ne
 // learning: a bundle, adapters, hints, or policies besides the launch
 // policy given explicitly.
 func (r *runner) needsEvents() bool {
-	if r.cfg.Output != "" || len(r.cfg.Adapters) > 0 || r.cfg.HintSocket != "" || r.cfg.Effect {
+	if r.cfg.Output != "" || len(r.adapters()) > 0 || r.cfg.HintSocket != "" || r.cfg.Effect {
 		return true
 	}
 	for _, p := range r.cfg.Policies {
@@ -274,6 +274,20 @@ func (r *runner) needsEvents() bool {
 		}
 	}
 	return false
+}
+
+// adapters returns the adapters the run puts in front of its policies:
+// RunConfig.Adapters when a policy takes their events (tree, tensor),
+// else none, so that the default adapters cost a run without those
+// policies nothing (not even tracing).
+func (r *runner) adapters() []string {
+	for _, p := range r.cfg.Policies {
+		switch policies.SpecName(p) {
+		case "tree", "tensor":
+			return r.cfg.Adapters
+		}
+	}
+	return nil
 }
 
 // openSource opens the event source in the background (when the run is
@@ -419,8 +433,8 @@ func (r *runner) attachSource(sr srcResult) {
 	}
 	r.src = sr.src
 	r.loop.Attach(sr.src)
-	if len(r.cfg.Adapters) > 0 {
-		st, err := adapters.NewStage(adapters.Config{Adapters: r.cfg.Adapters, Warn: func(m string) { r.note(m) }}, r.loop.AdapterFiles())
+	if as := r.adapters(); len(as) > 0 {
+		st, err := adapters.NewStage(adapters.Config{Adapters: as, HeaderFirst: true, Warn: func(m string) { r.note(m) }}, r.loop.AdapterFiles())
 		if err != nil {
 			r.warn(fmt.Sprintf("%v; running without adapters", err))
 		} else {

@@ -470,7 +470,9 @@ func TestRunFreshProfileIsNotTraced(t *testing.T) {
 	}
 	evict(t, files)
 	helperEnv(t, "probe", files, "PREDICTIO_LIVE_WAIT_MS", "300")
-	res, out, _ := runOnce(t, RunConfig{Command: []string{self}, Profile: prof, Keep: 2, Refresh: time.Hour})
+	// The CLI's default adapters (all) need events only for tree or
+	// tensor: they must not make this run traced.
+	res, out, _ := runOnce(t, RunConfig{Command: []string{self}, Profile: prof, Keep: 2, Refresh: time.Hour, Adapters: []string{"sqlite", "lmdb", "gguf"}})
 	if res.Traced || res.Learned || res.Untraced != nil {
 		t.Errorf("traced %v, learned %v, untraced %v: want a run that only prefetches", res.Traced, res.Learned, res.Untraced)
 	}

@@ -69,7 +69,7 @@ func runRun(c *command, args []string) int {
 	stats := fs.Bool("stats", false, "print what the runtime did to stderr when the command exits")
 	eff := fs.Bool("effect", false, "count what the prefetched pages were worth (used in time, late, wasted) with eBPF; loads before the prefetch starts")
 	jsonOut := fs.String("json", "", "write the run's counters and timings as JSON to `FILE` (- for stderr)")
-	adaptersFlag := fs.String("adapters", "none", "structure adapters in front of the policies: none, all, or a list of sqlite, lmdb, gguf (their events feed --policy tree and tensor)")
+	adaptersFlag := fs.String("adapters", "all", "structure adapters in front of the tree and tensor policies: none, all, or a list of sqlite, lmdb, gguf")
 	hintsAddr := fs.String("hints", "", "receive application hints on `unix:PATH` for the tree and tensor policies")
 	latency := fs.String("latency", "low", "event delivery: low (each event reaches the policies within microseconds; the traced program pays a wakeup per event) or batched (every 20 ms or 256 KiB: nearly free for it)")
 	daemonSock := fs.String("daemon-socket", live.DefaultDaemonSocket, "tell the daemon on this control `socket` that run owns the command's launches (\"\": don't)")
