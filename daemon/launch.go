@@ -288,7 +288,7 @@ func (d *Daemon) end(l *launch) {
 		if !ok {
 			return policies.LaunchFile{}, false
 		}
-		return live.Resolve(l.root, f)
+		return live.ResolveLearned(l.root, f, l.start)
 	}, l.start.UnixNano(), uint64(time.Since(l.start)))
 	if len(launchRec.Touches) == 0 {
 		d.log.Debug("a launch had nothing to learn", "program", l.program, "pid", l.pid, "events", l.events)

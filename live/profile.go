@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -160,6 +161,34 @@ func StatFile(root, path string) (policies.LaunchFile, error) {
 
 func launchFileOf(path string, st *unix.Stat_t) policies.LaunchFile {
 	return policies.LaunchFile{Path: path, Dev: formats.KernelDev(st.Dev), Ino: st.Ino, Size: uint64(st.Size), MtimeNS: st.Mtim.Nano(), Mode: st.Mode}
+}
+
+// mtimeSlack covers the coarse clock of file timestamps (a jiffy, up to
+// 10 ms at HZ=100): a file written just after since may carry an mtime
+// slightly before it.
+const mtimeSlack = 20 * time.Millisecond
+
+// ResolveLearned is Resolve for a launch being learned that began at
+// since: it also leaves out what the launch itself created or wrote (a
+// regular file modified since it began, a failed lookup of a path that
+// exists now). Such a file is the launch's output (gcc's object file, a
+// cache a program rewrites): prefetching it is of no use, and its next
+// change would invalidate the profile, so that every later launch is
+// learned (and traced) again.
+func ResolveLearned(root string, f formats.File, since time.Time) (policies.LaunchFile, bool) {
+	lf, ok := Resolve(root, f)
+	switch {
+	case !ok:
+		return lf, false
+	case lf.PathOnly():
+		var st unix.Stat_t
+		if unix.Lstat(root+lf.Path, &st) == nil {
+			return policies.LaunchFile{}, false
+		}
+	case !lf.IsDir() && lf.MtimeNS >= since.Add(-mtimeSlack).UnixNano():
+		return policies.LaunchFile{}, false
+	}
+	return lf, true
 }
 
 // Resolve returns the LaunchFile of a source file row for a profile: its

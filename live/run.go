@@ -690,7 +690,7 @@ func (r *runner) learn() {
 		if !ok {
 			return policies.LaunchFile{}, false
 		}
-		return Resolve("", f)
+		return ResolveLearned("", f, r.start)
 	}, r.start.UnixNano(), wall)
 	if r.ran != 0 && r.prof.Ran.Path == "" {
 		if f, ok := r.src.File(r.ran); ok {

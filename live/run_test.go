@@ -486,6 +486,25 @@ func TestRunFreshProfileIsNotTraced(t *testing.T) {
 	}
 }
 
+// TestRunOutputFileKeepsProfileFresh: a launch that writes a file (a
+// compiler's object file) does not learn that file into its profile, so
+// that the next write does not invalidate the profile and make every
+// later run learn (and be traced) again.
+func TestRunOutputFileKeepsProfileFresh(t *testing.T) {
+	requireSource(t)
+	files := testFiles(t, 1, 256<<10)
+	out := filepath.Join(t.TempDir(), "out.o")
+	prof := filepath.Join(t.TempDir(), "profiles")
+	cmd := []string{"/bin/sh", "-c", "cat " + files[0] + " > /dev/null; date +%N > " + out}
+	for i := range 5 {
+		res, _, warn := runOnce(t, RunConfig{Command: cmd, Profile: prof, Keep: 2, Refresh: time.Hour})
+		if learning := i < 2; res.Learned != learning || res.Traced != learning {
+			t.Errorf("run %d: learned %v, traced %v, want %v (warnings: %s)", i+1, res.Learned, res.Traced, learning, warn)
+		}
+		time.Sleep(30 * time.Millisecond) // past mtimeSlack
+	}
+}
+
 // TestLaunchScoredInReplay: replay runs the launch policy from a bundle's
 // exec rows: with the learned profile the replayed launch's pages are
 // prefetched and used in time.
