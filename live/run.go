@@ -61,12 +61,21 @@ type RunConfig struct {
 	// Their events feed the tree and tensor policies, which must be among
 	// Policies to prefetch from them.
 	Adapters []string
+	// AdapterAhead is how many upcoming B-tree entries the adapters list
+	// per event (adapters.Config.Ahead); 0 is the adapters' default. With
+	// events that arrive late (a Batched source), the program may have
+	// read that many entries before the policy sees where it is.
+	AdapterAhead int
 	// HintSocket receives application hints for the run; "" for none.
 	HintSocket string
 	// Latency is the source's delivery mode: source.LowLatency (events
 	// reach the policies microseconds after the kernel saw them; each
 	// costs the traced program a reader wakeup) or source.Batched.
 	Latency source.Latency
+	// Poll is the Batched source's poll (source.Config.Poll): events
+	// reach the policies at most about Poll late; 0 is the source's
+	// default (20 ms).
+	Poll time.Duration
 	// Refresh says when a full profile (Keep launches) learns again: once
 	// its newest launch is older than Refresh; 0 learns every run, a
 	// negative Refresh never once full. A run that neither learns nor
@@ -300,7 +309,7 @@ func (r *runner) openSource() <-chan srcResult {
 		return ch
 	}
 	sc := source.Config{
-		Command: true, Exec: source.ExecTargets, Latency: r.cfg.Latency, RingBytes: 8 << 20,
+		Command: true, Exec: source.ExecTargets, Latency: r.cfg.Latency, Poll: r.cfg.Poll, RingBytes: 8 << 20,
 		HintSocket: r.cfg.HintSocket, NoCgroup: r.cfg.noCgroup, BTFCacheDir: r.cfg.btfCache,
 	}
 	if r.cfg.Output != "" {
@@ -434,7 +443,7 @@ func (r *runner) attachSource(sr srcResult) {
 	r.src = sr.src
 	r.loop.Attach(sr.src)
 	if as := r.adapters(); len(as) > 0 {
-		st, err := adapters.NewStage(adapters.Config{Adapters: as, HeaderFirst: true, Warn: func(m string) { r.note(m) }}, r.loop.AdapterFiles())
+		st, err := adapters.NewStage(adapters.Config{Adapters: as, HeaderFirst: true, Ahead: r.cfg.AdapterAhead, Warn: func(m string) { r.note(m) }}, r.loop.AdapterFiles())
 		if err != nil {
 			r.warn(fmt.Sprintf("%v; running without adapters", err))
 		} else {

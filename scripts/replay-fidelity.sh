@@ -6,9 +6,11 @@
 # timing, A/B of the baseline and POLICY) with the predicted column, and
 # prints two markdown tables:
 #
-#   timing: the recorded wall of that recording and the median of all of
-#     them, the baseline replay's median wall, and the timing error against
-#     both (|replay - recorded| / recorded);
+#   timing: the recorded wall of that recording and the median (and
+#     spread) of all of them, the median of ROUNDS untraced cold runs of
+#     the program itself (fork to exit; alternating with the recordings),
+#     the baseline replay's median wall, and the timing error against each
+#     (|replay - reference| / reference);
 #   prediction: per run spec, the measured median replay wall, simulate's
 #     predicted wall, and the prediction error (|predicted - measured| /
 #     measured).
@@ -57,6 +59,16 @@ pred=()
 [ -n "${PROFILE:-}" ] && pred=(--device-profile "$PROFILE")
 
 cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+# plain_run runs the program cold and untraced and prints its wall time
+# (fork to exit) in ns.
+plain_run() {
+	cold
+	local t0 t1
+	t0=$(date +%s%N)
+	"${CMD[@]}" >/dev/null 2>&1 || true
+	t1=$(date +%s%N)
+	echo $((t1 - t0))
+}
 json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
@@ -121,36 +133,48 @@ workload() {
 	esac
 }
 
-timing=("| workload | recorded wall (first) | recorded wall (median of $ROUNDS) | replay wall (median of $ROUNDS) | error vs first | error vs median |" "|---|---|---|---|---|---|")
+timing=("| workload | recorded wall (first) | recorded wall (median of $ROUNDS, min–max) | the program untraced (median of $ROUNDS, min–max) | replay wall (median of $ROUNDS, min–max) | error vs first | error vs recorded median | error vs the program |" "|---|---|---|---|---|---|---|---|")
 prediction=("| workload | run | measured replay wall (median) | predicted wall | prediction error | measured speedup | predicted speedup |" "|---|---|---|---|---|---|---|")
 kinds=()
 calibrated=""
 for name in ${@:-sqlite python grep threads}; do
 	workload "$name"
 	walls=()
+	plain=()
 	for i in $(seq 1 "$ROUNDS"); do
 		b=$WORK/$name-$i.bundle
 		rm -rf "$b"
 		inc=()
 		for p in "${INCLUDE[@]}"; do inc+=(--include "$p"); done
+		# A recording and an untraced cold run of the program, in an order
+		# that alternates by round: replay must reproduce the program, and
+		# the recording itself costs the program its tracing.
+		if [ $((i % 2)) = 0 ]; then plain+=("$(plain_run)"); fi
 		cold
 		# The program's exit status is its own (grep -c exits 1 when nothing matches).
 		"$P" record -quiet -o "$b" "${inc[@]}" -- "${CMD[@]}" >/dev/null || true
 		walls+=("$(json "$b/manifest.json" "d['timing']['recorded_wall_ns']")")
+		if [ $((i % 2)) = 1 ]; then plain+=("$(plain_run)"); fi
 	done
 	first=${walls[0]}
 	med=$(printf '%s\n' "${walls[@]}" | median)
+	pmed=$(printf '%s\n' "${plain[@]}" | median)
+	spread="$(printf '%s\n' "${walls[@]}" | sort -n | head -1) $(printf '%s\n' "${walls[@]}" | sort -n | tail -1)"
+	pspread="$(printf '%s\n' "${plain[@]}" | sort -n | head -1) $(printf '%s\n' "${plain[@]}" | sort -n | tail -1)"
 	out=$WORK/$name-replay.json
 	"$P" replay --ab "baseline,$POLICY" --repeat "$ROUNDS" --drop-caches --max-residue "$RESIDUE" "${pred[@]}" --json "$WORK/$name-1.bundle" > "$out"
-	rows=$(python3 - "$name" "$first" "$med" "$out" <<'EOF'
+	rows=$(python3 - "$name" "$first" "$med" "$out" "$pmed" $spread $pspread <<'EOF'
 import json, sys
 name, first, med, path = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+pmed, rlo, rhi, plo, phi = (float(x) for x in sys.argv[5:10])
 d = json.load(open(path))
 s = d["summary"]
 ms = lambda ns: f"{ns/1e6:.1f} ms"
 pol = {p["policy"]: p for p in s["policies"]}
 rw = pol["baseline"]["wall_ns"]["median"]
-print(f"T| {name} | {ms(first)} | {ms(med)} | {ms(rw)} | {abs(rw-first)/first*100:.1f}% | {abs(rw-med)/med*100:.1f}% |")
+bw = pol["baseline"]["wall_ns"]
+ms1 = lambda ns: f"{ns/1e6:.1f}"
+print(f"T| {name} | {ms(first)} | {ms(med)} ({ms1(rlo)}–{ms1(rhi)}) | {ms(pmed)} ({ms1(plo)}–{ms1(phi)}) | {ms(rw)} ({ms1(bw['min'])}–{ms1(bw['max'])}) | {abs(rw-first)/first*100:.1f}% | {abs(rw-med)/med*100:.1f}% | {abs(rw-pmed)/pmed*100:.1f}% |")
 for spec, p in pol.items():
     m, pw = p["wall_ns"]["median"], p["predicted_wall_ns"]
     print(f"P| {name} | {spec} | {ms(m)} | {ms(pw)} | {abs(pw-m)/m*100:.1f}% | {p['speedup']:.2f}× | {p['predicted_speedup']:.2f}× |")

@@ -33,21 +33,11 @@ type rowPath struct {
 func (s *Source) readOpens() {
 	var rec ringbuf.Record
 	final := false
-	// In LowLatency mode the reader blocks until an open arrives (the
-	// programs submit them with a wakeup) or a flush (flushOpens): a
-	// source with nothing to trace wakes nobody. Batched mode polls.
-	poll := s.cfg.Latency == Batched
-	// While paused only execs reach the ring, and they wake the reader.
-	arm := func() {
-		if poll && !s.paused.Load() {
-			s.opens.SetDeadline(time.Now().Add(readDeadline))
-		} else {
-			s.opens.SetDeadline(time.Time{})
-		}
-	}
-	if poll {
-		arm()
-	} else {
+	// The reader blocks until an open arrives (the programs submit them
+	// with a wakeup) or a flush (flushOpens): in LowLatency mode a source
+	// with nothing to trace wakes nobody; in Batched mode pollTicks
+	// flushes the ring every Config.Poll.
+	if s.cfg.Latency != Batched {
 		// The LowLatency event reader (real-time) waits for this one
 		// to resolve a new file's path: it must not wait behind the
 		// machine's other tasks.
@@ -80,16 +70,10 @@ func (s *Source) readOpens() {
 			continue
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			s.markOpens(t)
-			if !final {
-				arm()
-			}
 		case errors.Is(err, ringbuf.ErrFlushed):
 			// Everything submitted before the flush was asked for has
 			// been read (t may be older: taken before a blocking read).
 			s.markOpens(max(t, s.flushAt.Load()))
-			if !final {
-				arm() // Pause and Resume flush to change the poll
-			}
 		default:
 			s.markOpens(math.MaxUint64)
 			return // closed

@@ -40,6 +40,37 @@ type rawBatch struct {
 	ev [batchLen]bpf.RecordEvent
 }
 
+// pollTicks flushes the event and opens rings every Config.Poll until
+// done is closed, so that the Batched readers hand on what is pending;
+// while the source is paused (Pause: only execs, forks and exits are
+// traced, and they wake the readers) it does not.
+func (s *Source) pollTicks(done <-chan struct{}) {
+	t := time.NewTicker(s.pollEvery())
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			if !s.paused.Load() {
+				s.events.Flush()
+				s.flushOpens()
+			}
+		}
+	}
+}
+
+// pollEvery is the Batched readers' poll (Config.Poll).
+func (s *Source) pollEvery() time.Duration {
+	if s.cfg.Poll > 0 {
+		return max(s.cfg.Poll, minPoll)
+	}
+	return readDeadline
+}
+
+// minPoll is the shortest Config.Poll.
+const minPoll = 100 * time.Microsecond
+
 // pipeline moves events from the ring to the consumer. In Batched mode the
 // reader fills raw batches and a decoder goroutine decodes and delivers
 // them, so a slow consumer never stalls the ring reader. In LowLatency mode
@@ -79,24 +110,11 @@ func (p *pipeline) read() {
 	var rec ringbuf.Record
 	b := p.take()
 	final := false
-	poll := readDeadline
-	if p.s.cfg.poll > 0 {
-		poll = p.s.cfg.poll
-	}
-	// In Batched mode the reader polls, except while the source is paused
-	// (Pause): then only execs, forks and exits are traced, and nothing
-	// needs delivering soon; Pause and Resume flush it to re-arm.
-	arm := func() {
-		if low {
-			return
-		}
-		if p.s.paused.Load() {
-			rd.SetDeadline(time.Time{})
-		} else {
-			rd.SetDeadline(time.Now().Add(poll))
-		}
-	}
-	arm()
+	// The reader blocks until the kernel wakes it (LowLatency: every
+	// record; Batched: the pending data crossed wakeup_bytes) or a flush:
+	// in Batched mode pollTicks flushes both rings every Config.Poll
+	// (not a read deadline, which the ring's poller turns into a busy
+	// loop for the last millisecond of every wait).
 	for {
 		err := rd.ReadInto(&rec)
 		if err == nil {
@@ -125,9 +143,6 @@ func (p *pipeline) read() {
 			if final && errors.Is(err, os.ErrDeadlineExceeded) {
 				p.done()
 				return
-			}
-			if !final {
-				arm()
 			}
 		default:
 			if b.n > 0 {

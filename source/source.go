@@ -88,9 +88,17 @@ type Config struct {
 	BTFCacheDir string
 	NoBTFCache  bool
 
-	bench  *benchSource  // benchmark-only event source
-	poll   time.Duration // test hook: the Batched reader's poll (0: readDeadline)
-	object string        // benchmark hook: load the programs from this ELF file instead of bpf's
+	// Poll is how often a Batched source's readers look at the rings
+	// while fewer than the wakeup threshold of events are pending; 0
+	// means 20 ms. A short poll (1 ms) bounds how late events reach the
+	// consumer at one reader wakeup per Poll whatever the event rate,
+	// where LowLatency costs the traced program a wakeup per event when
+	// events come sparsely (a cold scan's reads, each waiting on the
+	// device). At least 100 µs.
+	Poll time.Duration
+
+	bench  *benchSource // benchmark-only event source
+	object string       // benchmark hook: load the programs from this ELF file instead of bpf's
 }
 
 // Stats are a Source's counters so far.
@@ -160,6 +168,7 @@ type Source struct {
 	decodeCPU atomic.Uint64
 
 	hints *hintServer
+	tick  chan struct{} // Batched: closed to stop pollTicks
 	wg    sync.WaitGroup
 	state int // 0 opened, 1 started, 2 stopped, 3 closed
 }
@@ -283,6 +292,8 @@ func (s *Source) Start(c Consumer) error {
 	if s.cfg.Latency == Batched {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); p.decode() }()
+		s.tick = make(chan struct{})
+		go s.pollTicks(s.tick)
 	}
 	if s.cfg.bench != nil {
 		if err := s.cfg.bench.attach(s); err != nil {
@@ -338,6 +349,9 @@ func (s *Source) Stop() {
 		s.cfg.bench.detach()
 	}
 	s.stopping.Store(true)
+	if s.tick != nil {
+		close(s.tick)
+	}
 	s.events.Flush()
 	s.opens.Flush()
 	if s.hints != nil {

@@ -103,6 +103,7 @@ var textNumeric = map[string]struct{ args, bad []string }{
 	"bench engine --size":    {noFile, []string{"0", "-1G", "1.5G", "99999999T"}},
 	"bench device --size":    {noFile, []string{"1M", "0"}},
 	"record --pid":           {nil, []string{"-1", "0", "4194305", "x"}},
+	"run --latency":          {[]string{"--", "/bin/true"}, []string{"-1ms", "50us", "2s", "fast"}},
 	"record --hints-uid":     {nil, []string{"-1", "4294967295", "x"}},
 	"trace slice --from":     {[]string{"-o", "/nonexistent/out", "/nonexistent/bundle"}, []string{"-1s", "x"}},
 	"trace slice --to":       {[]string{"-o", "/nonexistent/out", "/nonexistent/bundle"}, []string{"-1s", "x"}},

@@ -70,8 +70,10 @@ func runRun(c *command, args []string) int {
 	eff := fs.Bool("effect", false, "count what the prefetched pages were worth (used in time, late, wasted) with eBPF; loads before the prefetch starts")
 	jsonOut := fs.String("json", "", "write the run's counters and timings as JSON to `FILE` (- for stderr)")
 	adaptersFlag := fs.String("adapters", "all", "structure adapters in front of the tree and tensor policies: none, all, or a list of sqlite, lmdb, gguf")
+	ahead := fs.Int("adapter-ahead", 0, "upcoming B-tree entries the sqlite and lmdb adapters list per step; 0: 16 (keep it at least the tree policy's window)")
+	limit(fs, "adapter-ahead", 0, adapters.MaxHintChildren)
 	hintsAddr := fs.String("hints", "", "receive application hints on `unix:PATH` for the tree and tensor policies")
-	latency := fs.String("latency", "low", "event delivery: low (each event reaches the policies within microseconds; the traced program pays a wakeup per event) or batched (every 20 ms or 256 KiB: nearly free for it)")
+	latency := fs.String("latency", "low", "event delivery: low (each event reaches the policies within microseconds; the traced program pays a wakeup per event), batched (every 20 ms or 256 KiB: nearly free for it), or a DURATION from 100us to 1s (batched, looked at every DURATION)")
 	daemonSock := fs.String("daemon-socket", live.DefaultDaemonSocket, "tell the daemon on this control `socket` that run owns the command's launches (\"\": don't)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -94,7 +96,11 @@ func runRun(c *command, args []string) int {
 	case "batched":
 		cfg.Latency = source.Batched
 	default:
-		return fail(2, fmt.Errorf("run: --latency %q: want low or batched", *latency))
+		d, err := time.ParseDuration(*latency)
+		if err != nil || d < 100*time.Microsecond || d > time.Second {
+			return fail(2, fmt.Errorf("run: --latency %q: want low, batched, or a duration from 100us to 1s", *latency))
+		}
+		cfg.Latency, cfg.Poll = source.Batched, d
 	}
 	switch *be {
 	case "kernel", "kmod", "none":
@@ -105,7 +111,7 @@ func runRun(c *command, args []string) int {
 	if err != nil {
 		return fail(2, fmt.Errorf("run: --adapters: %w", err))
 	}
-	cfg.Adapters = as
+	cfg.Adapters, cfg.AdapterAhead = as, *ahead
 	if *hintsAddr != "" {
 		p, ok := strings.CutPrefix(*hintsAddr, "unix:")
 		if !ok || p == "" {
