@@ -124,5 +124,8 @@ func geomeanText(s *SuiteResult, mode, base string) string {
 		return "not measured: " + shorten(why, 160)
 	}
 	g := math.Exp(sum / float64(n))
+	if g > 1 {
+		return fmt.Sprintf("%.3f over %d programs (%.1f%% more time)", g, n, 100*(g-1))
+	}
 	return fmt.Sprintf("%.3f over %d programs (%.1f%% less time)", g, n, 100*(1-g))
 }

@@ -103,6 +103,12 @@ func TestRatioText(t *testing.T) {
 	if got := ratioText(s, "scan", "predictio", "baseline", "wall_s"); got != "0.25 of baseline (4.00x faster, 75.0% less time)" {
 		t.Errorf("ratio %q", got)
 	}
+	if got := geomeanText(s, "predictio", "baseline"); got != "0.250 over 1 programs (75.0% less time)" {
+		t.Errorf("geomean %q", got)
+	}
+	if got := geomeanText(s, "baseline", "predictio"); got != "4.000 over 1 programs (300.0% more time)" {
+		t.Errorf("geomean of a slower mode %q", got)
+	}
 	if got := ratioText(s, "scan", "noop", "baseline", "wall_s"); !strings.HasPrefix(got, "not measured: noop not_run: needs predictio run") {
 		t.Errorf("a mode that did not run: %q", got)
 	}
