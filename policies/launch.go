@@ -113,9 +113,10 @@ type LaunchStep struct {
 	Kinds   uint32  // the launches' access kinds (LaunchTouch.Kinds), or'ed
 	Ranges  []Range // union of the launches' pages, sorted and disjoint
 	Seen    int     // launches that touched the file
-	// Sequential says every launch read the file front to back (its
-	// accesses in ascending page order): the kernel's readahead keeps
-	// ahead of such a reader once it has started.
+	// Sequential says every launch read the file front to back
+	// (readsForward: its long runs in ascending page order, 90% of its
+	// pages): the kernel's readahead keeps ahead of such a reader once it
+	// has started.
 	Sequential bool
 }
 
@@ -137,7 +138,7 @@ func (p *LaunchProfile) Plan() []LaunchStep {
 			s.FirstNS = min(s.FirstNS, t.FirstNS)
 			s.Kinds |= t.Kinds
 			s.Ranges = append(s.Ranges, t.Ranges...)
-			s.Sequential = s.Sequential && ascending(t.Ranges)
+			s.Sequential = s.Sequential && readsForward(t.Ranges)
 		}
 	}
 	out := steps[:0]
@@ -202,14 +203,33 @@ func (p *LaunchProfile) Pages() uint64 {
 	return n
 }
 
-// ascending reports whether rs is in ascending page order.
-func ascending(rs []Range) bool {
-	for i := 1; i < len(rs); i++ {
-		if rs[i].First < rs[i-1].First {
+// seqRun is the shortest run of pages readsForward counts as a stretch of
+// a front-to-back read (the kernel's initial readahead window is 16 pages
+// or more); shorter ones are the reads around it.
+const seqRun = 16
+
+// readsForward reports whether a launch's touch (rs, in access order) read
+// the file front to back: its runs of at least seqRun pages come in
+// ascending page order and hold at least 90% of its pages. The pages
+// between them may come in any order: a B-tree's interior pages, read as
+// a table scan reaches them (sqlite3 reading a table front to back reads
+// an interior page at a higher offset before each run of leaves), or a
+// header read again.
+func readsForward(rs []Range) bool {
+	var all, inRuns, last uint64
+	seen := false
+	for _, r := range rs {
+		all += uint64(r.N)
+		if r.N < seqRun {
+			continue
+		}
+		if seen && r.First < last {
 			return false
 		}
+		seen, last = true, r.First
+		inRuns += uint64(r.N)
 	}
-	return true
+	return seen && inRuns*10 >= all*9
 }
 
 // mergeRanges sorts rs and merges overlapping and adjacent ranges, in

@@ -433,6 +433,42 @@ func TestLaunchPolicyLeavesLargeSequentialFilesToReadahead(t *testing.T) {
 	}
 }
 
+// TestLaunchPolicyTableScanIsSequential: a table scan that reads each
+// run of leaves after the interior page above it, at a higher offset
+// (what sqlite3 does), is a front-to-back read, left to readahead beyond
+// its first chunk; scattered runs are not.
+func TestLaunchPolicyTableScanIsSequential(t *testing.T) {
+	files := map[uint32]LaunchFile{1: lf("/db", 1), 2: lf("/index", 2)}
+	p := &LaunchProfile{Program: lf("/usr/bin/x", 9)}
+	evs := []Event{acc(1, 1, formats.KindRead, 0, 2)}
+	ts := uint64(2)
+	for run := uint64(0); run < 3; run++ {
+		evs = append(evs, acc(ts, 1, formats.KindRead, 500+run, 1)) // the interior page
+		ts++
+		for pg := 2 + 100*run; pg < 2+100*(run+1); pg += 10 {
+			evs = append(evs, acc(ts, 1, formats.KindRead, pg, 10))
+			ts++
+		}
+	}
+	for _, first := range []uint64{200, 0, 100} { // long runs, out of order
+		evs = append(evs, acc(ts, 2, formats.KindRead, first, 50))
+		ts++
+	}
+	recordLaunch(t, p, files, evs, 3)
+	env, names := launchEnv(NewLaunchModel(p))
+	pol, err := Build("launch:seqlimit=64,chunk=8,meta=off", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := map[string]uint64{}
+	pol.Handle(&Event{Kind: EventProcessExec, PID: 1, Exec: ProcessExec{Path: "/usr/bin/x"}}, func(r *Request) {
+		pages[names[r.File]] += rangePages(r.Ranges)
+	})
+	if pages["/db"] != 8 || pages["/index"] != 150 {
+		t.Errorf("pages prefetched %v: want the scanned /db's first chunk (8) and all of /index (150)", pages)
+	}
+}
+
 // TestLaunchProfileOnePathTwice: a launch that touched one path as two
 // files (it did not exist, then did) touches the profile's file once,
 // and the profile still decodes.
