@@ -336,11 +336,16 @@ func (s *Source) Pause() error {
 	return nil
 }
 
-// wakeReaders has the ring readers re-arm their polls (Pause, Resume).
+// wakeReaders has the ring readers hand on what they hold, and pollTicks
+// stop or restart its ticks (Pause, Resume).
 func (s *Source) wakeReaders() {
 	if s.events != nil && s.state == 1 {
 		s.events.Flush()
 		s.flushOpens()
+		select {
+		case s.pauses <- struct{}{}:
+		default:
+		}
 	}
 }
 

@@ -45,12 +45,25 @@ type rawBatch struct {
 // while the source is paused (Pause: only execs, forks and exits are
 // traced, and they wake the readers) it does not.
 func (s *Source) pollTicks(done <-chan struct{}) {
-	t := time.NewTicker(s.pollEvery())
+	poll := s.pollEvery()
+	t := time.NewTicker(poll)
 	defer t.Stop()
 	for {
+		if s.paused.Load() {
+			// No ticks at all while paused: an idle daemon wakes nobody.
+			t.Stop()
+			select {
+			case <-done:
+				return
+			case <-s.pauses:
+			}
+			t.Reset(poll)
+			continue
+		}
 		select {
 		case <-done:
 			return
+		case <-s.pauses:
 		case <-t.C:
 			if !s.paused.Load() {
 				s.events.Flush()

@@ -167,10 +167,11 @@ type Source struct {
 	readCPU   atomic.Uint64
 	decodeCPU atomic.Uint64
 
-	hints *hintServer
-	tick  chan struct{} // Batched: closed to stop pollTicks
-	wg    sync.WaitGroup
-	state int // 0 opened, 1 started, 2 stopped, 3 closed
+	hints  *hintServer
+	tick   chan struct{} // Batched: closed to stop pollTicks
+	pauses chan struct{} // Batched: Pause and Resume tell pollTicks
+	wg     sync.WaitGroup
+	state  int // 0 opened, 1 started, 2 stopped, 3 closed
 }
 
 // Target flag bits (record.bpf.c).
@@ -292,7 +293,7 @@ func (s *Source) Start(c Consumer) error {
 	if s.cfg.Latency == Batched {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); p.decode() }()
-		s.tick = make(chan struct{})
+		s.tick, s.pauses = make(chan struct{}), make(chan struct{}, 1)
 		go s.pollTicks(s.tick)
 	}
 	if s.cfg.bench != nil {
