@@ -34,6 +34,11 @@ type Config struct {
 	HintUIDs   []uint32 `toml:"hint_uids"`
 	// Backend is kernel or kmod.
 	Backend string `toml:"backend"`
+	// Effect counts what the prefetched pages were worth (used in time,
+	// late, wasted: /metrics) with the effect package's observer. Its read
+	// hooks run for the processes of each prefetched launch, a few hundred
+	// ns on each of their reads; false turns it off.
+	Effect bool `toml:"effect"`
 	// Policies are the policy specs run on every event; the launch policy
 	// is the one that prefetches profiles.
 	Policies []string `toml:"policies"`
@@ -138,6 +143,7 @@ func Defaults() Config {
 		Socket:     "/run/predictio/daemon.sock",
 		Metrics:    "127.0.0.1:9477",
 		Backend:    "kernel",
+		Effect:     false,
 		Policies:   []string{"launch", "markov", "tree", "tensor"},
 		LogLevel:   "info",
 		LogFormat:  "text",

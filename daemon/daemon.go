@@ -117,7 +117,9 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	if d.ac, err = source.NewAccessChecker(); err != nil {
 		return nil, fmt.Errorf("start the daemon: %w (it prefetches for other users only after checking as them)", err)
 	}
-	if d.ob, err = effect.NewObserver(effect.Options{LazyReads: true, KernelThreads: cfg.Backend == "kmod"}); err != nil {
+	if !cfg.Effect {
+		d.notes = append(d.notes, "no counters by effect: effect = false")
+	} else if d.ob, err = effect.NewObserver(effect.Options{LazyReads: true, KernelThreads: cfg.Backend == "kmod"}); err != nil {
 		d.log.Warn("no counters by effect (pages used in time, late, wasted)", "err", err)
 		d.notes = append(d.notes, fmt.Sprintf("no counters by effect: %v", err))
 		d.ob = nil

@@ -119,6 +119,7 @@ func testConfig(t *testing.T, dir string) Config {
 	c.Learn.Programs = []string{dir + "/*"}
 	c.Learn.Window = Duration{5 * time.Second}
 	c.LogLevel = "debug"
+	c.Effect = true // off by default; the tests check its counters
 	return c
 }
 

@@ -134,10 +134,11 @@ func (d *Daemon) onExec(n execNote) {
 		d.st.relearned++
 		prof = nil
 	}
+	requested := false
 	if prof != nil {
 		d.store.touch(program)
 		if len(prof.Launches) >= d.cfg.Learn.MinLaunches {
-			d.loop.Exec(pid, program, 0, n.ts)
+			requested = d.loop.Exec(pid, program, 0, n.ts)
 			d.st.prefetched++
 			pc.Prefetched++
 			d.log.Debug("prefetched", "program", program, "pid", pid, "launches", len(prof.Launches))
@@ -145,7 +146,9 @@ func (d *Daemon) onExec(n execNote) {
 	}
 	if prof.Wants(d.cfg.Learn.Launches, d.cfg.Learn.Refresh.Duration, time.Now()) {
 		d.learn(n, program, root, exe)
-	} else if d.ob != nil {
+	} else if d.ob != nil && requested {
+		// Only a launch something was requested for: a demand process
+		// pays the observer's read hooks on every read.
 		go d.demandTree(pid)
 	}
 }

@@ -115,6 +115,7 @@ type Loop struct {
 	// demand processes.
 	cur      *counted // the policy whose request is being submitted
 	program  string   // the program of the Exec being dispatched
+	execReqs int      // requests submitted during the Exec being dispatched
 	emu      sync.Mutex
 	owners   map[uint32]owner
 	demand   map[uint32]struct{}
@@ -270,15 +271,24 @@ func (l *Loop) Consume(b *source.Batch) error {
 // Exec dispatches a ProcessExec event: process pid (0: this process, for
 // a command not started yet) runs program path, the kernel's file being
 // source file id file (0 when unknown).
-func (l *Loop) Exec(pid uint32, path string, file uint32, ts uint64) {
-	if pid != 0 && l.cfg.Effect != nil {
-		l.addDemand(pid)
-	}
+//
+// It reports whether the policies requested anything for it; only then is
+// pid made a demand process of the effect observer (whose read hooks cost
+// a demand process's every read), before any requested page is read.
+func (l *Loop) Exec(pid uint32, path string, file uint32, ts uint64) bool {
 	// An event of its own: the daemon calls Exec from Tap, in Consume.
 	l.xev = policies.Event{Kind: policies.EventProcessExec, TS: ts, PID: pid, File: file, Exec: policies.ProcessExec{Path: path}}
 	l.program = path
+	l.execReqs = 0
 	l.dispatch(&l.xev)
 	l.program = ""
+	if l.execReqs == 0 {
+		return false
+	}
+	if pid != 0 && l.cfg.Effect != nil {
+		l.addDemand(pid)
+	}
+	return true
 }
 
 func (l *Loop) dispatch(ev *policies.Event) {
@@ -296,6 +306,7 @@ func (l *Loop) dispatch(ev *policies.Event) {
 // workers, which check them first.
 func (l *Loop) submit(req *policies.Request) {
 	l.stats.requests.Add(1)
+	l.execReqs++
 	if req.File >= profileBase {
 		if !l.meta.add(&l.job, req) {
 			l.unregistered.Add(1)
