@@ -69,24 +69,29 @@ func lookupsDB() []byte {
 }
 
 func writeCorpus(t *testing.T, target, name string, data, pattern []byte) {
+	t.Helper()
 	dir := filepath.Join("testdata", "fuzz", target)
-	os.MkdirAll(dir, 0o755)
 	s := "go test fuzz v1\n[]byte(" + strconv.Quote(string(data)) + ")\n[]byte(" + strconv.Quote(string(pattern)) + ")\n"
-	if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+	path := filepath.Join(dir, name)
+	if os.Getenv("PREDICTIO_WRITE_FUZZ_CORPUS") != "1" {
+		if b, err := os.ReadFile(path); err != nil || string(b) != s {
+			t.Errorf("%s differs from what its generator writes (%v): run PREDICTIO_WRITE_FUZZ_CORPUS=1 go test -run TestFuzzCorpus ./adapters and commit it", path, err)
+		}
+		return
+	}
+	os.MkdirAll(dir, 0o755)
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// TestWriteFuzzCorpus writes the hand-made seeds of adapters/testdata/fuzz:
-// small files that exercise each adapter's structures (a SQLite database
-// of 512-byte pages with interior and leaf pages, overflow chains and bad
-// pointers; an LMDB environment of 512-byte pages with a branch, leaves and
-// an overflow run; GGUF headers in both byte orders). It is a generator,
-// not a check: it runs only with PREDICTIO_WRITE_FUZZ_CORPUS=1.
-func TestWriteFuzzCorpus(t *testing.T) {
-	if os.Getenv("PREDICTIO_WRITE_FUZZ_CORPUS") != "1" {
-		t.Skip("generator: set PREDICTIO_WRITE_FUZZ_CORPUS=1 to rewrite adapters/testdata/fuzz")
-	}
+// TestFuzzCorpus checks the hand-made seeds of adapters/testdata/fuzz
+// against their generator, and with PREDICTIO_WRITE_FUZZ_CORPUS=1 rewrites
+// them: small files that exercise each adapter's structures (a SQLite
+// database of 512-byte pages with interior and leaf pages, overflow chains
+// and bad pointers; an LMDB environment of 512-byte pages with a branch,
+// leaves and an overflow run; GGUF headers in both byte orders).
+func TestFuzzCorpus(t *testing.T) {
 	// SQLite, 512-byte pages: header page, an index interior page (2), two
 	// index leaves (3, 4) whose cells spill to overflow pages 5 and 6, and
 	// a table interior page (7) whose children include itself and page 99.

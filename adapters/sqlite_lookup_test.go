@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/internal/testenv"
 	"github.com/predictio/predictio/internal/workload/sqlitedb"
 	"github.com/predictio/predictio/policies"
 )
@@ -589,9 +590,7 @@ func TestSQLiteLookupsNoScan(t *testing.T) {
 // interior pages are read again (pages the program read before), never
 // others, and the prediction holds.
 func TestSQLiteLookupsBuilt(t *testing.T) {
-	if _, err := exec.LookPath("sqlite3"); err != nil {
-		t.Skip("sqlite3 not installed (scripts/setup.sh installs it)")
-	}
+	testenv.Tool(t, "sqlite3")
 	db := filepath.Join(t.TempDir(), "y.db")
 	if err := sqlitedb.Build(context.Background(), sqlitedb.Config{Path: db, Layout: sqlitedb.RowidInsert, Rows: 30000, Seed: 7, Compressible: true}); err != nil {
 		t.Fatal(err)
@@ -623,9 +622,6 @@ func TestSQLiteLookupsBuilt(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			reads, err := sqlitedb.TraceReads(context.Background(), sqlitedb.ScanArgs("", db, c.query), db)
-			if errors.Is(err, sqlitedb.ErrNoStrace) {
-				t.Skip(err)
-			}
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -699,9 +695,6 @@ func dbstatOf(t *testing.T, path string) []dbstatEntry {
 func traceScan(t *testing.T, path string, queries ...string) []policies.Event {
 	t.Helper()
 	reads, err := sqlitedb.TraceReads(context.Background(), sqlitedb.ScanArgs("", path, queries[0], queries[1:]...), path)
-	if errors.Is(err, sqlitedb.ErrNoStrace) {
-		t.Skip(err)
-	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -719,9 +712,7 @@ func traceScan(t *testing.T, path string, queries ...string) []policies.Event {
 // is read from the pages the program reads at open, and the lookups of
 // the scan are predicted.
 func TestSQLiteLookupsBigSchema(t *testing.T) {
-	if _, err := exec.LookPath("sqlite3"); err != nil {
-		t.Skip("sqlite3 not installed (scripts/setup.sh installs it)")
-	}
+	testenv.Tool(t, "sqlite3")
 	db := filepath.Join(t.TempDir(), "schema.db")
 	var sql strings.Builder
 	sql.WriteString("PRAGMA encoding='UTF-16le';\nBEGIN;\n")
@@ -863,18 +854,13 @@ func (c simContent) Cached(off, n int64) (bool, error) {
 // adapter reads those interior pages once they are cached and predicts
 // the leaves below them; it reads nothing that is not cached.
 func TestSQLiteLookupsReadCached(t *testing.T) {
-	if _, err := exec.LookPath("sqlite3"); err != nil {
-		t.Skip("sqlite3 not installed (scripts/setup.sh installs it)")
-	}
+	testenv.Tool(t, "sqlite3")
 	db := filepath.Join(t.TempDir(), "y.db")
 	if err := sqlitedb.Build(context.Background(), sqlitedb.Config{Path: db, Layout: sqlitedb.RowidInsert, Rows: 100000, ValueSize: 100, PageSize: 1024, Seed: 3, Compressible: true}); err != nil {
 		t.Fatal(err)
 	}
 	q, _ := sqlitedb.ScanSQL(sqlitedb.RowidInsert, sqlitedb.ByKey, 40000, 300)
 	reads, err := sqlitedb.TraceReads(context.Background(), sqlitedb.ScanArgs("", db, q), db)
-	if errors.Is(err, sqlitedb.ErrNoStrace) {
-		t.Skip(err)
-	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package testenv
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -45,4 +46,16 @@ func WritePattern(t testing.TB, path string, size int) {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Tool returns the path of program name, which scripts/setup.sh installs
+// (CI runs it first); a missing one fails the test rather than skipping
+// it, so that a missing install step shows.
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("%s not installed: run scripts/setup.sh, which installs it", name)
+	}
+	return p
 }

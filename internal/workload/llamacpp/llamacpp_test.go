@@ -22,7 +22,7 @@ func TestLoad(t *testing.T) {
 		dir = "/var/tmp/llm"
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "node-llama-cpp")); err != nil {
-		t.Skipf("node-llama-cpp not installed in %s: NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install node-llama-cpp@%s there (no network here: see docs/adapters.md)", dir, Version)
+		t.Fatalf("node-llama-cpp not installed in %s (scripts/setup.sh installs it): NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install node-llama-cpp@%s there (no network here: see docs/adapters.md)", dir, Version)
 	}
 	model := filepath.Join(t.TempDir(), "small.gguf")
 	f, err := os.Create(model)

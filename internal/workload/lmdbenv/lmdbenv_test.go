@@ -7,15 +7,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/predictio/predictio/internal/testenv"
 )
 
 // TestBuildAndScan builds an environment with mdb_load, checks it with
 // mdb_stat and mdb_dump, and range-scans it with lmdb-scan, with and
 // without MDB_NORDAHEAD.
 func TestBuildAndScan(t *testing.T) {
-	if _, err := exec.LookPath("mdb_load"); err != nil {
-		t.Skip("mdb_load not installed (scripts/setup.sh installs lmdb-utils)")
-	}
+	testenv.Tool(t, "mdb_load")
 	dir := t.TempDir()
 	env := filepath.Join(dir, "env")
 	if err := Build(context.Background(), Config{Dir: env, Entries: 2000, ValueSize: 1024, Seed: 4, MapSize: 64 << 20}); err != nil {
@@ -39,10 +39,7 @@ func TestBuildAndScan(t *testing.T) {
 
 	scanner, err := BuildScanner(context.Background(), dir, "")
 	if err != nil {
-		if strings.Contains(err.Error(), "lmdb.h") || strings.Contains(err.Error(), "-llmdb") {
-			t.Skip("liblmdb-dev not installed (scripts/setup.sh installs it): ", err)
-		}
-		t.Fatal(err)
+		t.Fatalf("%v (scripts/setup.sh installs liblmdb-dev)", err)
 	}
 	for _, nordahead := range []bool{false, true} {
 		args := ScanArgs(scanner, env, 500, 100, nordahead)

@@ -2,7 +2,6 @@ package sqlitedb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -10,15 +9,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/predictio/predictio/internal/testenv"
 )
 
 func sqlite3(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("sqlite3")
-	if err != nil {
-		t.Skip("sqlite3 not installed (scripts/setup.sh installs it)")
-	}
-	return p
+	return testenv.Tool(t, "sqlite3")
 }
 
 func query(t *testing.T, db string, args ...string) string {
@@ -159,9 +156,6 @@ func TestTraceReads(t *testing.T) {
 	}
 	q, _ := ScanSQL(RowidInsert, ByKey, 100, 300)
 	scan, err := TraceReads(context.Background(), ScanArgs("", db, q), db)
-	if errors.Is(err, ErrNoStrace) {
-		t.Skip(err)
-	}
 	if err != nil {
 		t.Fatal(err)
 	}
