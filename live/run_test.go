@@ -349,19 +349,27 @@ func TestRunOutput(t *testing.T) {
 	}
 }
 
-// TestLaunchScoredInSimulate: the launch policy runs from a bundle's exec
-// rows in simulate, like every policy: a profile learned by one run
-// covers the cold misses of the next run's bundle.
-func TestLaunchScoredInSimulate(t *testing.T) {
+// learnThenRecord learns a profile of the helper reading three cold files,
+// evicts them, and records the next run into a bundle.
+func learnThenRecord(t *testing.T) (prof, bundle string) {
+	t.Helper()
 	requireSource(t)
 	files := testFiles(t, 3, 512<<10)
-	prof := filepath.Join(t.TempDir(), "profiles")
+	prof = filepath.Join(t.TempDir(), "profiles")
 	self, _ := os.Executable()
 	helperEnv(t, "read", files)
 	runOnce(t, RunConfig{Command: []string{self}, Profile: prof})
 	evict(t, files)
-	bundle := filepath.Join(t.TempDir(), "b")
+	bundle = filepath.Join(t.TempDir(), "b")
 	runOnce(t, RunConfig{Command: []string{self}, Output: bundle})
+	return prof, bundle
+}
+
+// TestLaunchScoredInSimulate: the launch policy runs from a bundle's exec
+// rows in simulate, like every policy: a profile learned by one run
+// covers the cold misses of the next run's bundle.
+func TestLaunchScoredInSimulate(t *testing.T) {
+	prof, bundle := learnThenRecord(t)
 
 	in, err := simulate.OpenInput(bundle)
 	if err != nil {
@@ -509,15 +517,7 @@ func TestRunOutputFileKeepsProfileFresh(t *testing.T) {
 // exec rows: with the learned profile the replayed launch's pages are
 // prefetched and used in time.
 func TestLaunchScoredInReplay(t *testing.T) {
-	requireSource(t)
-	files := testFiles(t, 3, 512<<10)
-	prof := filepath.Join(t.TempDir(), "profiles")
-	self, _ := os.Executable()
-	helperEnv(t, "read", files)
-	runOnce(t, RunConfig{Command: []string{self}, Profile: prof})
-	evict(t, files)
-	bundle := filepath.Join(t.TempDir(), "b")
-	runOnce(t, RunConfig{Command: []string{self}, Output: bundle})
+	prof, bundle := learnThenRecord(t)
 	r, err := replay.New(bundle, replay.Options{Backend: replay.BackendKernel, Timing: replay.TimingRecorded,
 		Runs: []string{replay.Baseline, "launch:profile=" + prof}, MaxResidue: 1})
 	if err != nil {
