@@ -23,8 +23,8 @@ const eventSize = int(unsafe.Sizeof(bpf.RecordEvent{}))
 const queryEvery = 16
 
 // batchLen is the number of events per batch handed from the ring reader
-// to the decoder; nBatches bounds the memory between them (64 × 4096 × 64 B
-// = 16 MiB). When every batch is in use the reader waits and the kernel
+// to the decoder; nBatches bounds the memory between them (64 × 4096 × 104 B
+// = 26 MiB). When every batch is in use the reader waits and the kernel
 // drops (and counts) what no longer fits in the ring.
 const (
 	batchLen = 4096
@@ -194,7 +194,7 @@ func napNow() {
 }
 
 // take returns an empty batch: a free one, or a new one while fewer than
-// nBatches exist (so a short trace does not pay for 16 MiB of them), or
+// nBatches exist (so a short trace does not pay for 26 MiB of them), or
 // else the next one the decoder frees.
 func (p *pipeline) take() *rawBatch {
 	if p.dec != nil {
