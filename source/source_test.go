@@ -381,6 +381,28 @@ func TestLowLatencyDelivers(t *testing.T) {
 	}
 }
 
+// TestBatchedPollDoesNotSpin: a Batched reader with a 1 ms poll sleeps
+// between polls. Waiting on a read deadline instead, it spun: the ring's
+// poller rounds the time left down to whole milliseconds, 0 here, so the
+// reader took a whole CPU for as long as the command ran.
+func TestBatchedPollDoesNotSpin(t *testing.T) {
+	requireSource(t, "filemap:mm_filemap_get_pages")
+	src, _ := open(t, Config{Command: true, Latency: Batched, Poll: time.Millisecond})
+	cmd := exec.Command("sleep", "1")
+	if err := src.StartCommand(cmd); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	src.Stop()
+	if cpu := src.Stats().ReaderCPU; cpu > 250*time.Millisecond {
+		t.Errorf("the reader used %v of CPU over a 1 s command with a 1 ms poll: it spins", cpu)
+	} else {
+		t.Logf("reader CPU over 1 s with a 1 ms poll: %v", cpu)
+	}
+}
+
 func TestProbeAccessSources(t *testing.T) {
 	dir := t.TempDir()
 	_, missing, err := probeAccessSources(dir, nil)
