@@ -168,8 +168,8 @@ type Source struct {
 	decodeCPU atomic.Uint64
 
 	hints  *hintServer
-	tick   chan struct{} // Batched: closed to stop pollTicks
-	pauses chan struct{} // Batched: Pause and Resume tell pollTicks
+	tick   chan struct{} // closed to stop pollTicks (ticks)
+	pauses chan struct{} // Pause and Resume tell pollTicks
 	wg     sync.WaitGroup
 	state  int // 0 opened, 1 started, 2 stopped, 3 closed
 }
@@ -293,6 +293,8 @@ func (s *Source) Start(c Consumer) error {
 	if s.cfg.Latency == Batched {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); p.decode() }()
+	}
+	if s.ticks() {
 		s.tick, s.pauses = make(chan struct{}), make(chan struct{}, 1)
 		go s.pollTicks(s.tick)
 	}
