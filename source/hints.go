@@ -237,7 +237,8 @@ const drainMax = 2*hintQueue + hintBatch
 func (s *hintServer) serve() {
 	runtime.LockOSThread()
 	boostThread()
-	defer func() { s.cpu.Store(threadCPU()) }()
+	cpu0 := threadCPU() // the thread may have run other goroutines before
+	defer func() { s.cpu.Store(threadCPU() - cpu0) }()
 	const oobLen = 256 // SCM_CREDENTIALS, SCM_TIMESTAMPNS, up to 16 SCM_RIGHTS fds
 	bufs := make([]byte, hintBatch*(hints.MaxDatagram+1))
 	oobs := make([]byte, hintBatch*oobLen)

@@ -34,10 +34,9 @@ func (s *Source) readOpens() {
 	var rec ringbuf.Record
 	final := false
 	// The reader blocks until an open arrives (the programs submit them
-	// with a wakeup) or a flush (flushOpens): in LowLatency mode a source
-	// with nothing to trace wakes nobody; in Batched mode it also wakes at
-	// its poll (arm).
-	s.arm(s.opens)
+	// with a wakeup) or a flush (flushOpens; in Batched mode pollTicks
+	// flushes what is pending every Config.Poll): a source with nothing to
+	// trace wakes nobody.
 	if s.cfg.Latency != Batched {
 		// The LowLatency event reader (real-time) waits for this one
 		// to resolve a new file's path: it must not wait behind the
@@ -71,16 +70,10 @@ func (s *Source) readOpens() {
 			continue
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			s.markOpens(t)
-			if !final {
-				s.arm(s.opens)
-			}
 		case errors.Is(err, ringbuf.ErrFlushed):
 			// Everything submitted before the flush was asked for has
 			// been read (t may be older: taken before a blocking read).
 			s.markOpens(max(t, s.flushAt.Load()))
-			if !final {
-				s.arm(s.opens) // Pause and Resume flush to change the poll
-			}
 		default:
 			s.markOpens(math.MaxUint64)
 			return // closed

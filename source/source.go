@@ -168,7 +168,7 @@ type Source struct {
 	decodeCPU atomic.Uint64
 
 	hints  *hintServer
-	tick   chan struct{} // closed to stop pollTicks (ticks)
+	tick   chan struct{} // closed to stop pollTicks (Batched)
 	pauses chan struct{} // Pause and Resume tell pollTicks
 	wg     sync.WaitGroup
 	state  int // 0 opened, 1 started, 2 stopped, 3 closed
@@ -294,7 +294,7 @@ func (s *Source) Start(c Consumer) error {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); p.decode() }()
 	}
-	if s.ticks() {
+	if s.cfg.Latency == Batched {
 		s.tick, s.pauses = make(chan struct{}), make(chan struct{}, 1)
 		go s.pollTicks(s.tick)
 	}
