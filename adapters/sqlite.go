@@ -243,6 +243,9 @@ func (f *sqliteFile) enterPage(k uint32, a *access, r *reader, o *output) {
 			f.pend = pending{}
 			return
 		}
+		if p.dir != 0 && f.readCached {
+			f.walk(l, p.dir, r, o)
+		}
 	} else if a.kind == formats.KindMap {
 		f.pend = pending{} // fault-around mapped it; the program may not have touched it
 		return
@@ -259,7 +262,7 @@ func (f *sqliteFile) enterPage(k uint32, a *access, r *reader, o *output) {
 func (f *sqliteFile) parsePage(k uint32, a *access, r *reader, o *output) {
 	p := f.pend
 	f.pend = pending{}
-	if !p.valid || p.page != k || f.skip(k) {
+	if !p.valid || p.page != k || f.skip(k) || f.t.reached(k, p.in) {
 		return
 	}
 	r.eLo, r.eHi = p.osLo, a.first
@@ -364,34 +367,78 @@ func (f *sqliteFile) skip(k uint32) bool {
 // in-order scan reads between children); leaves list the overflow chains
 // of their cells.
 func (f *sqliteFile) parse(k uint32, in link, dir int, r *reader, o *output) {
-	if k > f.pages {
-		// The file may have grown since the header was read.
-		f.fileSize = r.size()
-		if n := uint32(min(f.fileSize/uint64(f.pageSize), 1<<31)); n > f.pages {
-			f.pages = n
-		}
-		if k > f.pages {
-			return
-		}
+	if !f.inFile(k, r) {
+		return
 	}
 	pg := f.buf
 	if err := r.readAt(pg, uint64(k-1)*uint64(f.pageSize)); err != nil {
 		return
 	}
+	f.parsed(k, pg, in, dir, false, r, o)
+}
+
+// inFile reports whether page k is within the database; the file may have
+// grown since the header was read.
+func (f *sqliteFile) inFile(k uint32, r *reader) bool {
+	if k > f.pages {
+		f.fileSize = r.size()
+		if n := uint32(min(f.fileSize/uint64(f.pageSize), 1<<31)); n > f.pages {
+			f.pages = n
+		}
+	}
+	return k <= f.pages
+}
+
+// parsed makes the traversal list of page k, whose content is pg, and
+// returns the link of its slot (gen 0: none). ahead says that the scan has
+// not reached it yet (a walk).
+func (f *sqliteFile) parsed(k uint32, pg []byte, in link, dir int, ahead bool, r *reader, o *output) link {
 	h := 0
 	if k == 1 {
 		h = 100
 	}
 	kids, pool, ok := f.cells(pg[:f.usable], h, k, r.st)
 	if !ok {
-		return
+		return link{}
 	}
 	tree := f.treeOf(k, in)
-	gen := uint32(0)
-	if s := f.t.add(pool, k, kids, in, dir, o); s != nil {
-		s.tree, gen = tree, s.gen
+	var node link
+	add := f.t.add
+	if ahead {
+		add = f.t.addAhead
 	}
-	f.structure(k, pg[:f.usable], h, tree, gen, in, r, o)
+	if s := add(pool, k, kids, in, dir, o); s != nil {
+		s.tree = tree
+		node = s.linkOf()
+	}
+	f.structure(k, pg[:f.usable], h, tree, node.gen, in, r, o)
+	return node
+}
+
+// walk runs the tracker's walk ahead of the scan at l (Config.ReadCached):
+// it parses the B-tree pages after l that the page cache holds, reading
+// nothing that is not cached.
+func (f *sqliteFile) walk(l link, dir int, r *reader, o *output) {
+	f.t.walk(l, dir, func(c child, in link, dir int, o *output) (link, bool) {
+		return f.parseAhead(c.page, in, dir, r, o)
+	}, o)
+}
+
+// parseAhead parses B-tree page k for a walk if it is cached; ok is false
+// when it is not (or the kernel cannot tell).
+func (f *sqliteFile) parseAhead(k uint32, in link, dir int, r *reader, o *output) (node link, ok bool) {
+	if !f.valid(k) || f.skip(k) || !f.inFile(k, r) {
+		return link{}, true
+	}
+	pg := f.buf
+	cached, unsupported := r.readCached(pg, uint64(k-1)*uint64(f.pageSize))
+	if unsupported {
+		f.readCached = false
+	}
+	if !cached {
+		return link{}, false
+	}
+	return f.parsed(k, pg, in, dir, true, r, o), true
 }
 
 // treeOf returns the root page of the B-tree that page k, entered from

@@ -34,9 +34,16 @@ const (
 type child struct {
 	page uint32 // the format's page number
 	span uint32 // format pages the entry covers from page (lmdb overflow runs), ≥ 1
-	aux  uint32 // sqlite: the overflow chain's length in pages
-	kind uint8
+	// aux is, for sqlite overflow entries, the chain's length in pages; for
+	// node entries the generation of the slot a walk parsed the node into
+	// (pools[apool][aslot]), 0 when none did, noList when it has no list.
+	aux          uint32
+	kind         uint8
+	apool, aslot uint8
 }
+
+// noList marks a node entry a walk parsed that has no traversal list.
+const noList = ^uint32(0)
 
 // link locates a position in a slot; gen 0 is no link.
 type link struct {
@@ -55,12 +62,17 @@ type cursor struct {
 
 type slot struct {
 	cursor
-	kids []child
-	page uint32
-	gen  uint32 // 0: free
-	tree uint32 // root page of the B-tree the node belongs to, 0 unknown (sqlite)
-	used uint64
-	up   link // where this node sits in its parent's list
+	probe int32 // the entry a walk continues from, noLast before any
+	asked int32 // the entry from which a walk last emitted, noLast before any
+	ahead bool  // parsed by a walk; the scan has not reached it yet
+	pool  uint8 // where the slot is: pools[pool][idx]
+	idx   uint8
+	kids  []child
+	page  uint32
+	gen   uint32 // 0: free
+	tree  uint32 // root page of the B-tree the node belongs to, 0 unknown (sqlite)
+	used  uint64
+	up    link // where this node sits in its parent's list
 }
 
 type ientry struct {
@@ -78,6 +90,7 @@ type tracker struct {
 	clock   uint64
 	confirm int32
 	ahead   int
+	nAhead  int    // slots a walk parsed that the scan has not reached (ahead)
 	lenient bool   // an established run continues across gaps up to ahead
 	base    uint64 // number of the format's first page (sqlite 1, lmdb 0)
 	fps     uint64 // the format's page size
@@ -292,7 +305,7 @@ func (t *tracker) emitFrom(s *slot, j int32, dir int, o *output) {
 		return
 	}
 	parent, _ := t.osPages(s.page, 1)
-	o.tree(parent, uint32(j), t.out)
+	o.tree(parent, uint32(max(j, 0)), t.out)
 }
 
 // add makes kids the traversal list of node page in pool and returns its
@@ -315,6 +328,9 @@ func (t *tracker) add(pool int, page uint32, kids []child, in link, dir int, o *
 	if si < 0 {
 		si = t.victim(ps)
 	}
+	if ps[si].gen != 0 && ps[si].ahead {
+		t.nAhead--
+	}
 	t.gen++
 	if t.gen == 0 { // wrapped: forget everything
 		t.reset()
@@ -322,7 +338,7 @@ func (t *tracker) add(pool int, page uint32, kids []child, in link, dir int, o *
 	}
 	s := &ps[si]
 	t.clock++
-	*s = slot{cursor: cursor{last: noLast}, kids: append(s.kids[:0], kids...), page: page, gen: t.gen, used: t.clock, up: in}
+	*s = slot{cursor: cursor{last: noLast}, probe: noLast, asked: noLast, pool: uint8(pool), idx: uint8(si), kids: append(s.kids[:0], kids...), page: page, gen: t.gen, used: t.clock, up: in}
 	for k := range s.kids {
 		t.insert(ientry{page: s.kids[k].page, gen: s.gen, pool: uint8(pool), slot: uint8(si), pos: uint16(k)})
 	}
@@ -338,6 +354,161 @@ func (t *tracker) add(pool int, page uint32, kids []child, in link, dir int, o *
 	t.emitFrom(s, start, dir, o)
 	return s
 }
+
+// addAhead is add for a node a walk parsed before the scan reached it:
+// its list is emitted from its first entry in direction dir, which the
+// scan has not entered yet, and its cursor waits just before that entry,
+// so that entering it continues the scan.
+func (t *tracker) addAhead(pool int, page uint32, kids []child, in link, dir int, o *output) *slot {
+	s := t.add(pool, page, kids, in, 0, o)
+	if s == nil || dir == 0 {
+		return s
+	}
+	before := int32(-1)
+	if dir < 0 {
+		before = int32(len(s.kids))
+	}
+	s.last = before
+	s.run = int32(dir) * max(t.confirm, 1)
+	s.ahead = true
+	t.nAhead++
+	t.emitFrom(s, before, dir, o)
+	return s
+}
+
+// reached notes that the scan reached node page, which a walk parsed into
+// a slot listed at in; it reports whether that slot still exists (the
+// program's read of the page then needs no second parse).
+func (t *tracker) reached(page uint32, in link) bool {
+	p := t.slotAt(in)
+	if p == nil {
+		return false
+	}
+	c := &p.kids[in.pos]
+	s := t.nodeSlot(c)
+	if c.page != page || s == nil {
+		return false
+	}
+	if s.ahead {
+		s.ahead = false
+		t.nAhead--
+	}
+	return true
+}
+
+// nodeSlot returns the slot a walk parsed node entry c into, nil when none
+// did or the slot was reused.
+func (t *tracker) nodeSlot(c *child) *slot {
+	if c.kind != kindNode || c.aux == 0 || c.aux == noList || int(c.apool) >= len(t.pools) {
+		return nil
+	}
+	s := &t.pools[c.apool][c.aslot]
+	if s.gen != c.aux || s.page != c.page {
+		return nil
+	}
+	return s
+}
+
+// aheadParser parses node c, listed at position in, if the page cache
+// holds it, into a slot (tracker.addAhead) of which it returns the link
+// (gen 0: the node has no list); ok is false when c is not cached.
+type aheadParser func(c child, in link, dir int, o *output) (node link, ok bool)
+
+// maxAhead bounds the nodes parsed by walks that the scan has not reached:
+// half a pool, so that they are not reused for one another first.
+const maxAhead = poolSlots / 2
+
+// walkSteps bounds the entries one walk looks at, so that cyclic pointers
+// in a hostile file cannot make it loop.
+const walkSteps = 4 * maxAhead
+
+// walk runs ahead of a scan that entered position l in direction dir: in
+// key order, it parses the nodes after l that are cached (the policies
+// prefetched them) and walks their lists in turn, climbing to the parents
+// when a list ends. Each node parsed ahead emits its own list, so the
+// pages below it are asked for before the scan reaches them, instead of
+// when the program reads the node, which is too late for the pages it
+// reads right after. A walk stops at the first node that is not cached
+// yet, once asking for it and the entries after it; the slots remember
+// where (probe), so that the next walk continues there. At most maxAhead
+// nodes are parsed ahead of the scan.
+func (t *tracker) walk(l link, dir int, parse aheadParser, o *output) {
+	steps := walkSteps
+	for range maxDepth {
+		s := t.slotAt(l)
+		if s == nil || t.nAhead >= maxAhead {
+			return
+		}
+		if !t.walkFrom(s, l, int32(l.pos)+int32(dir), dir, parse, o, 0, &steps) {
+			return
+		}
+		l = s.up
+	}
+}
+
+// walkFrom walks the entries of slot s (at l's pool and slot) from
+// position k in direction dir and reports whether it reached the end.
+func (t *tracker) walkFrom(s *slot, l link, k int32, dir int, parse aheadParser, o *output, depth int, steps *int) bool {
+	d, gen := int32(dir), s.gen
+	if s.probe != noLast && (s.probe-k)*d > 0 {
+		k = s.probe
+	}
+	for ; k >= 0 && int(k) < len(s.kids); k += d {
+		if *steps--; *steps < 0 || t.nAhead >= maxAhead {
+			s.probe = k
+			return false
+		}
+		c := s.kids[k]
+		if c.kind != kindNode || c.aux == noList {
+			continue
+		}
+		cs := t.nodeSlot(&c)
+		var cl link
+		if cs == nil {
+			n, ok := parse(c, link{gen: gen, pool: l.pool, slot: l.slot, pos: uint16(k)}, dir, o)
+			if s.gen != gen {
+				return false // the parse reused s
+			}
+			if !ok {
+				s.probe = k
+				t.ask(s, k, dir, o)
+				return false
+			}
+			e := &s.kids[k]
+			if cs = t.slotAt(n); cs == nil {
+				e.aux = noList
+				continue
+			}
+			e.aux, e.apool, e.aslot = n.gen, n.pool, n.slot
+		}
+		cl = link{gen: cs.gen, pool: s.kids[k].apool, slot: s.kids[k].aslot}
+		start := int32(0)
+		if dir < 0 {
+			start = int32(len(cs.kids) - 1)
+		}
+		if depth+1 < maxDepth && (!t.walkFrom(cs, cl, start, dir, parse, o, depth+1, steps) || s.gen != gen) {
+			if s.gen == gen {
+				s.probe = k
+			}
+			return false
+		}
+	}
+	s.probe = k
+	return true
+}
+
+// ask emits, once per position, the entries of s from k on in direction
+// dir: a walk stopped at k, whose node is not cached yet.
+func (t *tracker) ask(s *slot, k int32, dir int, o *output) {
+	if s.asked == k {
+		return
+	}
+	s.asked = k
+	t.emitFrom(s, k-int32(dir), dir, o)
+}
+
+// linkOf returns the link of slot s (position 0).
+func (s *slot) linkOf() link { return link{gen: s.gen, pool: s.pool, slot: s.idx} }
 
 // victim picks the slot to reuse: a free one, else the least recently used
 // one the scan has finished, else the least recently used.
@@ -372,4 +543,5 @@ func (t *tracker) reset() {
 		}
 	}
 	clear(t.idx)
+	t.nAhead = 0
 }

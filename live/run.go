@@ -443,7 +443,7 @@ func (r *runner) attachSource(sr srcResult) {
 	r.src = sr.src
 	r.loop.Attach(sr.src)
 	if as := r.adapters(); len(as) > 0 {
-		st, err := adapters.NewStage(adapters.Config{Adapters: as, HeaderFirst: true, Ahead: r.cfg.AdapterAhead, Warn: func(m string) { r.note(m) }}, r.loop.AdapterFiles())
+		st, err := adapters.NewStage(adapters.Config{Adapters: as, HeaderFirst: true, ReadCached: true, Ahead: r.cfg.AdapterAhead, Warn: func(m string) { r.note(m) }}, r.loop.AdapterFiles())
 		if err != nil {
 			r.warn(fmt.Sprintf("%v; running without adapters", err))
 		} else {
