@@ -409,6 +409,9 @@ func (f *sqliteFile) parsed(k uint32, pg []byte, in link, dir int, ahead bool, r
 	}
 	if s := add(pool, k, kids, in, dir, o); s != nil {
 		s.tree = tree
+		// The index of a rowid table predicts its lookups (lookups.go),
+		// which a walk would predict far beyond the scan.
+		_, s.noWalk = f.schema.tableOf(tree)
 		node = s.linkOf()
 	}
 	f.structure(k, pg[:f.usable], h, tree, node.gen, in, r, o)
@@ -419,6 +422,9 @@ func (f *sqliteFile) parsed(k uint32, pg []byte, in link, dir int, ahead bool, r
 // it parses the B-tree pages after l that the page cache holds, reading
 // nothing that is not cached.
 func (f *sqliteFile) walk(l link, dir int, r *reader, o *output) {
+	if s := f.t.slotAt(l); s == nil || s.noWalk {
+		return
+	}
 	f.t.walk(l, dir, func(c child, in link, dir int, o *output) (link, bool) {
 		return f.parseAhead(c.page, in, dir, r, o)
 	}, o)

@@ -65,14 +65,17 @@ type slot struct {
 	probe int32 // the entry a walk continues from, noLast before any
 	asked int32 // the entry from which a walk last emitted, noLast before any
 	ahead bool  // parsed by a walk; the scan has not reached it yet
-	pool  uint8 // where the slot is: pools[pool][idx]
-	idx   uint8
-	kids  []child
-	page  uint32
-	gen   uint32 // 0: free
-	tree  uint32 // root page of the B-tree the node belongs to, 0 unknown (sqlite)
-	used  uint64
-	up    link // where this node sits in its parent's list
+	// noWalk: no walk starts in this node (sqlite: an index of a rowid
+	// table, whose entries' lookups are predicted otherwise)
+	noWalk bool
+	pool   uint8 // where the slot is: pools[pool][idx]
+	idx    uint8
+	kids   []child
+	page   uint32
+	gen    uint32 // 0: free
+	tree   uint32 // root page of the B-tree the node belongs to, 0 unknown (sqlite)
+	used   uint64
+	up     link // where this node sits in its parent's list
 }
 
 type ientry struct {

@@ -4,12 +4,15 @@
 # resident), modes alternating and rotated each round (issue 13):
 #   sqlite     the Debian sqlite3 CLI: a 16 K-row key scan of the 1.9 GB
 #              YCSB-style WITHOUT ROWID table (mmap off, 2 MiB cache)
+#   sqlite-rowid  the same scan of the 1.6 GB rowid table through its key
+#              index (rows looked up in rowid order)
 #   lmdb       internal/workload's LMDB scanner: 16 K keys of a 1.8 GB env
 #   lmdb-nora  the same with MDB_NORDAHEAD
 # Modes: baseline (the program alone); noop (predictio run --backend none
 # --policy tree: events, adapters and policy, nothing read); tree (the
 # kernel backend); physical; noop1/tree1/tree5 (--latency 1ms/5ms); bare
-# (run --backend none, no policy). It prints a markdown table of medians.
+# (run --backend none, no policy); tree-old (tree with the binary $OLD, for
+# an A/B of two commits). It prints a markdown table of medians.
 #
 #   sudo scripts/adapters-ab.sh
 #   sudo ROUNDS=3 WORKLOADS=sqlite MODES="baseline noop tree" scripts/adapters-ab.sh
@@ -17,6 +20,7 @@
 # Needs root, a built ./predictio, sqlite3, fincore, and the workloads in
 # /var/tmp/adbig, made once (minutes; about 4 GB):
 #   go run ./internal/gen/workload sqlite -o /var/tmp/adbig/ycsb-wr.db -layout without-rowid
+#   go run ./internal/gen/workload sqlite -o /var/tmp/adbig/ycsb-rowid.db -layout rowid
 #   go run ./internal/gen/workload lmdb -o /var/tmp/adbig/lmdb-env
 #   go run ./internal/gen/workload lmdb-scanner -o /var/tmp/adbig
 # Run it on a quiet machine: every figure is a wall-clock time.
@@ -26,6 +30,7 @@ ROUNDS=${ROUNDS:-5}
 OUT=${OUT:-/var/tmp/predictio-adapters-ab}
 mkdir -p $OUT
 DB=/var/tmp/adbig/ycsb-wr.db
+DBR=/var/tmp/adbig/ycsb-rowid.db
 Q="SELECT sum(length(field0)) FROM (SELECT field0 FROM usertable WHERE ycsb_key >= 'user0000200000' ORDER BY ycsb_key LIMIT 16384);"
 cold() { sync; echo 3 > /proc/sys/vm/drop_caches; fincore -nb "$@" | awk '{s+=$1} END {print s+0}'; }
 t() { local s=$(date +%s%N); "$@" > $OUT/last.out 2>&1; local rc=$?; echo "$(( ($(date +%s%N) - s) / 1000 )) $rc"; }
@@ -33,6 +38,7 @@ run1() { # workload mode
 	local w=$1 m=$2 files cmd
 	case $w in
 	sqlite) files=$DB; cmd=(sqlite3 -batch $DB "PRAGMA mmap_size=0" "PRAGMA cache_size=-2048" "$Q") ;;
+	sqlite-rowid) files=$DBR; cmd=(sqlite3 -batch $DBR "PRAGMA mmap_size=0" "PRAGMA cache_size=-2048" "$Q") ;;
 	lmdb) files=/var/tmp/adbig/lmdb-env/data.mdb; cmd=(/var/tmp/adbig/lmdb-scan /var/tmp/adbig/lmdb-env user0000100000 16384) ;;
 	lmdb-nora) files=/var/tmp/adbig/lmdb-env/data.mdb; cmd=(/var/tmp/adbig/lmdb-scan -nordahead /var/tmp/adbig/lmdb-env user0000100000 16384) ;;
 	esac
@@ -41,6 +47,7 @@ run1() { # workload mode
 	baseline) pre=() ;;
 	noop) pre=($P run --no-profile --backend none --policy tree --) ;;
 	tree) pre=($P run --no-profile --policy tree --) ;;
+	tree-old) pre=(${OLD:?set OLD to the other binary} run --no-profile --policy tree --) ;;
 	physical) pre=($P run --no-profile --policy physical --) ;;
 	noop1) pre=($P run --no-profile --latency 1ms --backend none --policy tree --) ;;
 	tree1) pre=($P run --no-profile --latency 1ms --policy tree --) ;;
