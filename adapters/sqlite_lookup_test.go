@@ -905,12 +905,10 @@ func TestSQLiteLookupsReadCached(t *testing.T) {
 		if st.PagesIO > 4096/ps-1 || (readCached != (st.PagesCached > 0)) {
 			t.Errorf("ReadCached %v: stats %+v", readCached, st)
 		}
-		bound := 3 * DefaultAhead
-		if readCached {
-			bound = walkOverread
-		}
-		if a.never > bound {
-			t.Errorf("ReadCached %v: %d pages predicted never read, want at most %d", readCached, a.never, bound)
+		// The index of a rowid table does not walk (noWalk): walking it
+		// predicted 118 pages never read here, and 3585 on a live scan.
+		if a.never > 3*DefaultAhead {
+			t.Errorf("ReadCached %v: %d pages predicted never read, want at most %d", readCached, a.never, 3*DefaultAhead)
 		}
 		s.Close()
 	}
