@@ -186,6 +186,13 @@ func (s *Stage) Status() []FileStatus {
 	return out
 }
 
+// Recognized reports whether an adapter recognized file (and its state
+// is kept).
+func (s *Stage) Recognized(file uint32) bool {
+	_, ok := s.states[file]
+	return ok
+}
+
 // Forget drops what the stage knows about file, closing its content; a
 // source calls it when it reuses or drops a file id.
 func (s *Stage) Forget(file uint32) {

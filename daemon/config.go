@@ -12,6 +12,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/predictio/predictio/adapters"
 	"github.com/predictio/predictio/policies"
 )
 
@@ -42,6 +43,15 @@ type Config struct {
 	// Policies are the policy specs run on every event; the launch policy
 	// is the one that prefetches profiles.
 	Policies []string `toml:"policies"`
+	// Adapters are the structure adapters in front of the tree and tensor
+	// policies (adapters.ParseList: "all", "none" or a list such as
+	// "sqlite,gguf"). A program whose learned launch read a file an
+	// adapter recognized is followed, with its accesses traced, for as
+	// long as each of its launches runs (docs/daemon.md).
+	Adapters string `toml:"adapters"`
+	// Poll is how often the batched event rings are looked at: how late,
+	// at most, a followed program's accesses reach the adapters.
+	Poll Duration `toml:"poll"`
 	// LogLevel is debug, info, warn or error; LogFormat text or json.
 	LogLevel  string `toml:"log_level"`
 	LogFormat string `toml:"log_format"`
@@ -145,6 +155,8 @@ func Defaults() Config {
 		Backend:    "kernel",
 		Effect:     false,
 		Policies:   []string{"launch", "markov", "tree", "tensor"},
+		Adapters:   "all",
+		Poll:       Duration{20 * time.Millisecond},
 		LogLevel:   "info",
 		LogFormat:  "text",
 		Learn: LearnConfig{
@@ -220,6 +232,12 @@ func (c *Config) check(path string) error {
 		if !validPolicy(s) {
 			return bad("policies", "%q: unknown policy; valid: %s", s, strings.Join(policies.Names(), ", "))
 		}
+	}
+	if _, err := adapters.ParseList(c.Adapters); err != nil {
+		return bad("adapters", "%v", err)
+	}
+	if p := c.Poll.Duration; p < 100*time.Microsecond || p > time.Second {
+		return bad("poll", "%v is out of range: want 100us to 1s", p)
 	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(c.LogLevel)); err != nil {

@@ -49,6 +49,9 @@ type ProfileStatus struct {
 	Launches int    `json:"launches"`
 	Files    int    `json:"files"`
 	Pages    uint64 `json:"pages"`
+	// Followed: the program's launches are traced while they run, for the
+	// structure adapters (Config.Adapters).
+	Followed bool `json:"followed,omitempty"`
 }
 
 // ActiveLaunch is a launch being learned.
@@ -82,6 +85,9 @@ type StatusCounts struct {
 	Late               uint64 `json:"pages_late"`
 	Wasted             uint64 `json:"pages_wasted"`
 	Hints              uint64 `json:"hints"`
+	AdapterFiles       uint64 `json:"adapter_files"`         // files a structure adapter recognized
+	TreeEvents         uint64 `json:"adapter_tree_events"`   // TreeChildEnter events the adapters derived
+	TensorEvents       uint64 `json:"adapter_tensor_events"` // TensorLayout events the adapters derived
 }
 
 type request struct {
@@ -211,7 +217,8 @@ func (d *Daemon) Status() Status {
 		ProfileDir: d.cfg.ProfileDir, Metrics: d.cfg.Metrics, HintSocket: d.cfg.HintSocket, Backend: d.cfg.Backend,
 		Policies: d.cfg.Policies, Bytes: d.store.totalBytes(), Claims: len(d.claims), Notes: d.notes}
 	for _, p := range d.store.model.Profiles() {
-		s.Profiles = append(s.Profiles, ProfileStatus{Program: p.Program.Path, Launches: len(p.Launches), Files: len(p.Plan()), Pages: p.Pages()})
+		s.Profiles = append(s.Profiles, ProfileStatus{Program: p.Program.Path, Launches: len(p.Launches), Files: len(p.Plan()), Pages: p.Pages(),
+			Followed: d.store.followed[p.Program.Path]})
 	}
 	for _, l := range d.launches {
 		s.Active = append(s.Active, ActiveLaunch{Program: l.program, PID: l.pid, Age: Duration{time.Since(l.start).Round(time.Millisecond)},
@@ -226,6 +233,10 @@ func (d *Daemon) Status() Status {
 		PagesSubmitted: bs.PagesSubmitted, PagesCached: bs.PagesCached, Dropped: bs.Dropped,
 		Prefetched: eff.Total.Prefetched, UsedInTime: eff.Total.UsedInTime, Late: eff.Total.Late, Wasted: eff.Total.Wasted,
 		Hints: src.Hints,
+	}
+	if d.stage != nil {
+		as := d.stage.Stats()
+		s.Counts.AdapterFiles, s.Counts.TreeEvents, s.Counts.TensorEvents = as.Recognized, as.TreeEvents, as.TensorEvents
 	}
 	return s
 }

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/predictio/predictio/adapters"
 	"github.com/predictio/predictio/effect"
 	"github.com/predictio/predictio/live"
 	"github.com/predictio/predictio/policies"
@@ -35,12 +36,13 @@ type Daemon struct {
 	level   *slog.LevelVar
 	started time.Time
 
-	src  *source.Source
-	ob   *effect.Observer
-	ac   *source.AccessChecker
-	loop *live.Loop
-	ctl  net.Listener
-	http *http.Server
+	src   *source.Source
+	stage *adapters.Stage // nil: no adapters
+	ob    *effect.Observer
+	ac    *source.AccessChecker
+	loop  *live.Loop
+	ctl   net.Listener
+	http  *http.Server
 
 	metricsAddr string
 	execDrops   atomic.Uint64
@@ -127,10 +129,11 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	if err := d.startLoop(); err != nil {
 		return nil, err
 	}
-	// Events in batches (every 20 ms or 256 KiB: nearly free for the
-	// traced programs), execs at once through the opens ring (OnExec).
+	// Events in batches (every poll, 20 ms by default, or 256 KiB: nearly
+	// free for the traced programs), execs at once through the opens ring
+	// (OnExec).
 	if d.src, err = source.Open(source.Config{
-		Exec: source.ExecAll, Latency: source.Batched, OnExec: d.hookExec, RingBytes: int(cfg.Limits.RingBytes),
+		Exec: source.ExecAll, Latency: source.Batched, Poll: cfg.Poll.Duration, OnExec: d.hookExec, RingBytes: int(cfg.Limits.RingBytes),
 		HintSocket: cfg.HintSocket, HintUIDs: cfg.HintUIDs, Exclude: []string{cfg.ProfileDir}, BTFCacheDir: o.BTFCacheDir,
 	}); err != nil {
 		return nil, fmt.Errorf("start the daemon: %w", err)
@@ -179,6 +182,16 @@ func (d *Daemon) startLoop() error {
 		return fmt.Errorf("start the daemon: %w", err)
 	}
 	d.loop = l
+	as, _ := adapters.ParseList(d.cfg.Adapters) // checked with the config
+	if len(as) == 0 {
+		return nil
+	}
+	st, err := adapters.NewStage(adapters.Config{Adapters: as, HeaderFirst: true, ReadCached: true, Warn: func(m string) { d.log.Info(m) }}, l.AdapterFiles())
+	if err != nil {
+		return fmt.Errorf("start the daemon: %w", err)
+	}
+	d.stage = st
+	l.SetStage(st)
 	return nil
 }
 
@@ -309,6 +322,9 @@ func (d *Daemon) close() {
 	}
 	if d.loop != nil {
 		d.loop.Close()
+	}
+	if d.stage != nil {
+		d.stage.Close()
 	}
 	if d.ob != nil {
 		d.ob.Close()

@@ -21,7 +21,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/predictio/predictio/hints"
+	"github.com/predictio/predictio/internal/testenv"
 	"github.com/predictio/predictio/internal/tracetest"
+	"github.com/predictio/predictio/internal/workload/sqlitedb"
 	"github.com/predictio/predictio/live"
 	"github.com/predictio/predictio/policies"
 	"github.com/predictio/predictio/source"
@@ -460,17 +462,27 @@ func TestDaemonIdleCPU(t *testing.T) {
 	}
 }
 
-// procCPU returns a process's user+system CPU time.
+// procCPU returns the CPU time of a process's threads, in nanoseconds
+// (the first field of each /proc/PID/task/TID/schedstat): /proc/PID/stat
+// counts in 10 ms ticks, coarser than the bounds checked.
 func procCPU(t *testing.T, pid int) time.Duration {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	ut, _ := strconv.ParseUint(f[11], 10, 64)
-	st, _ := strconv.ParseUint(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+	var sum time.Duration
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, task.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			ns, _ := strconv.ParseUint(f[0], 10, 64)
+			sum += time.Duration(ns)
+		}
+	}
+	return sum
 }
 
 func buildPredictio(t testing.TB) string {
@@ -743,5 +755,77 @@ func TestDaemonRefresh(t *testing.T) {
 	}
 	if s := d.Status(); s.Counts.Learned != 2 || s.Counts.LaunchesPrefetched < 3 {
 		t.Errorf("learned %d, prefetched %d: want 2 learned, 3 prefetched", s.Counts.Learned, s.Counts.LaunchesPrefetched)
+	}
+}
+
+// TestDaemonFollowsAdaptedProgram: a learned launch of the unmodified
+// sqlite3 shell reads a database the SQLite adapter recognizes, so the
+// daemon follows the program: its next launch, whose profile is full and
+// which is not learned, is traced while it runs, and the tree policy
+// prefetches the B-tree pages of a range the profile never saw. Following
+// survives a restart (followed.list).
+func TestDaemonFollowsAdaptedProgram(t *testing.T) {
+	requireDaemon(t)
+	testenv.Tool(t, "sqlite3")
+	dir := t.TempDir()
+	shell, err := exec.LookPath("sqlite3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(shell)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog := filepath.Join(dir, "sqlite3")
+	if err := os.WriteFile(prog, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(tracetest.DiskDir(t), "f.db")
+	if err := sqlitedb.Build(context.Background(), sqlitedb.Config{Path: db, Layout: sqlitedb.WithoutRowid, Rows: 6000, Seed: 9, Compressible: true}); err != nil {
+		t.Fatal(err)
+	}
+	scan := func(start int) {
+		t.Helper()
+		q, _ := sqlitedb.ScanSQL(sqlitedb.WithoutRowid, sqlitedb.ByKey, start, 1500)
+		tracetest.Evict(t, db)
+		if out, err := exec.Command(prog, sqlitedb.ScanArgs(prog, db, q)[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", prog, err, out)
+		}
+	}
+	cfg := testConfig(t, dir)
+	cfg.Learn.Launches = 1 // the second launch is not learned
+	cfg.Poll = Duration{time.Millisecond}
+	d, _ := startDaemon(t, cfg)
+	followed := func(d *Daemon) bool {
+		for _, p := range d.Status().Profiles {
+			if p.Program == prog {
+				return p.Followed
+			}
+		}
+		return false
+	}
+	scan(0)
+	waitFor(t, "the first launch to be learned", func() bool { return launches(d, prog) == 1 })
+	if !followed(d) {
+		t.Fatalf("after a launch that read a database: not followed; status %+v", d.Status().Counts)
+	}
+	tree := func() float64 { return metrics(t, d)[`predictio_daemon_requested_pages_total{policy="tree"}`] }
+	events, before := d.Status().Counts.TreeEvents, tree()
+	learned := d.Status().Counts.Learned
+	scan(4000)
+	waitFor(t, "the second launch to end", func() bool { return len(d.Status().Active) == 0 })
+	st := d.Status().Counts
+	if st.Learned != learned {
+		t.Errorf("the second launch was learned (%d launches learned): the test needs it only followed", st.Learned)
+	}
+	if st.TreeEvents <= events || tree() < before+500 {
+		t.Errorf("the followed launch: %d tree events derived (before it %d), %.0f pages requested by tree (before %.0f): want its scan's pages prefetched",
+			st.TreeEvents, events, tree(), before)
+	}
+	t.Logf("the followed launch: %d tree events derived, %.0f pages requested by tree (the learned one: %d, %.0f)", st.TreeEvents-events, tree()-before, events, before)
+	d.Close()
+	d2, _ := startDaemon(t, cfg)
+	if !followed(d2) {
+		t.Errorf("after a restart the program is not followed")
 	}
 }

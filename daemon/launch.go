@@ -17,16 +17,22 @@ import (
 // forks and every exec of them (a pyenv shim that execs bash, pyenv and
 // the interpreter is one launch), from the exec until the first process
 // exits or learn.window has passed.
+//
+// A launch of a followed program (Config.Adapters) is traced for as long
+// as its first process runs, so that the adapters see its accesses; it is
+// learned, if it is, from its first learn.window.
 type launch struct {
 	pid     uint32 // the first process
 	program string // the resolved path given to exec: the profile's key
 	root    string // prefix of its mount namespace (live.ProcRoot)
 	exe     policies.LaunchFile
-	ran     uint32 // source file id of the first exec
-	rec     *policies.LaunchRecorder
+	ran     uint32                   // source file id of the first exec
+	rec     *policies.LaunchRecorder // nil: not learned (followed only)
 	start   time.Time
 	members map[uint32]bool
 	events  uint64
+	follow  bool // traced until the first process exits
+	adapted bool // an access of it was to a file an adapter recognized
 	done    bool
 }
 
@@ -44,7 +50,9 @@ func (d *Daemon) observe(ev *policies.Event) {
 			if l.ran == 0 {
 				l.ran = ev.File
 			}
-			l.rec.Observe(ev)
+			if l.rec != nil {
+				l.rec.Observe(ev)
+			}
 		}
 		return
 	}
@@ -58,7 +66,12 @@ func (d *Daemon) observe(ev *policies.Event) {
 			return
 		}
 	}
-	l.rec.Observe(ev)
+	if l.rec != nil {
+		l.rec.Observe(ev)
+	}
+	if !l.adapted && d.stage != nil && ev.Kind == policies.EventFileAccess && d.stage.Recognized(ev.File) {
+		l.adapted = true
+	}
 	l.events++
 	d.st.launchEvents++
 }
@@ -144,8 +157,10 @@ func (d *Daemon) onExec(n execNote) {
 			d.log.Debug("prefetched", "program", program, "pid", pid, "launches", len(prof.Launches))
 		}
 	}
-	if prof.Wants(d.cfg.Learn.Launches, d.cfg.Learn.Refresh.Duration, time.Now()) {
-		d.learn(n, program, root, exe)
+	learn := prof.Wants(d.cfg.Learn.Launches, d.cfg.Learn.Refresh.Duration, time.Now())
+	follow := d.stage != nil && d.store.followed[program]
+	if learn || follow {
+		d.learn(n, program, root, exe, learn, follow)
 	} else if d.ob != nil && requested {
 		// Only a launch something was requested for: a demand process
 		// pays the observer's read hooks on every read.
@@ -212,8 +227,10 @@ func (d *Daemon) ignore(pid uint32, path, why string) {
 }
 
 // learn starts following the launch of program by process pid, when
-// fewer than limits.concurrent launches are followed.
-func (d *Daemon) learn(n execNote, program, root string, exe policies.LaunchFile) {
+// fewer than limits.concurrent launches are followed: to learn it
+// (record), for as long as it runs (follow: its program is followed), or
+// both.
+func (d *Daemon) learn(n execNote, program, root string, exe policies.LaunchFile, record, follow bool) {
 	pid := n.pid
 	if len(d.launches) >= d.cfg.Limits.Concurrent {
 		d.st.notLearned++
@@ -231,8 +248,11 @@ func (d *Daemon) learn(n execNote, program, root string, exe policies.LaunchFile
 		d.st.notLearned++
 		return
 	}
-	l := &launch{pid: pid, program: program, root: root, exe: exe, rec: policies.NewLaunchRecorder(n.ts),
+	l := &launch{pid: pid, program: program, root: root, exe: exe, follow: follow,
 		start: time.Now(), members: map[uint32]bool{pid: true}}
+	if record {
+		l.rec = policies.NewLaunchRecorder(n.ts)
+	}
 	d.launches[pid] = l
 	d.trace.active.Add(1)
 	d.members[pid] = l
@@ -241,21 +261,23 @@ func (d *Daemon) learn(n execNote, program, root string, exe policies.LaunchFile
 }
 
 // await ends l when its first process exits or learn.window has passed,
-// whichever comes first. It waits on a pidfd (Linux 5.3): no polling.
+// whichever comes first; a followed launch is learned then and stops
+// being traced only when its first process exits. It waits on a pidfd
+// (Linux 5.3): no polling.
 func (d *Daemon) await(l *launch) {
-	window := d.cfg.Learn.Window.Duration
+	fd, err := unix.PidfdOpen(int(l.pid), 0)
+	if err == nil {
+		defer unix.Close(fd)
+	}
 	// An error means the process is gone already: end at once.
-	if fd, err := unix.PidfdOpen(int(l.pid), 0); err == nil {
-		ms := int(window / time.Millisecond)
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		for {
-			_, err := unix.Poll(fds, ms)
-			if err != unix.EINTR {
-				break
-			}
-			ms = int(max(time.Until(l.start.Add(window)), 0) / time.Millisecond)
+	exited := err != nil || waitExit(fd, l.start.Add(d.cfg.Learn.Window.Duration))
+	if l.follow && !exited {
+		d.mu.Lock()
+		if !d.closed {
+			d.learnLaunch(l)
 		}
-		unix.Close(fd)
+		d.mu.Unlock()
+		waitExit(fd, time.Time{})
 	}
 	// Events of the last moments may still be in the ring: a short
 	// grace, so that they are delivered before the launch is learned.
@@ -267,8 +289,24 @@ func (d *Daemon) await(l *launch) {
 	}
 }
 
-// end learns launch l into its program's profile and stops tracing its
-// processes.
+// waitExit waits until the process of pidfd fd exits (true) or until
+// deadline (false; the zero time: no deadline).
+func waitExit(fd int, deadline time.Time) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		ms := -1
+		if !deadline.IsZero() {
+			ms = int(max(time.Until(deadline), 0) / time.Millisecond)
+		}
+		n, err := unix.Poll(fds, ms)
+		if err != unix.EINTR {
+			return n > 0
+		}
+	}
+}
+
+// end stops tracing launch l's processes and learns it, if that was not
+// done yet.
 func (d *Daemon) end(l *launch) {
 	if l.done {
 		return
@@ -286,7 +324,22 @@ func (d *Daemon) end(l *launch) {
 		// machine's system calls, reads and faults until the next.
 		d.trace.idle()
 	}
-	launchRec, files := l.rec.Launch(func(id uint32) (policies.LaunchFile, bool) {
+	d.learnLaunch(l)
+}
+
+// learnLaunch learns launch l into its program's profile (once), and
+// marks the program followed when l read a file an adapter recognized.
+func (d *Daemon) learnLaunch(l *launch) {
+	if l.adapted && !d.store.followed[l.program] {
+		d.log.Info("following the program: it reads a file a structure adapter recognized", "program", l.program)
+		d.store.follow(l.program, true)
+	}
+	if l.rec == nil {
+		return
+	}
+	rec := l.rec
+	l.rec = nil
+	launchRec, files := rec.Launch(func(id uint32) (policies.LaunchFile, bool) {
 		f, ok := d.src.File(id)
 		if !ok {
 			return policies.LaunchFile{}, false

@@ -2,9 +2,12 @@ package daemon
 
 import (
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,11 +30,22 @@ type store struct {
 	bytes    map[string]int // encoded size per program
 	failures int
 	pending  sync.WaitGroup // queued saves not written yet
+	// followed are the programs whose learned launches read a file an
+	// adapter recognized (followedFile); their launches are followed.
+	followed map[string]bool
 }
+
+// followedFile lists the followed programs, one path a line.
+const followedFile = "followed.list"
+
+// maxFollowed bounds the followed programs (the least recently added
+// go first).
+const maxFollowed = 4096
 
 type saveJob struct {
 	program string
 	b       []byte // nil: remove the profile
+	file    string // instead of a profile, the file of dir to write (followedFile)
 }
 
 // openStore loads every profile of dir (at most max; a damaged one is
@@ -42,8 +56,9 @@ func openStore(dir string, max, maxBytes int, log *slog.Logger) (*store, error) 
 	}
 	live.RemoveStaleTemps(dir)
 	s := &store{dir: dir, max: max, maxBytes: maxBytes, model: policies.NewLaunchModel(), used: map[string]time.Time{},
-		saves: make(chan saveJob, 1024), done: make(chan struct{}), log: log, bytes: map[string]int{}}
+		saves: make(chan saveJob, 1024), done: make(chan struct{}), log: log, bytes: map[string]int{}, followed: map[string]bool{}}
 	s.load()
+	s.loadFollowed()
 	go s.saver()
 	return s, nil
 }
@@ -122,8 +137,41 @@ func (s *store) put(p *policies.LaunchProfile) {
 	}
 }
 
+// loadFollowed reads followedFile: the followed programs that still have
+// a profile.
+func (s *store) loadFollowed() {
+	b, err := os.ReadFile(filepath.Join(s.dir, followedFile))
+	if err != nil {
+		return
+	}
+	for _, p := range strings.Split(string(b), "\n") {
+		if p != "" && s.model.Get(p) != nil && len(s.followed) < maxFollowed {
+			s.followed[p] = true
+		}
+	}
+}
+
+// follow marks program followed and saves the list when it changed.
+func (s *store) follow(program string, on bool) {
+	if s.followed[program] == on || (on && len(s.followed) >= maxFollowed) {
+		return
+	}
+	if on {
+		s.followed[program] = true
+	} else {
+		delete(s.followed, program)
+	}
+	var b strings.Builder
+	for _, p := range slices.Sorted(maps.Keys(s.followed)) {
+		b.WriteString(p)
+		b.WriteByte('\n')
+	}
+	s.queue(saveJob{file: followedFile, b: []byte(b.String())})
+}
+
 // remove forgets program's profile and deletes its file.
 func (s *store) remove(program string) {
+	s.follow(program, false)
 	s.model.Remove(program)
 	delete(s.used, program)
 	delete(s.bytes, program)
@@ -148,7 +196,11 @@ func (s *store) queue(j saveJob) {
 func (s *store) saver() {
 	defer close(s.done)
 	for j := range s.saves {
-		if j.b == nil {
+		if j.file != "" {
+			if err := live.WriteAtomic(s.dir, j.file, j.b); err != nil {
+				s.log.Error("cannot save the followed programs", "err", err)
+			}
+		} else if j.b == nil {
 			os.Remove(live.ProfilePath(s.dir, j.program))
 		} else if err := live.WriteProfile(s.dir, j.program, j.b); err != nil {
 			s.log.Error("cannot save a profile", "program", j.program, "err", err)

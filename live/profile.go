@@ -97,20 +97,29 @@ func EncodeProfile(p *policies.LaunchProfile, maxBytes int) []byte {
 	return b
 }
 
-// WriteProfile writes program's encoded profile b into dir atomically: a
-// temporary file (mode 0600) written and fsync'ed, renamed over the
-// profile, the directory fsync'ed. A reader, a crash or a kill sees the
-// old profile or the new one, never a part of one.
+// WriteProfile writes program's encoded profile b into dir atomically
+// (WriteAtomic).
 func WriteProfile(dir, program string, b []byte) error {
-	name := ProfilePath(dir, program)
-	tmp := filepath.Join(dir, "."+filepath.Base(name)+tmpMark+strconv.Itoa(os.Getpid()))
+	if err := WriteAtomic(dir, filepath.Base(ProfilePath(dir, program)), b); err != nil {
+		return fmt.Errorf("save launch profile: %w", err)
+	}
+	return nil
+}
+
+// WriteAtomic writes b into dir/name atomically: a temporary file (mode
+// 0600) written and fsync'ed, renamed over name, the directory fsync'ed.
+// A reader, a crash or a kill sees the old file or the new one, never a
+// part of one.
+func WriteAtomic(dir, name string, b []byte) error {
+	path := filepath.Join(dir, name)
+	tmp := filepath.Join(dir, "."+name+tmpMark+strconv.Itoa(os.Getpid()))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if errors.Is(err, os.ErrExist) { // left by a killed process of the same pid
 		os.Remove(tmp)
 		f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	}
 	if err != nil {
-		return fmt.Errorf("save launch profile %s: %w", name, err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	_, werr := f.Write(b)
 	if werr == nil {
@@ -120,11 +129,11 @@ func WriteProfile(dir, program string, b []byte) error {
 		werr = cerr
 	}
 	if werr == nil {
-		werr = os.Rename(tmp, name)
+		werr = os.Rename(tmp, path)
 	}
 	if werr != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("save launch profile %s: %w", name, werr)
+		return fmt.Errorf("write %s: %w", path, werr)
 	}
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
@@ -133,13 +142,13 @@ func WriteProfile(dir, program string, b []byte) error {
 	return nil
 }
 
-// tmpMark marks the temporary files of WriteProfile.
+// tmpMark marks the temporary files of WriteAtomic.
 const tmpMark = ".tmp"
 
 // RemoveStaleTemps removes the temporary files that writers killed
 // before their rename left in dir.
 func RemoveStaleTemps(dir string) {
-	names, _ := filepath.Glob(filepath.Join(dir, ".*"+policies.LaunchProfileExt+tmpMark+"*"))
+	names, _ := filepath.Glob(filepath.Join(dir, ".*"+tmpMark+"*"))
 	for _, n := range names {
 		os.Remove(n)
 	}

@@ -87,11 +87,12 @@ func daemonStatus(c *command, args []string) int {
 		k.Execs, k.Ignored, k.Claimed, k.Learned, k.LaunchesPrefetched, k.NotLearned)
 	fmt.Printf("  pages: %d requested, %d read ahead, %d already cached, %d requests dropped; by effect: %d prefetched, %d used in time, %d late, %d wasted\n",
 		k.PagesRequested, k.PagesSubmitted, k.PagesCached, k.Dropped, k.Prefetched, k.UsedInTime, k.Late, k.Wasted)
+	fmt.Printf("  adapters: %d files recognized, %d tree and %d tensor events derived\n", k.AdapterFiles, k.TreeEvents, k.TensorEvents)
 	for _, n := range s.Notes {
 		fmt.Printf("  note: %s\n", n)
 	}
 	if len(s.Active) > 0 {
-		fmt.Println("\nlearning now:")
+		fmt.Println("\nlearning or following now:")
 		tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  PID\tAGE\tPROCESSES\tEVENTS\tPROGRAM")
 		for _, a := range s.Active {
@@ -102,9 +103,9 @@ func daemonStatus(c *command, args []string) int {
 	if len(s.Profiles) > 0 {
 		fmt.Println("\nprofiles:")
 		tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  LAUNCHES\tFILES\tPAGES\tPROGRAM")
+		fmt.Fprintln(tw, "  LAUNCHES\tFILES\tPAGES\tFOLLOWED\tPROGRAM")
 		for _, p := range s.Profiles {
-			fmt.Fprintf(tw, "  %d\t%d\t%d\t%s\n", p.Launches, p.Files, p.Pages, p.Program)
+			fmt.Fprintf(tw, "  %d\t%d\t%d\t%s\t%s\n", p.Launches, p.Files, p.Pages, yesNo(p.Followed), p.Program)
 		}
 		tw.Flush()
 	}
@@ -116,4 +117,11 @@ func orNone(s string) string {
 		return "off"
 	}
 	return s
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }
