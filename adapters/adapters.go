@@ -127,7 +127,10 @@ type Config struct {
 	// and the file is tried again at its next access of page 0. SQLite,
 	// LMDB and GGUF readers all read their header first. The live
 	// runtimes set it: with it, an adapter that is on costs a program no
-	// read of its own.
+	// read of its own. With ReadCached too, a file whose first access seen
+	// is not to page 0 (tracing started after the program read its
+	// header) is recognized then if its header is in the page cache, and
+	// skipped from then on if it is not.
 	HeaderFirst bool
 	// Warn receives one message per notable condition of a file (WAL mode,
 	// unsupported versions, malformed structure). nil drops them.

@@ -146,10 +146,11 @@ func (s *Stage) Process(ev *policies.Event, sink Sink) {
 	s.r = reader{ps: uint64(s.cfg.PageSize), first: a.first, end: a.first + a.n, st: &s.st}
 	f := s.states[ev.File]
 	if f == nil {
-		if s.cfg.HeaderFirst && a.first != 0 {
+		late := s.cfg.HeaderFirst && a.first != 0
+		if late && !s.cfg.ReadCached {
 			return
 		}
-		if f = s.recognize(ev); f == nil {
+		if f = s.recognize(ev, late); f == nil {
 			return
 		}
 	}
@@ -227,8 +228,12 @@ func (s *Stage) addSkip(file uint32) {
 
 // recognize opens ev's file, reads its header and asks each enabled
 // adapter whether it knows the format. A file that cannot be opened or is
-// not recognized is skipped from then on.
-func (s *Stage) recognize(ev *policies.Event) *fileState {
+// not recognized is skipped from then on. With cached (Config.HeaderFirst
+// and ReadCached, at a first access that is not to the header: the
+// program's read of the header was not seen, as when tracing started
+// after it) the header is read only if it is in the page cache, else the
+// file is skipped too.
+func (s *Stage) recognize(ev *policies.Event, cached bool) *fileState {
 	c, err := s.files.Open(ev.File, ev.PID)
 	if err != nil {
 		s.st.OpenErrors++
@@ -236,9 +241,20 @@ func (s *Stage) recognize(ev *policies.Event) *fileState {
 		return nil
 	}
 	s.r.c = c
-	n, _ := c.ReadAt(s.hdr, 0)
-	s.r.account(0, max(n, 0))
-	hdr := s.hdr[:max(n, 0)]
+	var hdr []byte
+	if cached {
+		n := min(int64(len(s.hdr)), max(c.Size(), 0))
+		if ok, _ := s.r.readCached(s.hdr[:n], 0); !ok || n == 0 {
+			c.Close()
+			s.addSkip(ev.File)
+			return nil
+		}
+		hdr = s.hdr[:n]
+	} else {
+		n, _ := c.ReadAt(s.hdr, 0)
+		s.r.account(0, max(n, 0))
+		hdr = s.hdr[:max(n, 0)]
+	}
 	size := s.r.size()
 	for _, name := range s.enabled {
 		p, err := s.open(name, hdr, size)

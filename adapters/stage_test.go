@@ -337,3 +337,54 @@ func benchStage(b *testing.B, name, reads string) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	b.ReportMetric(float64(derived)/float64(b.N), "derived/event")
 }
+
+// uncachedContent is memContent whose page cache holds nothing.
+type uncachedContent struct{ memContent }
+
+func (uncachedContent) Cached(int64, int64) (bool, error) { return false, nil }
+
+type uncachedFiles struct{ data []byte }
+
+func (m uncachedFiles) Open(uint32, uint32) (Content, error) {
+	return uncachedContent{memContent(m.data)}, nil
+}
+
+// TestStageLateRecognition: with HeaderFirst, a file whose first access
+// seen is not to its header (tracing started after the program read it)
+// is recognized with ReadCached when the header is cached, reading only
+// that, and skipped when it is not; without ReadCached it waits for an
+// access to page 0.
+func TestStageLateRecognition(t *testing.T) {
+	db := prefix(t, "sqlite/without-rowid.db.gz", 64<<10)
+	ev := policies.Event{Kind: policies.EventFileAccess, File: 1, PID: 1,
+		Access: policies.FileAccess{Kind: formats.KindRead, Page: 5, NPages: 1}}
+	for _, tc := range []struct {
+		name       string
+		files      Files
+		readCached bool
+		want       bool
+	}{
+		{"cached", memFiles{db}, true, true},
+		{"not cached", uncachedFiles{db}, true, false},
+		{"no ReadCached", memFiles{db}, false, false},
+	} {
+		s, err := NewStage(Config{Adapters: []string{SQLite}, HeaderFirst: true, ReadCached: tc.readCached}, tc.files)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Process(&ev, func(*policies.Event, string) {})
+		st := s.Stats()
+		if s.Recognized(1) != tc.want || st.PagesIO != 0 || (tc.want && st.PagesCached != 1) {
+			t.Errorf("%s: recognized %v, want %v; stats %+v", tc.name, s.Recognized(1), tc.want, st)
+		}
+		// A later read of the header: recognized then only without
+		// ReadCached (a file skipped once is not tried again).
+		ev0 := ev
+		ev0.Access.Page = 0
+		s.Process(&ev0, func(*policies.Event, string) {})
+		if want := tc.want || !tc.readCached; s.Recognized(1) != want {
+			t.Errorf("%s: after a read of page 0, recognized %v, want %v", tc.name, s.Recognized(1), want)
+		}
+		s.Close()
+	}
+}

@@ -49,9 +49,11 @@ type Config struct {
 	// adapter recognized is followed, with its accesses traced, for as
 	// long as each of its launches runs (docs/daemon.md).
 	Adapters string `toml:"adapters"`
-	// Poll is how often the batched event rings are looked at: how late,
-	// at most, a followed program's accesses reach the adapters.
-	Poll Duration `toml:"poll"`
+	// Poll is how often the batched event rings are looked at, and
+	// FollowPoll how often while a followed program runs: how late, at
+	// most, its accesses reach the adapters.
+	Poll       Duration `toml:"poll"`
+	FollowPoll Duration `toml:"follow_poll"`
 	// LogLevel is debug, info, warn or error; LogFormat text or json.
 	LogLevel  string `toml:"log_level"`
 	LogFormat string `toml:"log_format"`
@@ -157,6 +159,7 @@ func Defaults() Config {
 		Policies:   []string{"launch", "markov", "tree", "tensor"},
 		Adapters:   "all",
 		Poll:       Duration{20 * time.Millisecond},
+		FollowPoll: Duration{time.Millisecond},
 		LogLevel:   "info",
 		LogFormat:  "text",
 		Learn: LearnConfig{
@@ -236,8 +239,13 @@ func (c *Config) check(path string) error {
 	if _, err := adapters.ParseList(c.Adapters); err != nil {
 		return bad("adapters", "%v", err)
 	}
-	if p := c.Poll.Duration; p < 100*time.Microsecond || p > time.Second {
-		return bad("poll", "%v is out of range: want 100us to 1s", p)
+	for _, p := range []struct {
+		key string
+		d   time.Duration
+	}{{"poll", c.Poll.Duration}, {"follow_poll", c.FollowPoll.Duration}} {
+		if p.d < 100*time.Microsecond || p.d > time.Second {
+			return bad(p.key, "%v is out of range: want 100us to 1s", p.d)
+		}
 	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(c.LogLevel)); err != nil {

@@ -51,6 +51,7 @@ type Daemon struct {
 	cfg      Config
 	store    *store
 	launches map[uint32]*launch // by their first process
+	follows  int                // launches in it that are followed (FollowPoll while > 0)
 	members  map[uint32]*launch // every process of a launch
 	strays   map[uint32]time.Time
 	claims   map[int]int // pids claimed by predictio run (reference counts)
@@ -142,12 +143,6 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	for _, p := range d.store.model.Profiles() {
 		d.target(p)
 	}
-	if err := d.listen(); err != nil {
-		return nil, err
-	}
-	if err := d.serveMetrics(); err != nil {
-		return nil, err
-	}
 	// Between launches only the fork, exit and exec programs run.
 	d.trace = newTracer(d.src, d.log)
 	if err := d.src.Pause(); err != nil {
@@ -156,6 +151,14 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	go d.execWorker()
 	if err := d.src.Start(d); err != nil {
 		return nil, fmt.Errorf("start the daemon: %w", err)
+	}
+	// The control socket answers once execs are followed: a status query
+	// that succeeds means the next launch is seen.
+	if err := d.listen(); err != nil {
+		return nil, err
+	}
+	if err := d.serveMetrics(); err != nil {
+		return nil, err
 	}
 	ok = true
 	d.log.Info("started", "profiles", d.store.model.Len(), "profile_dir", cfg.ProfileDir, "socket", cfg.Socket,

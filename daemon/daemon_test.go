@@ -794,7 +794,6 @@ func TestDaemonFollowsAdaptedProgram(t *testing.T) {
 	}
 	cfg := testConfig(t, dir)
 	cfg.Learn.Launches = 1 // the second launch is not learned
-	cfg.Poll = Duration{time.Millisecond}
 	d, _ := startDaemon(t, cfg)
 	followed := func(d *Daemon) bool {
 		for _, p := range d.Status().Profiles {

@@ -254,6 +254,11 @@ func (d *Daemon) learn(n execNote, program, root string, exe policies.LaunchFile
 		l.rec = policies.NewLaunchRecorder(n.ts)
 	}
 	d.launches[pid] = l
+	if follow {
+		if d.follows++; d.follows == 1 {
+			d.src.SetPoll(d.cfg.FollowPoll.Duration)
+		}
+	}
 	d.trace.active.Add(1)
 	d.members[pid] = l
 	delete(d.strays, pid)
@@ -313,6 +318,11 @@ func (d *Daemon) end(l *launch) {
 	}
 	l.done = true
 	delete(d.launches, l.pid)
+	if l.follow {
+		if d.follows--; d.follows == 0 {
+			d.src.SetPoll(d.cfg.Poll.Duration)
+		}
+	}
 	d.trace.active.Add(-1)
 	for pid := range l.members {
 		delete(d.members, pid)

@@ -12,7 +12,13 @@
 # --policy tree: events, adapters and policy, nothing read); tree (the
 # kernel backend); physical; noop1/tree1/tree5 (--latency 1ms/5ms); bare
 # (run --backend none, no policy); tree-old (tree with the binary $OLD, for
-# an A/B of two commits). It prints a markdown table of medians.
+# an A/B of two commits); daemon (predictio daemon with its defaults: a
+# followed program's events every 1 ms) and daemon20 (follow_poll 20 ms),
+# each started after the cache is dropped and
+# stopped after the command; before the first round it learned one launch
+# of the program over another key range, so it follows the program and its
+# profile does not hold the measured range). It prints a markdown table of
+# medians.
 #
 #   sudo scripts/adapters-ab.sh
 #   sudo ROUNDS=3 WORKLOADS=sqlite MODES="baseline noop tree" scripts/adapters-ab.sh
@@ -34,6 +40,38 @@ DBR=/var/tmp/adbig/ycsb-rowid.db
 Q="SELECT sum(length(field0)) FROM (SELECT field0 FROM usertable WHERE ycsb_key >= 'user0000200000' ORDER BY ycsb_key LIMIT 16384);"
 cold() { sync; echo 3 > /proc/sys/vm/drop_caches; fincore -nb "$@" | awk '{s+=$1} END {print s+0}'; }
 t() { local s=$(date +%s%N); "$@" > $OUT/last.out 2>&1; local rc=$?; echo "$(( ($(date +%s%N) - s) / 1000 )) $rc"; }
+QL="SELECT sum(length(field0)) FROM (SELECT field0 FROM usertable WHERE ycsb_key >= 'user0000300000' ORDER BY ycsb_key LIMIT 2048);"
+dstart() { # daemon-dir follow_poll
+	if [ ! -f $OUT/$1/d.toml ]; then
+		mkdir -p $OUT/$1
+		printf 'profile_dir = "%s"\nsocket = "%s"\nmetrics = ""\nfollow_poll = "%s"\n[learn]\nprograms = ["sqlite3", "lmdb-scan"]\nlaunches = 1\n' \
+			$OUT/$1/profiles $OUT/$1/d.sock $2 > $OUT/$1/d.toml
+	fi
+	$P daemon --config $OUT/$1/d.toml >> $OUT/$1/log 2>&1 &
+	DPID=$!
+	for _ in $(seq 500); do $P daemon status --socket $OUT/$1/d.sock > /dev/null 2>&1 && return; sleep 0.02; done
+	echo "adapters-ab: the daemon of $OUT/$1 did not start: $OUT/$1/log" >&2; exit 1
+}
+dstop() { kill $DPID; wait $DPID; }
+learned() { # daemon-dir follow_poll workload: a cold launch over another range, until followed
+	[ -f $OUT/$1/learned-$3 ] && return
+	for i in 1 2 3; do
+		# (A warm scan can end before the daemon's tracing is attached.)
+		[ $i = 1 ] || { dstop; rm -rf $OUT/$1/profiles; }
+		dstart $1 $2
+		sync; echo 3 > /proc/sys/vm/drop_caches
+		case $3 in
+		sqlite) sqlite3 -batch $DB "PRAGMA mmap_size=0" "PRAGMA cache_size=-2048" "$QL" > /dev/null ;;
+		sqlite-rowid) sqlite3 -batch $DBR "PRAGMA mmap_size=0" "PRAGMA cache_size=-2048" "$QL" > /dev/null ;;
+		lmdb*) /var/tmp/adbig/lmdb-scan /var/tmp/adbig/lmdb-env user0000300000 2048 > /dev/null ;;
+		esac
+		sleep 0.5
+		$P daemon status --socket $OUT/$1/d.sock --json | grep -q '"followed": true' && break
+	done
+	$P daemon status --socket $OUT/$1/d.sock | grep -A20 '^profiles' > $OUT/$1/learned-$3
+	dstop
+	cat $OUT/$1/learned-$3
+}
 run1() { # workload mode
 	local w=$1 m=$2 files cmd
 	case $w in
@@ -53,9 +91,15 @@ run1() { # workload mode
 	tree1) pre=($P run --no-profile --latency 1ms --policy tree --) ;;
 	tree5) pre=($P run --no-profile --latency 5ms --policy tree --) ;;
 	bare) pre=($P run --no-profile --backend none --) ;;
+	daemon|daemon20) pre=() ;;
 	esac
+	local poll=1ms
+	[ $m = daemon20 ] && poll=20ms
+	case $m in daemon*) learned $m-$w $poll $w ;; esac
 	local resid=$(cold $files)
+	case $m in daemon*) dstart $m-$w $poll; resid="$resid+$(fincore -nb $files | awk '{s+=$1} END {print s+0}')" ;; esac
 	local r=$(t "${pre[@]}" "${cmd[@]}")
+	case $m in daemon*) dstop ;; esac
 	echo "$w $m $r resid=$resid $(tail -c 200 $OUT/last.out | tr '\n' ' ')" | tee -a $OUT/raw.txt
 }
 : > $OUT/raw.txt

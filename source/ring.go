@@ -63,6 +63,7 @@ func (s *Source) pollTicks(done <-chan struct{}) {
 				return
 			case <-s.pauses:
 			}
+			poll = s.pollEvery()
 			t.Reset(poll)
 			continue
 		}
@@ -70,6 +71,10 @@ func (s *Source) pollTicks(done <-chan struct{}) {
 		case <-done:
 			return
 		case <-s.pauses:
+			if p := s.pollEvery(); p != poll {
+				poll = p
+				t.Reset(poll)
+			}
 		case <-t.C:
 			// Only a ring that holds something is flushed: a traced
 			// program that does no I/O wakes no reader.
@@ -86,10 +91,21 @@ func (s *Source) pollTicks(done <-chan struct{}) {
 	}
 }
 
-// pollEvery is the Batched readers' poll (Config.Poll).
+// SetPoll changes the Batched readers' poll (Config.Poll; 0: the default)
+// while the source runs; the daemon polls more often while it follows a
+// program for the structure adapters. It has no effect in LowLatency mode.
+func (s *Source) SetPoll(d time.Duration) {
+	s.poll.Store(int64(d))
+	select {
+	case s.pauses <- struct{}{}:
+	default:
+	}
+}
+
+// pollEvery is the Batched readers' poll (Config.Poll, SetPoll).
 func (s *Source) pollEvery() time.Duration {
-	if s.cfg.Poll > 0 {
-		return max(s.cfg.Poll, minPoll)
+	if p := time.Duration(s.poll.Load()); p > 0 {
+		return max(p, minPoll)
 	}
 	return defaultPoll
 }

@@ -169,7 +169,8 @@ type Source struct {
 
 	hints  *hintServer
 	tick   chan struct{} // closed to stop pollTicks (Batched)
-	pauses chan struct{} // Pause and Resume tell pollTicks
+	pauses chan struct{} // Pause, Resume and SetPoll tell pollTicks
+	poll   atomic.Int64  // the Batched poll (Config.Poll, SetPoll), ns; 0: defaultPoll
 	wg     sync.WaitGroup
 	state  int // 0 opened, 1 started, 2 stopped, 3 closed
 }
@@ -220,7 +221,9 @@ func Open(cfg Config) (*Source, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Source{cfg: cfg, failed: make(chan struct{}), ownCgFD: -1, rowPaths: make(map[uint64]rowPath), gen: 1}
+	s := &Source{cfg: cfg, failed: make(chan struct{}), ownCgFD: -1, rowPaths: make(map[uint64]rowPath), gen: 1,
+		pauses: make(chan struct{}, 1)}
+	s.poll.Store(int64(cfg.Poll))
 	for i := range s.cgSlots {
 		s.cgSlots[i] = -1
 	}
@@ -295,7 +298,7 @@ func (s *Source) Start(c Consumer) error {
 		go func() { defer s.wg.Done(); p.decode() }()
 	}
 	if s.cfg.Latency == Batched {
-		s.tick, s.pauses = make(chan struct{}), make(chan struct{}, 1)
+		s.tick = make(chan struct{})
 		go s.pollTicks(s.tick)
 	}
 	if s.cfg.bench != nil {
