@@ -276,13 +276,18 @@ func TestToHint(t *testing.T) {
 // through an index, which looks its rows up (the lookup lists, the rowid
 // map, the schema).
 func TestStageAllocs(t *testing.T) {
-	for _, c := range []struct{ db, reads string }{
-		{"rowid", "rowid-rowid"},
-		{"rowid-insert", "rowid-insert-key"},
+	for _, c := range []struct {
+		db, reads  string
+		readCached bool // the walk (the database, just written, is cached)
+	}{
+		{"rowid", "rowid-rowid", false},
+		{"rowid-insert", "rowid-insert-key", false},
+		{"without-rowid", "without-rowid-key", true},
+		{"rowid-insert", "rowid-insert-key", true},
 	} {
 		db := gunzip(t, "sqlite/"+c.db+".db.gz", "x.db")
 		evs := readEvents(readSpans(t, "sqlite/"+c.reads+".reads"))
-		s, err := NewStage(Config{}, PathFiles{Path: func(uint32) (string, bool) { return db, true }})
+		s, err := NewStage(Config{ReadCached: c.readCached}, PathFiles{Path: func(uint32) (string, bool) { return db, true }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -300,7 +305,7 @@ func TestStageAllocs(t *testing.T) {
 		if allocs != 0 {
 			t.Errorf("%s: %.2f allocations per event in steady state", c.reads, allocs)
 		}
-		if n == 0 || (c.db == "rowid-insert" && s.Stats().Lookups == 0) {
+		if n == 0 || (c.db == "rowid-insert" && s.Stats().Lookups == 0) || (c.db == "without-rowid" && s.Stats().PagesCached == 0) {
 			t.Errorf("%s: %d events derived, stats %+v", c.reads, n, s.Stats())
 		}
 	}
