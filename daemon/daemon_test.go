@@ -821,6 +821,10 @@ func TestDaemonFollowsAdaptedProgram(t *testing.T) {
 		t.Errorf("the followed launch: %d tree events derived (before it %d), %.0f pages requested by tree (before %.0f): want its scan's pages prefetched",
 			st.TreeEvents, events, tree(), before)
 	}
+	m := metrics(t, d)
+	if m[`predictio_daemon_followed_programs`] != 1 || m[`predictio_daemon_adapter_events_total{kind="tree"}`] != float64(st.TreeEvents) {
+		t.Errorf("metrics: %v followed programs, %v tree events; status %d", m[`predictio_daemon_followed_programs`], m[`predictio_daemon_adapter_events_total{kind="tree"}`], st.TreeEvents)
+	}
 	t.Logf("the followed launch: %d tree events derived, %.0f pages requested by tree (the learned one: %d, %.0f)", st.TreeEvents-events, tree()-before, events, before)
 	d.Close()
 	d2, _ := startDaemon(t, cfg)

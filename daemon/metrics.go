@@ -33,10 +33,13 @@ var (
 	mDrops       = prometheus.NewDesc(ns+"drops_total", "Things dropped at a bound: ring events, backend requests (queue or in-flight), launch files (worker queue), requests for files without a path yet, profile saves.", []string{"what"}, nil)
 	mProfiles    = prometheus.NewDesc(ns+"profiles", "Launch profiles kept.", nil, nil)
 	mProfBytes   = prometheus.NewDesc(ns+"profile_bytes", "Bytes of the profiles, encoded.", nil, nil)
-	mActive      = prometheus.NewDesc(ns+"active_launches", "Launches being learned.", nil, nil)
+	mActive      = prometheus.NewDesc(ns+"active_launches", "Launches being learned or followed.", nil, nil)
 	mCPU         = prometheus.NewDesc(ns+"cpu_seconds_total", "CPU time of the daemon process, user and system.", []string{"mode"}, nil)
 	mHints       = prometheus.NewDesc(ns+"hints_total", "Hints received and rejected.", []string{"state"}, nil)
 	mLaunchFiles = prometheus.NewDesc(ns+"launch_files_total", "Profile files of launch prefetches, by the outcome of their check (checked, changed, denied, error).", []string{"outcome"}, nil)
+	mAdapter     = prometheus.NewDesc(ns+"adapter_events_total", "Events the structure adapters derived (tree, tensor).", []string{"kind"}, nil)
+	mAdapterFile = prometheus.NewDesc(ns+"adapter_files_total", "Files the structure adapters recognized.", nil, nil)
+	mFollowed    = prometheus.NewDesc(ns+"followed_programs", "Programs followed for the structure adapters.", nil, nil)
 )
 
 // collector is the daemon's prometheus.Collector.
@@ -44,7 +47,7 @@ type collector struct{ d *Daemon }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mEvents, mRequests, mReqPages, mEffect, mProgEffect, mLaunches, mProgEvents, mExecs,
-		mBackend, mDrops, mProfiles, mProfBytes, mActive, mCPU, mHints, mLaunchFiles} {
+		mBackend, mDrops, mProfiles, mProfBytes, mActive, mCPU, mHints, mLaunchFiles, mAdapter, mAdapterFile, mFollowed} {
 		ch <- d
 	}
 }
@@ -120,6 +123,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(mProfiles, prometheus.GaugeValue, float64(d.store.model.Len()))
 	ch <- prometheus.MustNewConstMetric(mProfBytes, prometheus.GaugeValue, float64(d.store.totalBytes()))
 	ch <- prometheus.MustNewConstMetric(mActive, prometheus.GaugeValue, float64(len(d.launches)))
+	ch <- prometheus.MustNewConstMetric(mFollowed, prometheus.GaugeValue, float64(len(d.store.followed)))
+	if d.stage != nil { // its counters change under d.mu (Consume)
+		as := d.stage.Stats()
+		counter(ch, mAdapter, as.TreeEvents, "tree")
+		counter(ch, mAdapter, as.TensorEvents, "tensor")
+		counter(ch, mAdapterFile, as.Recognized)
+	}
 }
 
 // MetricsAddr is the metrics endpoint's address ("" when off): the
