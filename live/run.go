@@ -815,8 +815,8 @@ func (res *RunResult) String() string {
 	fmt.Fprintf(&b, "  launch files: %d named, %d checked, %d changed, %d denied, %d check errors, %d dropped; %d lookups, %d directories read\n",
 		pf.Named, pf.Checked, pf.Changed, pf.Denied, pf.Errors, m.Dropped, m.Files, m.Dirs)
 	if a := res.Adapters; a != nil {
-		fmt.Fprintf(&b, "  adapters: %d files recognized, %d tree and %d tensor events derived, %d pages read (%d of them possibly I/O)\n",
-			a.Recognized, a.TreeEvents, a.TensorEvents, a.PagesHit+a.PagesEarlier+a.PagesIO, a.PagesIO)
+		fmt.Fprintf(&b, "  adapters: %d files recognized, %d tree and %d tensor events derived, %d pages read (%d of them possibly I/O), %d read ahead of the program from the page cache\n",
+			a.Recognized, a.TreeEvents, a.TensorEvents, a.PagesHit+a.PagesEarlier+a.PagesIO, a.PagesIO, a.PagesCached)
 	}
 	if e := res.Effect; e.Configured {
 		t := e.Total
