@@ -52,6 +52,7 @@ type Daemon struct {
 	store    *store
 	launches map[uint32]*launch // by their first process
 	follows  int                // launches in it that are followed (FollowPoll while > 0)
+	unused   map[string]int     // followed programs: launches in a row that read little (followByUse)
 	members  map[uint32]*launch // every process of a launch
 	strays   map[uint32]time.Time
 	claims   map[int]int // pids claimed by predictio run (reference counts)
@@ -105,7 +106,7 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	}
 	d := &Daemon{cfgPath: o.ConfigPath, log: slog.New(h), level: level, started: time.Now(), cfg: cfg, execs: make(chan execNote, 4096),
 		launches: map[uint32]*launch{}, members: map[uint32]*launch{}, strays: map[uint32]time.Time{},
-		claims: map[int]int{}, targets: map[string]bool{}, resolved: map[string]resolved{}}
+		claims: map[int]int{}, targets: map[string]bool{}, resolved: map[string]resolved{}, unused: map[string]int{}}
 	d.st.byProgram = map[string]*programCounts{}
 	ok := false
 	defer func() {

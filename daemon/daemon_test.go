@@ -831,4 +831,40 @@ func TestDaemonFollowsAdaptedProgram(t *testing.T) {
 	if !followed(d2) {
 		t.Errorf("after a restart the program is not followed")
 	}
+	// Launches that read no structured file: after unfollowAfter of them
+	// the program is no longer followed. (slow keeps a launch running
+	// until the daemon has handled its exec, on a loaded machine too.)
+	const slow = "select count(*) from (with recursive c(x) as (select 1 union all select x+1 from c limit 400000) select x from c);"
+	for i := range unfollowAfter {
+		if !followed(d2) {
+			t.Fatalf("unfollowed after %d launches, want %d", i, unfollowAfter)
+		}
+		if out, err := exec.Command(prog, "-batch", ":memory:", slow).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", prog, err, out)
+		}
+		waitFor(t, "the launch to end", func() bool { return len(d2.Status().Active) == 0 })
+	}
+	if followed(d2) {
+		t.Errorf("still followed after %d launches that read no structured file", unfollowAfter)
+	}
+	// A launch that reads little of a database (a tiny one) does not make
+	// another program followed.
+	small := filepath.Join(dir, "sqlite3-small")
+	if err := os.WriteFile(small, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tiny := filepath.Join(tracetest.DiskDir(t), "tiny.db")
+	if out, err := exec.Command(shell, tiny, "create table t(x); insert into t values (1);").CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v: %s", small, err, out)
+	}
+	tracetest.Evict(t, tiny)
+	if out, err := exec.Command(small, "-batch", tiny, "select * from t; "+slow).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v: %s", small, err, out)
+	}
+	waitFor(t, "the small launch to be learned", func() bool { return launches(d2, small) == 1 })
+	for _, p := range d2.Status().Profiles {
+		if p.Program == small && p.Followed {
+			t.Errorf("%s followed after reading a %d-page database", small, 2)
+		}
+	}
 }

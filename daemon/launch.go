@@ -31,10 +31,20 @@ type launch struct {
 	start   time.Time
 	members map[uint32]bool
 	events  uint64
-	follow  bool // traced until the first process exits
-	adapted bool // an access of it was to a file an adapter recognized
+	follow  bool   // traced until the first process exits
+	adapted uint64 // pages it read of files an adapter recognized (up to followPages)
 	done    bool
 }
+
+// Following a program costs every launch of it its tracing for as long as
+// it runs, and the rest of the machine the access programs' filter, so it
+// is for programs that read much of structured files: a learned launch
+// that read at least followPages pages of them starts it, and
+// unfollowAfter followed launches in a row that read fewer end it.
+const (
+	followPages   = 256 // 1 MiB of 4 KiB pages
+	unfollowAfter = 3
+)
 
 // maxAncestry is how far up the process tree a process is looked for in
 // a launch or a claim.
@@ -69,8 +79,8 @@ func (d *Daemon) observe(ev *policies.Event) {
 	if l.rec != nil {
 		l.rec.Observe(ev)
 	}
-	if !l.adapted && d.stage != nil && ev.Kind == policies.EventFileAccess && d.stage.Recognized(ev.File) {
-		l.adapted = true
+	if d.stage != nil && ev.Kind == policies.EventFileAccess && l.adapted < followPages && d.stage.Recognized(ev.File) {
+		l.adapted += uint64(max(ev.Access.NPages, 1))
 	}
 	l.events++
 	d.st.launchEvents++
@@ -334,16 +344,12 @@ func (d *Daemon) end(l *launch) {
 		// machine's system calls, reads and faults until the next.
 		d.trace.idle()
 	}
+	d.followByUse(l)
 	d.learnLaunch(l)
 }
 
-// learnLaunch learns launch l into its program's profile (once), and
-// marks the program followed when l read a file an adapter recognized.
+// learnLaunch learns launch l into its program's profile, once.
 func (d *Daemon) learnLaunch(l *launch) {
-	if l.adapted && !d.store.followed[l.program] {
-		d.log.Info("following the program: it reads a file a structure adapter recognized", "program", l.program)
-		d.store.follow(l.program, true)
-	}
 	if l.rec == nil {
 		return
 	}
@@ -384,6 +390,27 @@ func (d *Daemon) learnLaunch(l *launch) {
 	d.programCounts(l.program).Events += l.events
 	d.log.Info("learned a launch", "program", l.program, "pid", l.pid, "files", len(files), "launches", len(prof.Launches),
 		"pages", prof.Pages(), "traced", time.Since(l.start).Round(time.Millisecond), "events", l.events)
+}
+
+// followByUse follows l's program when l read at least followPages pages
+// of files an adapter recognized, and stops when unfollowAfter followed
+// launches in a row read fewer. It runs once per launch, when its tracing
+// ends (end).
+func (d *Daemon) followByUse(l *launch) {
+	used := l.adapted >= followPages
+	switch followed := d.store.followed[l.program]; {
+	case used && !followed:
+		d.log.Info("following the program: it reads files a structure adapter recognized", "program", l.program, "pages", l.adapted)
+		d.store.follow(l.program, true)
+	case used:
+		delete(d.unused, l.program)
+	case followed && l.follow:
+		if d.unused[l.program]++; d.unused[l.program] >= unfollowAfter {
+			d.log.Info("no longer following the program: its last launches read little of structured files", "program", l.program, "launches", unfollowAfter)
+			delete(d.unused, l.program)
+			d.store.follow(l.program, false)
+		}
+	}
 }
 
 // invalidate drops the files the loop found changed from the profiles
