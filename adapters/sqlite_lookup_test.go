@@ -621,15 +621,7 @@ func TestSQLiteLookupsBuilt(t *testing.T) {
 		{"small map", asc, 2048},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			reads, err := sqlitedb.TraceReads(context.Background(), sqlitedb.ScanArgs("", db, c.query), db)
-			if err != nil {
-				t.Fatal(err)
-			}
-			spans := make([]span, len(reads))
-			for i, r := range reads {
-				spans[i] = span{r.Off, r.Len}
-			}
-			evs := readEvents(spans)
+			evs := traceScan(t, db, c.query)
 			s, err := NewStage(Config{}, PathFiles{Path: func(uint32) (string, bool) { return db, true }})
 			if err != nil {
 				t.Fatal(err)
@@ -694,6 +686,12 @@ func dbstatOf(t *testing.T, path string) []dbstatEntry {
 // its reads of the database at path as read accesses.
 func traceScan(t *testing.T, path string, queries ...string) []policies.Event {
 	t.Helper()
+	return traceScanPS(t, DefaultPageSize, path, queries...)
+}
+
+// traceScanPS is traceScan in pages of ps bytes.
+func traceScanPS(t *testing.T, ps uint64, path string, queries ...string) []policies.Event {
+	t.Helper()
 	reads, err := sqlitedb.TraceReads(context.Background(), sqlitedb.ScanArgs("", path, queries[0], queries[1:]...), path)
 	if err != nil {
 		t.Fatal(err)
@@ -702,7 +700,7 @@ func traceScan(t *testing.T, path string, queries ...string) []policies.Event {
 	for i, r := range reads {
 		spans[i] = span{r.Off, r.Len}
 	}
-	return readEvents(spans)
+	return readEventsPS(spans, ps)
 }
 
 // TestSQLiteLookupsBigSchema builds, with the real shell, a UTF-16
@@ -860,16 +858,8 @@ func TestSQLiteLookupsReadCached(t *testing.T) {
 		t.Fatal(err)
 	}
 	q, _ := sqlitedb.ScanSQL(sqlitedb.RowidInsert, sqlitedb.ByKey, 40000, 300)
-	reads, err := sqlitedb.TraceReads(context.Background(), sqlitedb.ScanArgs("", db, q), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spans := make([]span, len(reads))
-	for i, r := range reads {
-		spans[i] = span{r.Off, r.Len}
-	}
 	const ps = 1024
-	evs := readEventsPS(spans, ps)
+	evs := traceScanPS(t, ps, db, q)
 	d := testDB{path: db, ps: ps, es: dbstatOf(t, db)}
 	const lag = 2
 	share := map[bool]float64{}
@@ -1050,16 +1040,8 @@ func TestSQLiteWalkDeepTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	q, _ := sqlitedb.ScanSQL(sqlitedb.WithoutRowid, sqlitedb.ByKey, 3000, 2000)
-	reads, err := sqlitedb.TraceReads(context.Background(), sqlitedb.ScanArgs("", db, q), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spans := make([]span, len(reads))
-	for i, r := range reads {
-		spans[i] = span{r.Off, r.Len}
-	}
 	const ps, lag = 4096, 8
-	evs := readEventsPS(spans, ps)
+	evs := traceScanPS(t, ps, db, q)
 	share := map[bool]float64{}
 	for _, readCached := range []bool{false, true} {
 		files := &simFiles{path: db, ps: ps, cached: map[uint64]int{}}
