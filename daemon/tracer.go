@@ -36,12 +36,7 @@ func newTracer(src *source.Source, log *slog.Logger) *tracer {
 
 // resume attaches the access programs if they are not.
 func (t *tracer) resume() error {
-	t.tmu.Lock()
-	if t.timer != nil {
-		t.timer.Stop()
-		t.timer = nil
-	}
-	t.tmu.Unlock()
+	t.cancel()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.paused {
@@ -52,6 +47,16 @@ func (t *tracer) resume() error {
 	}
 	t.paused = false
 	return nil
+}
+
+// cancel cancels a scheduled detach.
+func (t *tracer) cancel() {
+	t.tmu.Lock()
+	defer t.tmu.Unlock()
+	if t.timer != nil {
+		t.timer.Stop()
+		t.timer = nil
+	}
 }
 
 // idle schedules the detach: no launch is learned now.
@@ -83,12 +88,7 @@ func (t *tracer) pauseIfIdle() {
 // stop cancels a scheduled detach and waits for one under way (the
 // source is being closed).
 func (t *tracer) stop() {
-	t.tmu.Lock()
-	if t.timer != nil {
-		t.timer.Stop()
-		t.timer = nil
-	}
-	t.tmu.Unlock()
+	t.cancel()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.done.Store(true)

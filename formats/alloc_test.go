@@ -1,3 +1,8 @@
+//go:build !race
+
+// The race detector allocates on its own: allocation counts are checked
+// without it.
+
 package formats
 
 import (
@@ -59,5 +64,34 @@ func TestNoAllocationsPerRow(t *testing.T) {
 	hc.Next()
 	if n := testing.AllocsPerRun(500, func() { hc.Next() }); n != 0 {
 		t.Errorf("HintCursor.Next: %v allocations per row", n)
+	}
+}
+
+// TestAccessBatchesNoAllocations: rereading into one AccessBatch
+// allocates nothing once its buffers have grown.
+func TestAccessBatchesNoAllocations(t *testing.T) {
+	b, err := Open(integrityBundle(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ab, err := b.AccessBatches(AllAccessColumns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ab.Close()
+	var dst AccessBatch
+	for i := range ab.Len() {
+		if err := ab.Read(i, &dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	i := 0
+	if n := testing.AllocsPerRun(20, func() {
+		if err := ab.Read(i%ab.Len(), &dst); err != nil {
+			t.Fatal(err)
+		}
+		i++
+	}); n != 0 {
+		t.Errorf("Read: %v allocations", n)
 	}
 }

@@ -194,6 +194,21 @@ func rawBufferByte(t *testing.T, data []byte, name string, bi int) int {
 // or zstd-compressed body buffer of batch bi.
 func bufferByte(t *testing.T, data []byte, name string, bi int, raw bool) int {
 	t.Helper()
+	tf, m, dec := loadBatch(t, data, name, bi)
+	bodyStart := int(tf.batches[bi].off) + int(tf.batches[bi].metaLen)
+	for _, bm := range dec.bufs {
+		if bm.len > 64 && (binary.LittleEndian.Uint64(m.body[bm.off:]) == ^uint64(0)) == raw {
+			return bodyStart + int(bm.off) + 8 + 17
+		}
+	}
+	t.Fatalf("no buffer (raw %v)", raw)
+	return 0
+}
+
+// loadBatch opens table file data (named name) and decodes the header of
+// its batch bi.
+func loadBatch(t *testing.T, data []byte, name string, bi int) (*tableFile, message, *batchDecoder) {
+	t.Helper()
 	tf, err := newTableFileBytes(data, name, tableOpts{})
 	if err != nil {
 		t.Fatal(err)
@@ -206,14 +221,7 @@ func bufferByte(t *testing.T, data []byte, name string, bi int, raw bool) int {
 	if err := dec.load(m.hdr, m.body); err != nil {
 		t.Fatal(err)
 	}
-	bodyStart := int(tf.batches[bi].off) + int(tf.batches[bi].metaLen)
-	for _, bm := range dec.bufs {
-		if bm.len > 64 && (binary.LittleEndian.Uint64(m.body[bm.off:]) == ^uint64(0)) == raw {
-			return bodyStart + int(bm.off) + 8 + 17
-		}
-	}
-	t.Fatalf("no buffer (raw %v)", raw)
-	return 0
+	return tf, m, dec
 }
 
 // TestIntegrityCheckMatters flips a byte of stored data that decodes

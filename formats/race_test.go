@@ -1,7 +1,0 @@
-//go:build race
-
-package formats
-
-// raceEnabled: the race detector allocates on its own, so allocation
-// counts are not checked under it.
-const raceEnabled = true
