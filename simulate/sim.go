@@ -614,15 +614,7 @@ func (l *lane) serve(ev *policies.Event) {
 			continue
 		}
 		e := &l.cache.entries[idx]
-		l.st.Hits++
-		if e.flags&flagPrefetched != 0 {
-			e.flags &^= flagPrefetched
-			if e.ready > l.now {
-				l.st.Late++
-			} else {
-				l.st.Used++
-			}
-		}
+		l.hit(e)
 		wait = max(wait, e.ready)
 		l.cache.touch(idx)
 	}
@@ -658,6 +650,20 @@ func (l *lane) serve(ev *policies.Event) {
 
 // readRow serves access row i of b, a one-page read, in a lane whose only
 // policy is the readahead model: step and serve without an Event.
+// hit counts a demand that found its page cached, and whether a prefetch
+// brought it in time (Used) or is still reading it (Late).
+func (l *lane) hit(e *entry) {
+	l.st.Hits++
+	if e.flags&flagPrefetched != 0 {
+		e.flags &^= flagPrefetched
+		if e.ready > l.now {
+			l.st.Late++
+		} else {
+			l.st.Used++
+		}
+	}
+}
+
 func (l *lane) readRow(s *Simulator, b *batch, i int) {
 	var t int64
 	ts := b.ts[i]
@@ -679,15 +685,7 @@ func (l *lane) readRow(s *Simulator, b *batch, i int) {
 	here := idx >= 0
 	if here {
 		e := &c.entries[idx]
-		l.st.Hits++
-		if e.flags&flagPrefetched != 0 {
-			e.flags &^= flagPrefetched
-			if e.ready > l.now {
-				l.st.Late++
-			} else {
-				l.st.Used++
-			}
-		}
+		l.hit(e)
 		wait = e.ready
 		c.touch(idx)
 	} else {
