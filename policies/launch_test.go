@@ -418,6 +418,17 @@ func TestLaunchPolicyLeavesLargeSequentialFilesToReadahead(t *testing.T) {
 		evs = append(evs, acc(pg+1, 1, formats.KindRead, pg, 10)) // front to back
 	}
 	evs = append(evs, acc(200, 2, formats.KindFault, 50, 50), acc(201, 2, formats.KindFault, 0, 50)) // not ascending
+	pages := seqLimitPages(t, p, files, evs)
+	if pages["/db"] != 8 || pages["/mapped"] != 100 {
+		t.Errorf("pages prefetched %v: want the sequential /db's first chunk (8) and all of /mapped (100)", pages)
+	}
+}
+
+// seqLimitPages records evs as a launch of p over files and returns the
+// pages launch:seqlimit=64,chunk=8 prefetches of each file at the next
+// exec, by path.
+func seqLimitPages(t *testing.T, p *LaunchProfile, files map[uint32]LaunchFile, evs []Event) map[string]uint64 {
+	t.Helper()
 	recordLaunch(t, p, files, evs, 3)
 	env, names := launchEnv(NewLaunchModel(p))
 	pol, err := Build("launch:seqlimit=64,chunk=8,meta=off", env)
@@ -428,9 +439,7 @@ func TestLaunchPolicyLeavesLargeSequentialFilesToReadahead(t *testing.T) {
 	pol.Handle(&Event{Kind: EventProcessExec, PID: 1, Exec: ProcessExec{Path: "/usr/bin/x"}}, func(r *Request) {
 		pages[names[r.File]] += rangePages(r.Ranges)
 	})
-	if pages["/db"] != 8 || pages["/mapped"] != 100 {
-		t.Errorf("pages prefetched %v: want the sequential /db's first chunk (8) and all of /mapped (100)", pages)
-	}
+	return pages
 }
 
 // TestLaunchPolicyTableScanIsSequential: a table scan that reads each
@@ -454,16 +463,7 @@ func TestLaunchPolicyTableScanIsSequential(t *testing.T) {
 		evs = append(evs, acc(ts, 2, formats.KindRead, first, 50))
 		ts++
 	}
-	recordLaunch(t, p, files, evs, 3)
-	env, names := launchEnv(NewLaunchModel(p))
-	pol, err := Build("launch:seqlimit=64,chunk=8,meta=off", env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pages := map[string]uint64{}
-	pol.Handle(&Event{Kind: EventProcessExec, PID: 1, Exec: ProcessExec{Path: "/usr/bin/x"}}, func(r *Request) {
-		pages[names[r.File]] += rangePages(r.Ranges)
-	})
+	pages := seqLimitPages(t, p, files, evs)
 	if pages["/db"] != 8 || pages["/index"] != 150 {
 		t.Errorf("pages prefetched %v: want the scanned /db's first chunk (8) and all of /index (150)", pages)
 	}
