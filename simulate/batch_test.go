@@ -76,6 +76,26 @@ func sameResults(a, b *Report) bool {
 	return a.Events == b.Events && a.Threads == b.Threads && a.ThinkTime == b.ThinkTime && reflect.DeepEqual(a.Policies, b.Policies)
 }
 
+// bundleAndEvents runs cfg on the bundle in (and closes it), then on the
+// same events one by one.
+func bundleAndEvents(t *testing.T, cfg Config, in *Input, evs []policies.Event) (got, want *Report) {
+	t.Helper()
+	src, err := in.Source()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = Run(cfg, src)
+	src.Close()
+	in.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, err = Run(cfg, &SliceSource{Events: evs}); err != nil {
+		t.Fatal(err)
+	}
+	return got, want
+}
+
 // TestBundleBatchesMatchEvents: a bundle's record batches, decoded in
 // parallel with only the columns the lanes need and the hints merged in,
 // give the reports of the same events fed one by one, with and without
@@ -94,20 +114,7 @@ func TestBundleBatchesMatchEvents(t *testing.T) {
 				t.Fatal(err)
 			}
 			cfg.PageSize, cfg.Env = in.PageSize, in.Env()
-			src, err := in.Source()
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := Run(cfg, src)
-			src.Close()
-			in.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, err := Run(cfg, &SliceSource{Events: evs})
-			if err != nil {
-				t.Fatal(err)
-			}
+			got, want := bundleAndEvents(t, cfg, in, evs)
 			if !sameResults(got, want) {
 				t.Errorf("seed %d, %+v: bundle batches give\n%+v\nevents give\n%+v", seed, cfg.Policies, got, want)
 			}
@@ -275,20 +282,7 @@ func TestScanFactsFollowChanges(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg := Config{CacheBytes: 4096 * 600, Device: Presets["nvme"], NoReadahead: true, PageSize: in.PageSize, Env: in.Env()}
-		src, err := in.Source()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := Run(cfg, src)
-		src.Close()
-		in.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := Run(cfg, &SliceSource{Events: evs})
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, want := bundleAndEvents(t, cfg, in, evs)
 		if !sameResults(got, want) {
 			t.Errorf("seed %d: bundle gives\n%+v\nevents give\n%+v", seed, got.Policies, want.Policies)
 		}
