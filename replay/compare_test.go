@@ -167,7 +167,7 @@ func TestBaselineRunsWithoutObserver(t *testing.T) {
 
 // metaWorker returns a worker of a run of bundle (under root) with its
 // files, for calling its metadata operations one at a time.
-func metaWorker(t *testing.T, bundle, root string) (*worker, []*openFile, *Replayer) {
+func metaWorker(t testing.TB, bundle, root string) (*worker, []*openFile, *Replayer) {
 	t.Helper()
 	r, err := New(bundle, Options{Root: root, Backend: BackendNone})
 	if err != nil {
@@ -391,16 +391,7 @@ func BenchmarkOpenSettle(b *testing.B) {
 		{TS: 3000, EndNS: 4000, TID: 1, PID: 1, FileID: 1, NPages: 1, Kind: formats.KindRead, Ret: 4096, Op: 2},
 	}
 	bundle, root := bundle11(b, files, rows, true)
-	r, err := New(bundle, Options{Root: root, Backend: BackendNone})
-	if err != nil {
-		b.Fatal(err)
-	}
-	fs, err := openFiles(r.t, r.paths, false, true)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer closeFiles(fs)
-	w := &worker{r: &runState{rp: r, files: fs}}
+	w, fs, r := metaWorker(b, bundle, root)
 	o, f := &r.t.threads[0].ops[0], fs[r.t.byID[1].idx]
 	var timed, after time.Duration
 	for b.Loop() {

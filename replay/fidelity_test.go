@@ -215,20 +215,11 @@ func TestLazyOpen(t *testing.T) {
 		{TS: 3 * ms, EndNS: 4 * ms, TID: 1, PID: 1, FileID: 2, FirstPage: 0, NPages: 2, Kind: formats.KindRead, Op: 2},
 	}
 	bundle, root := bundle11(t, files, rows, true)
-	r, err := New(bundle, Options{Root: root, Backend: BackendNone})
-	if err != nil {
-		t.Fatal(err)
-	}
-	files2, err := openFiles(r.t, r.paths, false, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeFiles(files2)
+	w, files2, r := metaWorker(t, bundle, root)
 	f := files2[r.t.byID[2].idx]
 	if !f.lazy || f.ready.Load() {
 		t.Fatalf("file the recording opened was opened before the run (lazy %v, open %v)", f.lazy, f.ready.Load())
 	}
-	w := &worker{r: &runState{rp: r, files: files2}}
 	w.metadata(&r.t.threads[0].ops[0], files2)
 	if f.ready.Load() {
 		t.Fatalf("the replayed open installed the file's descriptor within its timed operation")
