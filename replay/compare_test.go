@@ -266,21 +266,29 @@ func TestMetadataLikeTheProgram(t *testing.T) {
 	}
 }
 
+// openAndRead returns n files of pages pages each and a recording that
+// opens and reads each whole, one after another.
+func openAndRead(n int, pages uint32) ([]formats.File, []formats.Access) {
+	var files []formats.File
+	var rows []formats.Access
+	size := uint64(pages) * 4096
+	for i := range n {
+		id := uint32(i + 1)
+		files = append(files, formats.File{ID: id, Dev: 1, Ino: uint64(id), Path: fmt.Sprintf("/d/f%03d", i), Size: size, Mode: formats.ModeRegular | 0o644, MtimeNS: mtime})
+		ts := uint64(i+1) * 10000
+		rows = append(rows, formats.Access{TS: ts, EndNS: ts + 1000, TID: 1, PID: 1, FileID: id, Kind: formats.KindOpen, Ret: 3, Op: uint64(2*i + 1)},
+			formats.Access{TS: ts + 2000, EndNS: ts + 3000, TID: 1, PID: 1, FileID: id, NPages: pages, Kind: formats.KindRead, Ret: int64(size), Op: uint64(2*i + 2)})
+	}
+	return files, rows
+}
+
 // TestFDTableGrown: before the clock starts the replay's descriptor table
 // already holds a descriptor for each file (FDSize in /proc/self/status),
 // so no replayed open waits for the kernel to grow it, which in a
 // multi-threaded process waits for an RCU grace period (10-20 ms here).
 func TestFDTableGrown(t *testing.T) {
 	const n = 600
-	var files []formats.File
-	var rows []formats.Access
-	for i := range n {
-		id := uint32(i + 1)
-		files = append(files, formats.File{ID: id, Dev: 1, Ino: uint64(id), Path: fmt.Sprintf("/d/f%03d", i), Size: 4096, Mode: formats.ModeRegular | 0o644, MtimeNS: mtime})
-		ts := uint64(i+1) * 10000
-		rows = append(rows, formats.Access{TS: ts, EndNS: ts + 1000, TID: 1, PID: 1, FileID: id, Kind: formats.KindOpen, Ret: 3, Op: uint64(2*i + 1)},
-			formats.Access{TS: ts + 2000, EndNS: ts + 3000, TID: 1, PID: 1, FileID: id, NPages: 1, Kind: formats.KindRead, Ret: 4096, Op: uint64(2*i + 2)})
-	}
+	files, rows := openAndRead(n, 1)
 	bundle, root := bundle11(t, files, rows, true)
 	r, err := New(bundle, Options{Root: root, Backend: BackendNone, Timing: TimingASAP})
 	if err != nil {
@@ -349,15 +357,7 @@ func TestReadsMapNothing(t *testing.T) {
 // backend's prefetches (oracle) naming them all.
 func TestFilesRetired(t *testing.T) {
 	const n = 600
-	var files []formats.File
-	var rows []formats.Access
-	for i := range n {
-		id := uint32(i + 1)
-		files = append(files, formats.File{ID: id, Dev: 1, Ino: uint64(id), Path: fmt.Sprintf("/d/f%03d", i), Size: 4 * 4096, Mode: formats.ModeRegular | 0o644, MtimeNS: mtime})
-		ts := uint64(i+1) * 10000
-		rows = append(rows, formats.Access{TS: ts, EndNS: ts + 1000, TID: 1, PID: 1, FileID: id, Kind: formats.KindOpen, Ret: 3, Op: uint64(2*i + 1)},
-			formats.Access{TS: ts + 2000, EndNS: ts + 3000, TID: 1, PID: 1, FileID: id, NPages: 4, Kind: formats.KindRead, Ret: 4 * 4096, Op: uint64(2*i + 2)})
-	}
+	files, rows := openAndRead(n, 4)
 	bundle, root := bundle11(t, files, rows, true)
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
