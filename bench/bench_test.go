@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/predictio/predictio/internal/testenv"
 	"golang.org/x/sys/unix"
+
+	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/internal/testenv"
+	"github.com/predictio/predictio/simulate"
 )
 
 func TestHistogram(t *testing.T) {
@@ -127,6 +130,39 @@ func TestMeasureDeviceShort(t *testing.T) {
 	}
 	if p.ReadLatencyP99NS < p.ReadLatencyNS {
 		t.Fatalf("p99 %d below p50 %d", p.ReadLatencyP99NS, p.ReadLatencyNS)
+	}
+	checkHost(t, p)
+}
+
+// checkHost checks the host costs of a measured profile: every prefetch
+// point measured, a request of cached pages cheaper than one the kernel
+// reads, an uncached read dearer than a cached one, and simulate takes
+// them.
+func checkHost(t *testing.T, p *formats.DeviceProfile) {
+	t.Helper()
+	h := p.Host
+	if h == nil {
+		t.Fatal("no host costs")
+	}
+	if len(h.Prefetch) != len(prefetchPoints) || h.Prefetch[0].Pages != 1 {
+		t.Fatalf("prefetch points %+v, want %v", h.Prefetch, prefetchPoints)
+	}
+	for _, c := range h.Prefetch {
+		if c.NS == 0 {
+			t.Errorf("prefetch of %d pages: 0 ns", c.Pages)
+		}
+	}
+	if h.PrefetchCachedNS == 0 || h.PrefetchCachedNS >= h.Prefetch[0].NS {
+		t.Errorf("a cached request %d ns, an uncached one %d ns; want cheaper", h.PrefetchCachedNS, h.Prefetch[0].NS)
+	}
+	if h.CachedReadNS == 0 || h.ColdReadNS <= h.CachedReadNS {
+		t.Errorf("cached read %d ns, uncached %d ns", h.CachedReadNS, h.ColdReadNS)
+	}
+	if h.CPUs < 1 || h.PrefetchBusyNS == 0 || h.BusySlowdown < 1 || h.OpenNS == 0 || !strings.Contains(h.PrefetchVia, "WILLNEED") {
+		t.Errorf("host costs %+v", *h)
+	}
+	if _, err := simulate.DeviceFromProfile(p); err != nil {
+		t.Errorf("simulate refuses the profile: %v", err)
 	}
 }
 

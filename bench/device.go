@@ -32,7 +32,8 @@ const (
 
 // MeasureDevice measures a device profile with the io_uring engine and
 // O_DIRECT: QD1 4 KiB random-read latency, 4 KiB random-read bandwidth at
-// QD 32, and sequential read bandwidth with 1 MiB requests.
+// QD 32, and sequential read bandwidth with 1 MiB requests; then the
+// host's costs (MeasureHost).
 func MeasureDevice(c DeviceConfig) (*formats.DeviceProfile, error) {
 	if c.Duration < 3*time.Millisecond {
 		return nil, fmt.Errorf("measure device: duration %v is too short", c.Duration)
@@ -50,25 +51,30 @@ func MeasureDevice(c DeviceConfig) (*formats.DeviceProfile, error) {
 	p := Point{Path: c.Path, Size: c.Size, Backend: Uring, RW: "randread", Threads: 1, Duration: phase,
 		FixedBufs: true, RegisterFiles: true}
 	p.QD = 1
-	fmt.Fprintf(c.Log, "1/3: QD1 4 KiB random reads for %v ...\n", phase)
+	fmt.Fprintf(c.Log, "1/4: QD1 4 KiB random reads for %v ...\n", phase)
 	lat, err := Run(p)
 	if err != nil {
 		return nil, fmt.Errorf("measure device latency: %w", err)
 	}
 	fmt.Fprintf(c.Log, "QD1 4 KiB random read: p50 %.1f us, p99 %.1f us (%.0f IOPS)\n", lat.P50us, lat.P99us, lat.IOPS)
 	p.QD = 32
-	fmt.Fprintf(c.Log, "2/3: QD32 4 KiB random reads for %v ...\n", phase)
+	fmt.Fprintf(c.Log, "2/4: QD32 4 KiB random reads for %v ...\n", phase)
 	bw, err := Run(p)
 	if err != nil {
 		return nil, fmt.Errorf("measure device random bandwidth: %w", err)
 	}
 	fmt.Fprintf(c.Log, "QD32 4 KiB random read: %.0f IOPS, %.1f MiB/s\n", bw.IOPS, bw.MiBs)
-	fmt.Fprintf(c.Log, "3/3: sequential 1 MiB reads for %v ...\n", phase)
+	fmt.Fprintf(c.Log, "3/4: sequential 1 MiB reads for %v ...\n", phase)
 	seq, err := seqRead(c.Path, c.Size, phase)
 	if err != nil {
 		return nil, fmt.Errorf("measure device sequential bandwidth: %w", err)
 	}
 	fmt.Fprintf(c.Log, "sequential read, 1 MiB x %d: %.1f MiB/s\n", seqQD, seq/(1<<20))
+	fmt.Fprintf(c.Log, "4/4: cached reads and prefetches through the kernel backend (about 2 s) ...\n")
+	host, err := MeasureHost(c.Path, c.Size, c.Log)
+	if err != nil {
+		return nil, err
+	}
 	abs, _ := filepath.Abs(c.Path)
 	dev := blockDevice(c.Path)
 	name := c.Name
@@ -91,6 +97,7 @@ func MeasureDevice(c DeviceConfig) (*formats.DeviceProfile, error) {
 		SeqQueueDepth:       seqQD,
 		Engine:              "io_uring O_DIRECT (predictio engine, fixed buffers and files)",
 		PhaseSeconds:        phase.Seconds(),
+		Host:                host,
 	}, nil
 }
 

@@ -41,4 +41,61 @@ type DeviceProfile struct {
 	Engine string `json:"engine,omitempty"`
 	// PhaseSeconds is the duration of each of the three measurements.
 	PhaseSeconds float64 `json:"phase_seconds,omitempty"`
+
+	// Host is what the machine's CPUs cost a read served from the page
+	// cache and a prefetch issued through the kernel backend; simulate
+	// reads it. Profiles measured before it was added have none.
+	Host *HostCosts `json:"host,omitempty"`
+}
+
+// HostCosts are CPU costs of the machine a profile was measured on.
+type HostCosts struct {
+	// CPUs is how many CPUs the measuring process could run on.
+	CPUs int `json:"cpus"`
+	// CachedReadNS is the median time of a 4 KiB pread(2) of a page in
+	// the page cache; CachedReadPageNS what each further page of a
+	// longer read adds (a 64 KiB read).
+	CachedReadNS     uint64 `json:"cached_read_ns"`
+	CachedReadPageNS uint64 `json:"cached_read_page_ns"`
+	// ColdReadNS is the median time of a 4 KiB pread(2) of a page not in
+	// the page cache, readahead off (POSIX_FADV_RANDOM), one at a time;
+	// ColdReadDirectNS that of an O_DIRECT one, measured alternately with
+	// it: their difference is the page cache's part of a demand miss.
+	ColdReadNS       uint64 `json:"cold_read_ns"`
+	ColdReadDirectNS uint64 `json:"cold_read_direct_ns"`
+	// OpenNS is the median time to open(2) the measured file by its path,
+	// fstat(2) and close it, its path and inode cached: what the kernel
+	// backend pays to open a file whose lookup a program has done.
+	OpenNS uint64 `json:"open_ns"`
+	// Prefetch is the time the kernel backend's service takes per request
+	// of one range of Pages uncached pages of a cold file (io_uring
+	// FADVISE(WILLNEED), cachestat and the path check included), by
+	// range length, ascending, measured with nothing else running.
+	Prefetch []PrefetchCost `json:"prefetch"`
+	// PrefetchCachedNS is the time per request whose pages are all
+	// cached (cachestat finds them; nothing is issued).
+	PrefetchCachedNS uint64 `json:"prefetch_cached_ns"`
+	// PrefetchBusyNS is the time per one-page request while one thread
+	// of another program is on a CPU all along, as a program is while a
+	// policy prefetches for it: half the rounds a thread reading a cached
+	// page of the file (4 KiB preads), half one computing (no system
+	// calls). BusySlowdown is how much longer that thread's steps took
+	// meanwhile than alone. Both are medians over those rounds.
+	PrefetchBusyNS uint64  `json:"prefetch_busy_ns"`
+	BusySlowdown   float64 `json:"busy_slowdown"`
+	// PrefetchWakeNS is the median time from submitting a one-page request
+	// to a backend that had nothing to do until its service goroutine
+	// issues it (the goroutine, and on a virtual machine the CPU it slept
+	// on, wake up first); SubmitWakeNS is what that submission cost the
+	// submitting thread.
+	PrefetchWakeNS uint64 `json:"prefetch_wake_ns"`
+	SubmitWakeNS   uint64 `json:"submit_wake_ns"`
+	// PrefetchVia says how the backend issued them.
+	PrefetchVia string `json:"prefetch_via,omitempty"`
+}
+
+// PrefetchCost is the kernel backend's time per request of Pages pages.
+type PrefetchCost struct {
+	Pages uint32 `json:"pages"`
+	NS    uint64 `json:"ns"`
 }

@@ -1,0 +1,523 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/predictio/predictio/backend"
+	"github.com/predictio/predictio/engine"
+	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/policies"
+)
+
+// prefetchPoints are the range lengths, in pages, the kernel backend's
+// cost per request is measured at.
+var prefetchPoints = []uint32{1, 4, 32, 256}
+
+// prefetchRounds is how many times each prefetch point is measured; the
+// profile holds the medians.
+const prefetchRounds = 5
+
+// median returns the median of xs (sorted in place).
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	return xs[len(xs)/2]
+}
+
+// prefetchBudget is how many pages each prefetch point requests: about
+// 0.2 s of one-page requests on a machine that issues 80 K a second.
+const prefetchBudget = 16384
+
+// MeasureHost measures what this machine's CPUs cost a read served from
+// the page cache and a prefetch issued through the kernel backend
+// (backend.Kernel, as replay and the live runtime use it), on the scratch
+// file path of size bytes, which must be cold. Each prefetch point
+// requests distinct random ranges of the cold file, checks with cachestat
+// that the kernel really read them, and then requests them again, cached,
+// for the cost of a request that issues nothing. Needs Linux 6.5
+// (cachestat).
+func MeasureHost(path string, size int64, log io.Writer) (*formats.HostCosts, error) {
+	if log == nil {
+		log = io.Discard
+	}
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, fmt.Errorf("measure host: read CPU affinity: %w", err)
+	}
+	h := &formats.HostCosts{CPUs: set.Count()}
+	var err error
+	if h.ColdReadNS, h.ColdReadDirectNS, err = measureColdRead(path, size); err != nil {
+		return nil, fmt.Errorf("measure host: %w", err)
+	}
+	fmt.Fprintf(log, "uncached 4 KiB pread: %.1f us through the page cache, %.1f us with O_DIRECT\n", float64(h.ColdReadNS)/1e3, float64(h.ColdReadDirectNS)/1e3)
+	if h.OpenNS, err = measureOpen(path); err != nil {
+		return nil, fmt.Errorf("measure host: %w", err)
+	}
+	fmt.Fprintf(log, "open, fstat and close of a cached path: %.1f us\n", float64(h.OpenNS)/1e3)
+	if h.PrefetchWakeNS, h.SubmitWakeNS, err = measureWake(path, size); err != nil {
+		return nil, fmt.Errorf("measure host: %w", err)
+	}
+	fmt.Fprintf(log, "a request to an idle kernel backend: issued after %.1f us; the submission took %.1f us\n", float64(h.PrefetchWakeNS)/1e3, float64(h.SubmitWakeNS)/1e3)
+	var last []policies.Range
+	for _, n := range prefetchPoints {
+		c, err := measurePrefetch(path, size, n)
+		if err != nil {
+			return nil, fmt.Errorf("measure host: prefetch %d-page ranges: %w", n, err)
+		}
+		fmt.Fprintf(log, "prefetch through the kernel backend, %d-page ranges: %.1f us a request", n, float64(c.perReq)/1e3)
+		if n == 1 {
+			h.PrefetchCachedNS, h.PrefetchVia = c.cachedNS, c.via
+			h.PrefetchBusyNS, h.BusySlowdown = c.busyNS, c.slowdown
+			fmt.Fprintf(log, " (%.1f us when cached; %.1f us with a busy thread alongside, whose steps took %.2fx as long)",
+				float64(c.cachedNS)/1e3, float64(c.busyNS)/1e3, c.slowdown)
+		}
+		fmt.Fprintln(log)
+		h.Prefetch = append(h.Prefetch, formats.PrefetchCost{Pages: n, NS: c.perReq})
+		last = c.ranges
+	}
+	one, per, err := measureCachedRead(path, last)
+	if err != nil {
+		return nil, fmt.Errorf("measure host: %w", err)
+	}
+	h.CachedReadNS, h.CachedReadPageNS = one, per
+	fmt.Fprintf(log, "cached 4 KiB pread: %d ns, each further page %d ns\n", one, per)
+	return h, nil
+}
+
+// prefetchResult is one prefetch point.
+type prefetchResult struct {
+	perReq   uint64 // ns per request of uncached pages
+	cachedNS uint64 // ns per request of cached pages
+	// With a busy thread alongside (one-page point only): ns per request,
+	// and that thread's slowdown.
+	busyNS   uint64
+	slowdown float64
+	via      string
+	ranges   []policies.Range // the ranges, cached now
+}
+
+// prefetchRun is one pass of requests through a new kernel backend.
+type prefetchRun struct {
+	path string
+	ref  backend.FileRef
+	ps   int
+	reqs []policies.Request
+}
+
+// issue submits every request at once and returns the time until the
+// backend has issued them all (Close).
+func (p *prefetchRun) issue() (time.Duration, backend.Report, error) {
+	reg := backend.NewRegistry()
+	defer reg.Close()
+	if _, err := reg.Add(p.ref); err != nil {
+		return 0, backend.Report{}, err
+	}
+	pages := 0
+	for i := range p.reqs {
+		pages += int(p.reqs[i].Ranges[0].N)
+	}
+	b := backend.NewKernel(reg, backend.Options{PageSize: p.ps, Queue: len(p.reqs), InFlight: pages})
+	t0 := time.Now()
+	for i := range p.reqs {
+		if err := b.Submit(&p.reqs[i]); err != nil {
+			b.Close()
+			return 0, backend.Report{}, err
+		}
+	}
+	r, err := b.Close()
+	return time.Since(t0), r, err
+}
+
+// cold issues the requests on the cold file, checks that the kernel read
+// their pages, and waits for the reads to complete.
+func (p *prefetchRun) cold(size int64) (time.Duration, backend.Report, error) {
+	if err := evictRetry(p.path, size); err != nil {
+		return 0, backend.Report{}, err
+	}
+	d, r, err := p.issue()
+	if err != nil {
+		return 0, r, err
+	}
+	want := uint64(len(p.reqs)) * uint64(p.reqs[0].Ranges[0].N)
+	if r.Stats.Dropped > 0 || r.Stats.Failures > 0 || r.Stats.PagesSubmitted < want*9/10 {
+		return 0, r, fmt.Errorf("the backend issued %d of %d pages (%d dropped, %d failed; %v)", r.Stats.PagesSubmitted, want, r.Stats.Dropped, r.Stats.Failures, r.Warnings)
+	}
+	return d, r, awaitCached(p.path, p.reqs, want)
+}
+
+// measurePrefetch times the kernel backend over distinct random n-page
+// ranges of the cold file path: alone, again with the pages cached, and
+// (n 1) cold again while a thread reads a cached page of the file.
+func measurePrefetch(path string, size int64, n uint32) (prefetchResult, error) {
+	ps := os.Getpagesize()
+	slots := int(size / int64(ps) / int64(n))
+	k := min(max(prefetchBudget/int(n), 256), slots-1)
+	if k < 16 {
+		return prefetchResult{}, fmt.Errorf("%s holds %d ranges, want at least 17", path, slots)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return prefetchResult{}, err
+	}
+	p := &prefetchRun{path: path, ps: ps, ref: backend.FileRef{ID: 1, Dev: formats.KernelDev(st.Dev), Ino: st.Ino, Path: path}}
+	p.reqs = make([]policies.Request, k)
+	for i, s := range rand.Perm(slots - 1)[:k] { // not slot 0: the reader's
+		p.reqs[i] = policies.Request{File: 1, Ranges: []policies.Range{{First: uint64(s+1) * uint64(n), N: n}}}
+	}
+	// prefetchRounds rounds, the passes alternating; the medians.
+	var idle, cached, busy, slow []float64
+	var via string
+	want := uint64(k) * uint64(n)
+	for range prefetchRounds {
+		d, r, err := p.cold(size)
+		if err != nil {
+			return prefetchResult{}, err
+		}
+		dc, rc, err := p.issue()
+		if err != nil {
+			return prefetchResult{}, err
+		}
+		if rc.Stats.PagesCached < want*9/10 {
+			return prefetchResult{}, fmt.Errorf("the second pass found %d of %d pages cached", rc.Stats.PagesCached, want)
+		}
+		idle, cached, via = append(idle, float64(d)/float64(k)), append(cached, float64(dc)/float64(k)), r.Via
+		if n == 1 {
+			for _, read := range []bool{true, false} {
+				db, s, err := p.withThread(size, read)
+				if err != nil {
+					return prefetchResult{}, err
+				}
+				busy, slow = append(busy, float64(db)/float64(k)), append(slow, s)
+			}
+		}
+	}
+	res := prefetchResult{perReq: uint64(median(idle)), cachedNS: uint64(median(cached)), via: via}
+	if n == 1 {
+		res.busyNS, res.slowdown = uint64(median(busy)), median(slow)
+	}
+	for i := range p.reqs {
+		res.ranges = append(res.ranges, p.reqs[i].Ranges[0])
+	}
+	return res, nil
+}
+
+// withThread runs the cold pass while a thread preads the file's first
+// page (cached) all along (read), or computes (spins on a counter), and
+// returns the pass's time and how much slower that thread's steps were
+// meanwhile than in the 50 ms before.
+func (p *prefetchRun) withThread(size int64, read bool) (time.Duration, float64, error) {
+	if err := evictRetry(p.path, size); err != nil {
+		return 0, 0, err
+	}
+	f, err := os.Open(p.path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	buf := make([]byte, p.ps)
+	if _, err := unix.Pread(int(f.Fd()), buf, 0); err != nil {
+		return 0, 0, fmt.Errorf("read %s: %w", p.path, err)
+	}
+	var reads atomic.Uint64
+	var stop atomic.Bool
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for !stop.Load() {
+			if !read {
+				spinWork()
+			} else if _, err := unix.Pread(int(f.Fd()), buf, 0); err != nil {
+				done <- fmt.Errorf("read %s: %w", p.path, err)
+				return
+			}
+			reads.Add(1)
+		}
+		done <- nil
+	}()
+	time.Sleep(10 * time.Millisecond) // the reader's thread is running
+	r0, t0 := reads.Load(), time.Now()
+	time.Sleep(50 * time.Millisecond)
+	r1, t1 := reads.Load(), time.Now()
+	d, _, err := p.issue()
+	r2, t2 := reads.Load(), time.Now()
+	stop.Store(true)
+	if rerr := <-done; err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	if r1 == r0 || r2 == r1 {
+		return 0, 0, errors.New("the reader thread did not run")
+	}
+	alone := float64(t1.Sub(t0)) / float64(r1-r0)
+	during := float64(t2.Sub(t1)) / float64(r2-r1)
+	want := uint64(len(p.reqs))
+	return d, max(during/alone, 1), awaitCached(p.path, p.reqs, want)
+}
+
+// spinSink keeps spinWork's result alive.
+var spinSink uint64
+
+// spinWork is about a microsecond of user-space work.
+func spinWork() {
+	x := spinSink
+	for i := range uint64(400) {
+		x = x*6364136223846793005 + i
+	}
+	spinSink = x
+}
+
+// evictRetry evicts the file, retrying for up to 2 s while pages under
+// read stay (POSIX_FADV_DONTNEED leaves locked pages).
+func evictRetry(path string, size int64) error {
+	var err error
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err = EnsureCold(path, size); err == nil || time.Now().After(deadline) {
+			return err
+		}
+	}
+}
+
+// awaitCached waits up to 10 s for the pages of reqs to be in the page
+// cache (read in, or being read: cachestat counts both), and fails if
+// fewer than 90% of want are: a WILLNEED that reads nothing would make
+// the measurement meaningless.
+func awaitCached(path string, reqs []policies.Request, want uint64) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	ps := uint64(os.Getpagesize())
+	var got uint64
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		got = 0
+		for i := range reqs {
+			r := reqs[i].Ranges[0]
+			var cs unix.Cachestat_t
+			cr := unix.CachestatRange{Off: r.First * ps, Len: uint64(r.N) * ps}
+			if err := unix.Cachestat(uint(f.Fd()), &cr, &cs, 0); err != nil {
+				return fmt.Errorf("check prefetched pages of %s: %w", path, err)
+			}
+			got += cs.Cache
+		}
+		if got >= want*9/10 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got < want*9/10 {
+		return fmt.Errorf("only %d of %d prefetched pages of %s are in the page cache: the kernel did not read them", got, want, path)
+	}
+	// Wait for the reads still in flight (cachestat counts them), so that
+	// the next point can evict the file.
+	buf := make([]byte, ps)
+	for i := range reqs {
+		r := reqs[i].Ranges[0]
+		if _, err := unix.Pread(int(f.Fd()), buf, int64((r.First+uint64(r.N)-1)*ps)); err != nil {
+			return fmt.Errorf("read prefetched pages of %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// measureCachedRead times preads of cached pages of path, as a program
+// reading a large cached file does: 4 KiB reads of random pages, and 64
+// KiB reads of random 16-page ranges, of the ranges that are cached (the
+// last prefetch point's); it returns the median ns of a 4 KiB read, and
+// what each further page of a 64 KiB read adds.
+func measureCachedRead(path string, cached []policies.Range) (one, per uint64, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	ps := os.Getpagesize()
+	var pages, chunks []int64
+	for _, r := range cached {
+		for p := range uint64(r.N) {
+			pages = append(pages, int64(r.First+p)*int64(ps))
+			if p%16 == 0 && p+16 <= uint64(r.N) {
+				chunks = append(chunks, int64(r.First+p)*int64(ps))
+			}
+		}
+	}
+	if len(chunks) == 0 {
+		return 0, 0, errors.New("time cached reads: no cached range of 16 pages")
+	}
+	buf := make([]byte, 16*ps)
+	one, err = medianRead(fd, buf[:ps], pages)
+	if err != nil {
+		return 0, 0, err
+	}
+	sixteen, err := medianRead(fd, buf, chunks)
+	if err != nil {
+		return 0, 0, err
+	}
+	if sixteen > one {
+		per = (sixteen - one) / 15
+	}
+	return one, per, nil
+}
+
+// wakeRequests is how many requests measureWake times, each after the
+// backend has been idle for wakeGap.
+const (
+	wakeRequests = 300
+	wakeGap      = 300 * time.Microsecond
+)
+
+// measureWake submits one-page requests of the cold file path to an idle
+// kernel backend, one at a time, and returns the medians of the time until
+// the backend issues each (Options.Issued) and of the Submit call.
+func measureWake(path string, size int64) (wake, submit uint64, err error) {
+	if err := evictRetry(path, size); err != nil {
+		return 0, 0, err
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, 0, err
+	}
+	reg := backend.NewRegistry()
+	defer reg.Close()
+	if _, err := reg.Add(backend.FileRef{ID: 1, Dev: formats.KernelDev(st.Dev), Ino: st.Ino, Path: path}); err != nil {
+		return 0, 0, err
+	}
+	var issued atomic.Int64
+	b := backend.NewKernel(reg, backend.Options{Issued: func(uint32, uint64, uint64) { issued.Store(time.Now().UnixNano()) }})
+	defer b.Close()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	pages := int(size / int64(os.Getpagesize()))
+	var waits, subs []float64
+	for _, p := range rand.Perm(pages)[:min(wakeRequests, pages)] {
+		time.Sleep(wakeGap)
+		issued.Store(0)
+		t0 := time.Now()
+		if err := b.Submit(&policies.Request{File: 1, Ranges: []policies.Range{{First: uint64(p), N: 1}}}); err != nil {
+			return 0, 0, err
+		}
+		t1 := time.Now()
+		for issued.Load() == 0 {
+			if time.Since(t0) > time.Second {
+				return 0, 0, errors.New("time an idle backend: a request was not issued within 1 s")
+			}
+		}
+		waits = append(waits, float64(issued.Load()-t0.UnixNano()))
+		subs = append(subs, float64(t1.Sub(t0)))
+	}
+	return uint64(median(waits)), uint64(median(subs)), nil
+}
+
+// measureOpen returns the median time of open(2) by path, fstat(2) and
+// close(2) of path, cached, over 50 batches of 100.
+func measureOpen(path string) (uint64, error) {
+	const batches, opens = 50, 100
+	per := make([]float64, batches)
+	var st unix.Stat_t
+	for b := range per {
+		t0 := time.Now()
+		for range opens {
+			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+			if err != nil {
+				return 0, fmt.Errorf("open %s: %w", path, err)
+			}
+			err = unix.Fstat(fd, &st)
+			unix.Close(fd)
+			if err != nil {
+				return 0, fmt.Errorf("stat %s: %w", path, err)
+			}
+		}
+		per[b] = float64(time.Since(t0)) / opens
+	}
+	return uint64(median(per)), nil
+}
+
+// coldReads is how many uncached pages measureColdRead reads.
+const coldReads = 2000
+
+// measureColdRead returns the median times of 4 KiB preads of distinct
+// random pages of the cold file path, one at a time, through the page
+// cache with readahead off for the descriptor (POSIX_FADV_RANDOM, so that
+// each reads its page alone), and with O_DIRECT, alternating, so that both
+// see the device in the same state.
+func measureColdRead(path string, size int64) (buffered, direct uint64, err error) {
+	if err := evictRetry(path, size); err != nil {
+		return 0, 0, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	d, err := engine.OpenDirect(path, os.O_RDONLY)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer d.Close()
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM); err != nil {
+		return 0, 0, fmt.Errorf("turn readahead off for %s: %w", path, err)
+	}
+	ps := os.Getpagesize()
+	pages := int(size / int64(ps))
+	if pages < 4*coldReads {
+		return 0, 0, fmt.Errorf("time uncached reads: %s holds %d pages, want %d", path, pages, 4*coldReads)
+	}
+	buf, err := unix.Mmap(-1, 0, ps, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return 0, 0, fmt.Errorf("time uncached reads: map a buffer: %w", err)
+	}
+	defer unix.Munmap(buf)
+	var lb, ld []float64
+	perm := rand.Perm(pages)
+	for i := range coldReads {
+		for j, fd := range []int{int(f.Fd()), int(d.Fd())} {
+			p := perm[2*i+j]
+			t0 := time.Now()
+			if n, err := unix.Pread(fd, buf, int64(p)*int64(ps)); err != nil || n < ps {
+				return 0, 0, fmt.Errorf("read %s page %d: %d bytes, %v", path, p, n, err)
+			}
+			if j == 0 {
+				lb = append(lb, float64(time.Since(t0)))
+			} else {
+				ld = append(ld, float64(time.Since(t0)))
+			}
+		}
+	}
+	return uint64(median(lb)), uint64(median(ld)), nil
+}
+
+// medianRead returns the median ns per pread of len(buf) bytes at random
+// offsets of offs over 50 batches of 200.
+func medianRead(fd int, buf []byte, offs []int64) (uint64, error) {
+	const batches, reads = 50, 200
+	per := make([]uint64, batches)
+	for b := range per {
+		at := make([]int64, reads)
+		for i := range at {
+			at[i] = offs[rand.IntN(len(offs))]
+		}
+		t0 := time.Now()
+		for _, off := range at {
+			n, err := unix.Pread(fd, buf, off)
+			if err != nil || n < len(buf) {
+				return 0, fmt.Errorf("read cached pages at %d: %d bytes, %v", off, n, err)
+			}
+		}
+		per[b] = uint64(time.Since(t0).Nanoseconds()) / reads
+	}
+	slices.Sort(per)
+	return per[batches/2], nil
+}
