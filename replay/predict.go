@@ -70,7 +70,13 @@ func (r *Replayer) Predict(rep *Report, pred Prediction) error {
 		}
 	}
 	ps := r.t.pageSize
-	cfg := simulate.Config{PageSize: ps, Device: pred.Device, Calibrated: pred.Calibrated, Policies: specs, Speed: r.opt.Speed}
+	cfg := simulate.Config{PageSize: ps, Device: pred.Device, Calibrated: pred.Calibrated, Policies: specs, Speed: r.opt.Speed, InFlight: r.opt.InFlight}
+	var hostNote string
+	if cfg.Device.Host != nil && r.opt.Backend != BackendKernel {
+		// The host model's issue costs are the kernel backend's.
+		cfg.Device.Host = nil
+		hostNote = fmt.Sprintf("the %s backend's CPU costs are not modelled (the device profile's host costs are the kernel backend's)", r.opt.Backend)
+	}
 	if r.opt.Timing == TimingASAP {
 		cfg.NoThink = true
 	}
@@ -147,6 +153,9 @@ func (r *Replayer) Predict(rep *Report, pred Prediction) error {
 	desc := fmt.Sprintf("simulate, %s: device %s (%s; latency %.0f µs, %.0f MB/s, QD %d), cache %s %s, think time %s; baseline stall %.1f ms",
 		cal, d.Name, d.Source, float64(d.LatencyNS)/1e3, d.BytesPerSec/1e6, d.QueueDepth, simulate.FormatSize(cfg.CacheBytes), raText, sim.ThinkTime, float64(base.StallNS)/1e6)
 	notes := append(append([]string{}, pred.Notes...), sim.Notes...)
+	if hostNote != "" {
+		notes = append(notes, hostNote)
+	}
 	if !cfg.NoReadahead {
 		notes = append(notes, ra.Summary)
 	}

@@ -113,3 +113,35 @@ func TestPredictWithServiceTimes(t *testing.T) {
 		t.Errorf("predictor: %s", rep.Summary.Predictor)
 	}
 }
+
+// TestPredictHostByBackend: the host model's prefetch costs are the kernel
+// backend's: with them the kernel backend's oracle is predicted slower
+// than without, and for the direct backend they are left out, which the
+// predictor says.
+func TestPredictHostByBackend(t *testing.T) {
+	bundle, root := synthBundle(t, formats.SynthSpec{Pattern: "sparse", Events: 4000, Files: 1, FilePages: 1 << 20, ThinkNS: 1000})
+	host := &simulate.Host{CPUs: 2, Issue: []simulate.IssueCost{{Pages: 1, NS: 20_000}}, IssueCachedNS: 1000,
+		IssueBusy: 1, Slowdown: 1}
+	predict := func(backend string, h *simulate.Host) *Report {
+		r, err := New(bundle, Options{Root: root, Backend: backend, Runs: []string{Baseline, "oracle"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := &Report{}
+		rep.summarize(r.opt.Runs)
+		dev := simulate.Presets["nvme"]
+		dev.Host = h
+		if err := r.Predict(rep, Prediction{Device: dev, Calibrated: true}); err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	wall := func(rep *Report) float64 { return rep.Summary.Policies[1].PredictedWallNS }
+	if with, without := wall(predict(BackendKernel, host)), wall(predict(BackendKernel, nil)); with < 1.5*without {
+		t.Errorf("kernel backend: oracle predicted %.0f ns with 20 µs requests, %.0f without; want much slower", with, without)
+	}
+	d := predict(BackendDirect, host)
+	if wall(d) != wall(predict(BackendDirect, nil)) || !strings.Contains(d.Summary.Predictor, "direct backend's CPU costs are not modelled") {
+		t.Errorf("direct backend: predicted %.0f ns; predictor %q", wall(d), d.Summary.Predictor)
+	}
+}

@@ -25,6 +25,8 @@ type Device struct {
 	LatencyNS   int64   `json:"latency_ns"`    // per-request access latency, excluding transfer
 	BytesPerSec float64 `json:"bytes_per_sec"` // sequential transfer bandwidth shared by all requests
 	QueueDepth  int     `json:"queue_depth"`   // requests served in parallel
+	// Host is the CPU side of the model; nil leaves it out.
+	Host *Host `json:"host,omitempty"`
 }
 
 // Paper-derived random-read throughputs (PredictIO §6, fio 4 KiB random
@@ -113,7 +115,11 @@ func DeviceFromProfile(p *formats.DeviceProfile) (Device, error) {
 	if r := p.RandReadBytesPerSec; r > 0 && !math.IsInf(r, 0) {
 		qd = int(min(max(math.Round(r*(lat+xfer)/1e9/4096), 1), float64(p.QueueDepth)))
 	}
-	return Device{Name: name, Source: src, LatencyNS: int64(lat), BytesPerSec: p.SeqReadBytesPerSec, QueueDepth: qd}, nil
+	host, err := HostFromProfile(p.Host)
+	if err != nil {
+		return Device{}, fmt.Errorf("load device profile: %w", err)
+	}
+	return Device{Name: name, Source: src, LatencyNS: int64(lat), BytesPerSec: p.SeqReadBytesPerSec, QueueDepth: qd, Host: host}, nil
 }
 
 func (d Device) validate() error {

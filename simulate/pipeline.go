@@ -97,6 +97,7 @@ func (s *Simulator) run(src Source) error {
 		go func() {
 			defer wg.Done()
 			l.consume(s, chans[i])
+			l.finish()
 		}()
 	}
 	err := s.produce(prod, chans)
@@ -322,8 +323,12 @@ func (l *lane) plain(s *Simulator, b *batch, from, to int) {
 			if !fastLRU || page >= uint64(len(tab)) || c.replaceDirect(file, page, wait, flagReferenced) < 0 {
 				c.insertSlow(file, page, wait, flagReferenced)
 			}
+			wait += l.missNS
 		}
 		st.StallNS += wait - now
+		if idx >= 0 && e >= t && l.host != nil {
+			wait = l.cachedRead(th, wait, 1)
+		}
 		th.clock = wait
 	}
 	l.st.Accesses += st.Accesses

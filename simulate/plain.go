@@ -25,7 +25,7 @@ func (l *lane) plainRun(ts, pages []uint64, i int, ts0 uint64, th *thread, file 
 	qlimit := uint64(2*c.capacity + 64)
 	slots := dev.slots
 	shead := dev.head
-	latency, onePage := dev.latency, dev.onePage
+	latency, onePage, missNS := dev.latency, dev.onePage, l.missNS
 	key := uint64(file) << 40
 	clock, ref := th.clock, th.ref
 	var hits, misses, used, late, wasted uint64
@@ -140,7 +140,7 @@ func (l *lane) plainRun(ts, pages []uint64, i int, ts0 uint64, th *thread, file 
 			e.ver++
 			qbuf[qtail&qm] = qrec{r.idx, e.ver}
 			qtail++
-			wait = done
+			wait = done + missNS
 			misses++
 		}
 		think += dt

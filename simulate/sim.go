@@ -7,6 +7,7 @@
 package simulate
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -57,6 +58,9 @@ type Config struct {
 	// starts at once and issues its next access when the previous one
 	// completes.
 	NoThink bool
+	// InFlight bounds the pages the backend model (Device.Host) holds
+	// queued, as replay --inflight does; 0 means 8192.
+	InFlight int
 }
 
 func (c *Config) pageSize() int {
@@ -96,7 +100,15 @@ type Stats struct {
 	IOAmplification float64 `json:"io_amplification"` // pages read / pages demanded
 	StallNS         int64   `json:"stall_ns"`         // time demand accesses waited for the device, summed over threads
 	ThinkNS         int64   `json:"think_ns"`         // think time, summed over threads
-	ServiceNS       int64   `json:"recorded_service_ns"`
+	// With a host model (Device.Host): the time threads spent copying
+	// cached pages, the time their CPU work was stretched by sharing the
+	// CPUs with the backend, the time they spent waking it, and the pages
+	// the backend's queue bounds dropped.
+	CachedReadNS int64  `json:"cached_read_ns,omitempty"`
+	ContentionNS int64  `json:"contention_ns,omitempty"`
+	SubmitNS     int64  `json:"submit_ns,omitempty"` // submissions that woke the backend
+	PagesDropped uint64 `json:"pages_dropped,omitempty"`
+	ServiceNS    int64  `json:"recorded_service_ns"`
 	// WallNS is the simulated makespan: from the first event to the end of
 	// the last thread's last operation, think plus service time, each
 	// counted once.
@@ -349,6 +361,9 @@ func (s *Simulator) Report() *Report {
 		ReadaheadParams:     s.cfg.ReadaheadParams,
 	}
 	r.ThinkTime, r.Notes = s.thinkTime()
+	if n := s.hostNote(); n != "" {
+		r.Notes = append(r.Notes, n)
+	}
 	if s.started {
 		r.ElapsedNS = int64(time.Since(s.start))
 		if r.ElapsedNS > 0 {
@@ -444,6 +459,14 @@ type lane struct {
 	ev         policies.Event
 	flatRows   uint64 // rows plainRun served, for tests
 
+	// host is the CPU model (Device.Host), nil when none; iss models the
+	// kernel backend that executes the policies' requests (a lane with a
+	// policy and a host model).
+	host   *Host
+	iss    *issuer
+	paths  paths // with iss: the path lookups the backend and the program share
+	missNS int64 // host.MissNS, or 0
+
 	st Stats
 }
 
@@ -467,6 +490,13 @@ func (s *Simulator) newLane(name, spec string) (*lane, error) {
 		env.Future = policies.NewStreamFuture()
 	}
 	l.filePages = env.FilePages
+	if h := s.cfg.Device.Host; h != nil {
+		l.host, l.missNS = h, h.MissNS
+		if spec != "" {
+			l.iss = &issuer{host: h, maxPages: uint64(cmp.Or(s.cfg.InFlight, issueQueuePages)), opened: map[uint32]bool{}}
+			l.paths.warm = map[uint32]int64{}
+		}
+	}
 	build := s.cfg.Build
 	if build == nil {
 		build = policies.Build
@@ -525,14 +555,23 @@ func (l *lane) step(ev *policies.Event, t, e int64) {
 			// kernel maps only pages already cached.
 			th := l.threads.get(threadID(ev))
 			l.now = l.begin(th, t, e, ev.Access.Op)
-			l.serve(ev)
+			if l.serve(ev) == 0 && e >= t && l.host != nil {
+				l.now = l.cachedRead(th, l.now, max(uint64(ev.Access.NPages), 1))
+			}
+			if l.iss != nil && l.iss.woken {
+				l.now = l.submitWake(th, l.now)
+			}
 			th.clock = l.now
 			l.demand++
 		case isMetadata(k):
 			th := l.threads.get(threadID(ev))
 			now := l.begin(th, t, e, ev.Access.Op)
 			if e > t {
-				now += e - t
+				svc := e - t
+				if l.iss != nil {
+					svc = l.lookup(ev.File, k, now, svc)
+				}
+				now += svc
 				l.st.ServiceNS += e - t
 			}
 			th.clock = now
@@ -574,7 +613,11 @@ func (l *lane) begin(th *thread, t, e int64, op uint64) int64 {
 	default:
 		think := scale(max(t-th.ref, 0), l.speed)
 		l.st.ThinkNS += think
+		if l.iss != nil && think > 0 {
+			think = l.contend(think, th.clock)
+		}
 		now = th.clock + think
+		th.cpuFrom, th.cpuTo = th.clock, now
 	}
 	th.op = op
 	th.ref = t
@@ -595,14 +638,17 @@ func scale(d int64, speed float64) int64 {
 	return int64(float64(d) / speed)
 }
 
-// serve serves one demand access at l.now and moves l.now to its
-// completion.
-func (l *lane) serve(ev *policies.Event) {
+// serve serves one demand access at l.now, moves l.now to the completion
+// of its device waits and returns how many of its pages missed.
+func (l *lane) serve(ev *policies.Event) uint64 {
 	n := max(uint64(ev.Access.NPages), 1)
 	first := ev.Access.Page
 	file := ev.File
 	l.st.Accesses++
 	l.st.Demand += n
+	if l.iss != nil {
+		l.advance(l.now)
+	}
 	// Classify before the policies run: a page missing now is a miss even
 	// if readahead fetches it synchronously below.
 	var missing uint64
@@ -646,6 +692,7 @@ func (l *lane) serve(ev *policies.Event) {
 		l.st.StallNS += wait - l.now
 		l.now = wait
 	}
+	return missing
 }
 
 // readRow serves access row i of b, a one-page read, in a lane whose only
@@ -704,6 +751,9 @@ func (l *lane) readRow(s *Simulator, b *batch, i int) {
 		l.st.StallNS += wait - l.now
 		l.now = wait
 	}
+	if here && e >= t && l.host != nil {
+		l.now = l.cachedRead(th, l.now, 1)
+	}
 	th.clock = l.now
 	l.demand++
 }
@@ -759,6 +809,10 @@ func (l *lane) submit(req *policies.Request) {
 		return
 	}
 	eof := l.fileEnd(req.File)
+	if l.iss != nil {
+		l.queue(req, eof)
+		return
+	}
 	for _, r := range req.Ranges {
 		first, last := clipRange(r, eof)
 		var runStart, runLen uint64
@@ -825,7 +879,7 @@ func (l *lane) read(file uint32, first, n uint64) {
 	if l.inDemand && file == l.curFile {
 		dlo, dhi = max(first, l.curFirst), min(first+n, l.curFirst+l.curN)
 		if dlo < dhi {
-			l.demandWait = done
+			l.demandWait = done + l.missNS
 		} else {
 			dlo, dhi = first, first
 		}
@@ -868,10 +922,13 @@ func (l *lane) stats() Stats {
 
 // thread is one recorded thread's clock.
 type thread struct {
-	clock   int64  // simulated time its last operation completed
-	ref     int64  // trace time its think time runs from
-	op      uint64 // operation id of its last row
-	started bool
+	clock int64 // simulated time its last operation completed
+	// cpuFrom..cpuTo is its latest span on the CPU (think time, or
+	// copying cached pages), for the host model's CPU sharing.
+	cpuFrom, cpuTo int64
+	ref            int64  // trace time its think time runs from
+	op             uint64 // operation id of its last row
+	started        bool
 }
 
 // at returns the simulated time of an event of th at trace time t that is
