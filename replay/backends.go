@@ -68,8 +68,11 @@ func (r *Replayer) effectCounts(run *Run) {
 // which prefetches nothing, has nothing to count, and should cost what the
 // recorded program's operations cost, which ran without it.
 func (r *Replayer) observe(spec string) {
-	if spec == Baseline {
+	if spec == Baseline || r.opt.NoEffect {
 		r.stopObserver()
+		if r.opt.NoEffect {
+			r.obsErr = "no counts by effect: --effect=false"
+		}
 		return
 	}
 	if r.obs == nil {

@@ -165,6 +165,36 @@ func TestBaselineRunsWithoutObserver(t *testing.T) {
 	}
 }
 
+// TestNoEffect: with NoEffect (replay --effect=false) the policy runs
+// prefetch as before but without the observer: no counts by effect, and
+// a note that says why.
+func TestNoEffect(t *testing.T) {
+	tr := memTrace(256, sparseRuns(256, 64, 1), 10_000)
+	root := materialized(t, tr)
+	opt := Options{Root: root, Backend: BackendKernel, Runs: []string{Baseline, "oracle"}, NoEffect: true}
+	if err := opt.validate(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := newReplayer(tr, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attached []bool
+	r.opt.duringRun = func(spec string) { attached = append(attached, r.obs != nil) }
+	rep, err := r.Replay(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{false, false}; !slices.Equal(attached, want) {
+		t.Errorf("observer attached during the runs: %v, want never", attached)
+	}
+	orc := rep.Runs[1]
+	if orc.Policy != "oracle" || orc.Counters.PagesSubmitted == 0 || orc.Prefetched != 0 || !strings.Contains(orc.EffectNote, "--effect=false") {
+		t.Errorf("oracle run: %d pages submitted, %d counted prefetched, note %q; want prefetches, no counts and the reason",
+			orc.Counters.PagesSubmitted, orc.Prefetched, orc.EffectNote)
+	}
+}
+
 // metaWorker returns a worker of a run of bundle (under root) with its
 // files, for calling its metadata operations one at a time.
 func metaWorker(t testing.TB, bundle, root string) (*worker, []*openFile, *Replayer) {

@@ -69,6 +69,10 @@ type Options struct {
 	// a cold run is refused; 0 means DefaultMaxResidue (5%). Every run
 	// starts with the first run's residue.
 	MaxResidue float64
+	// NoEffect runs policy runs of the page-cache backends without the
+	// effect observer: no counts by effect, but none of its cost either
+	// (its eBPF programs on every system call; docs/replay.md).
+	NoEffect bool
 	// InFlight bounds the kernel backend's queued pages; 0 means 8192.
 	InFlight int
 	// Readahead makes the kernel backend use readahead(2) instead of
