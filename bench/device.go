@@ -70,7 +70,7 @@ func MeasureDevice(c DeviceConfig) (*formats.DeviceProfile, error) {
 		return nil, fmt.Errorf("measure device sequential bandwidth: %w", err)
 	}
 	fmt.Fprintf(c.Log, "sequential read, 1 MiB x %d: %.1f MiB/s\n", seqQD, seq/(1<<20))
-	fmt.Fprintf(c.Log, "4/4: cached reads and prefetches through the kernel backend (about 2 s) ...\n")
+	fmt.Fprintf(c.Log, "4/4: the host: cached and uncached reads, opens and prefetches through the kernel backend (about 10 s) ...\n")
 	host, err := MeasureHost(c.Path, c.Size, c.Log)
 	if err != nil {
 		return nil, err

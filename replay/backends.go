@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 
@@ -48,6 +49,9 @@ func (r *Replayer) effectCounts(run *Run) {
 	}
 	if r.obs == nil {
 		run.EffectNote = r.obsErr
+		if r.opt.Effect == EffectSeparate && !r.counting && r.opt.Backend != BackendDirect {
+			run.EffectNote = "counted in a run of its own, with the effect observer (counts_only), so that its cost is not in this run's time"
+		}
 		return
 	}
 	c, _, err := r.obs.Final()
@@ -68,16 +72,45 @@ func (r *Replayer) effectCounts(run *Run) {
 // which prefetches nothing, has nothing to count, and should cost what the
 // recorded program's operations cost, which ran without it.
 func (r *Replayer) observe(spec string) {
-	if spec == Baseline || r.opt.NoEffect {
+	if spec == Baseline || !r.counting && r.opt.Effect != EffectInline {
 		r.stopObserver()
-		if r.opt.NoEffect {
-			r.obsErr = "no counts by effect: --effect=false"
+		switch r.opt.Effect {
+		case EffectOff:
+			r.obsErr = "no counts by effect: --effect off"
+		case EffectSeparate:
+			r.obsErr = "" // counted in a run of its own (countRuns)
 		}
 		return
 	}
 	if r.obs == nil {
 		r.startObserver()
 	}
+}
+
+// countRuns makes, with Effect separate on a page-cache backend, one more
+// run of each policy spec with the effect observer, for its counts by
+// effect only (Run.CountsOnly).
+func (r *Replayer) countRuns(ctx context.Context, rep *Report) error {
+	if r.opt.Effect != EffectSeparate || r.opt.Backend == BackendDirect {
+		return nil
+	}
+	r.counting = true
+	defer func() { r.counting = false }()
+	for _, spec := range r.opt.Runs {
+		if spec == Baseline {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		run, err := r.runOnce(ctx, spec, r.opt.Repeat)
+		if err != nil {
+			return fmt.Errorf("replay run %q (counts by effect): %w", spec, err)
+		}
+		run.CountsOnly = true
+		rep.Runs = append(rep.Runs, run)
+	}
+	return nil
 }
 
 // startObserver loads the eBPF effect observer for the page-cache backends

@@ -128,7 +128,7 @@ func TestWaitsEndOnTime(t *testing.T) {
 func TestBaselineRunsWithoutObserver(t *testing.T) {
 	tr := memTrace(256, sparseRuns(256, 64, 1), 10_000)
 	root := materialized(t, tr)
-	opt := Options{Root: root, Backend: BackendKernel, Runs: []string{Baseline, "oracle"}, Repeat: 2}
+	opt := Options{Root: root, Backend: BackendKernel, Runs: []string{Baseline, "oracle"}, Repeat: 2, Effect: EffectInline}
 	if err := opt.validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -165,33 +165,59 @@ func TestBaselineRunsWithoutObserver(t *testing.T) {
 	}
 }
 
-// TestNoEffect: with NoEffect (replay --effect=false) the policy runs
-// prefetch as before but without the observer: no counts by effect, and
-// a note that says why.
-func TestNoEffect(t *testing.T) {
+// TestEffectModes: by default (separate) the timed runs go without the
+// observer and one more oracle run, marked counts_only, counts by effect
+// for the summary; inline counts in the timed runs; off counts nothing and
+// says so. Every mode prefetches.
+func TestEffectModes(t *testing.T) {
 	tr := memTrace(256, sparseRuns(256, 64, 1), 10_000)
 	root := materialized(t, tr)
-	opt := Options{Root: root, Backend: BackendKernel, Runs: []string{Baseline, "oracle"}, NoEffect: true}
-	if err := opt.validate(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := newReplayer(tr, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var attached []bool
-	r.opt.duringRun = func(spec string) { attached = append(attached, r.obs != nil) }
-	rep, err := r.Replay(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []bool{false, false}; !slices.Equal(attached, want) {
-		t.Errorf("observer attached during the runs: %v, want never", attached)
-	}
-	orc := rep.Runs[1]
-	if orc.Policy != "oracle" || orc.Counters.PagesSubmitted == 0 || orc.Prefetched != 0 || !strings.Contains(orc.EffectNote, "--effect=false") {
-		t.Errorf("oracle run: %d pages submitted, %d counted prefetched, note %q; want prefetches, no counts and the reason",
-			orc.Counters.PagesSubmitted, orc.Prefetched, orc.EffectNote)
+	for _, c := range []struct {
+		mode     string
+		attached []bool
+	}{
+		{EffectSeparate, []bool{false, false, false, false, true}},
+		{EffectInline, []bool{false, true, false, true}},
+		{EffectOff, []bool{false, false, false, false}},
+	} {
+		opt := Options{Root: root, Backend: BackendKernel, Runs: []string{Baseline, "oracle"}, Repeat: 2, Effect: c.mode}
+		if err := opt.validate(); err != nil {
+			t.Fatal(err)
+		}
+		r, err := newReplayer(tr, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var attached []bool
+		r.opt.duringRun = func(spec string) { attached = append(attached, r.obs != nil) }
+		rep, err := r.Replay(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.obsErr != "" && c.mode != EffectOff {
+			if unix.Geteuid() != 0 {
+				t.Skipf("no effect observer (%s): needs CAP_BPF and CAP_PERFMON", r.obsErr)
+			}
+			t.Fatalf("%s: no effect observer as root: %s", c.mode, r.obsErr)
+		}
+		if !slices.Equal(attached, c.attached) {
+			t.Errorf("%s: observer attached during the runs: %v, want %v", c.mode, attached, c.attached)
+		}
+		orc := rep.Summary.Policies[1]
+		if orc.Rounds != 2 || orc.Submitted.Median == 0 {
+			t.Errorf("%s: oracle summary over %d rounds, %v pages submitted; want 2 timed rounds that prefetch", c.mode, orc.Rounds, orc.Submitted)
+		}
+		counted := orc.UsedInTime.Median > 0
+		if counted == (c.mode == EffectOff) {
+			t.Errorf("%s: oracle summary: %v pages used in time", c.mode, orc.UsedInTime)
+		}
+		last := rep.Runs[len(rep.Runs)-1]
+		if (c.mode == EffectSeparate) != last.CountsOnly {
+			t.Errorf("%s: last run %s counts_only %v", c.mode, last.Policy, last.CountsOnly)
+		}
+		if c.mode == EffectOff && !strings.Contains(last.EffectNote, "--effect off") {
+			t.Errorf("off: note %q", last.EffectNote)
+		}
 	}
 }
 

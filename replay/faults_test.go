@@ -36,7 +36,7 @@ func TestPrefetchErrors(t *testing.T) {
 	fs := faultfs.MountT(t, []faultfs.File{{Name: "file.bin", Backing: p, Faults: []faultfs.Range{{Off: bad * ps, Len: nbad * ps}}}}, faultfs.Options{})
 	for _, backend := range []string{BackendKernel, BackendDirect} {
 		t.Run(backend, func(t *testing.T) {
-			rep := replayMem(t, tr, Options{Root: fs.Dir, Backend: backend, CachePages: 4096, Runs: []string{"tree:window=16"}})
+			rep := replayMem(t, tr, Options{Effect: EffectInline, Root: fs.Dir, Backend: backend, CachePages: 4096, Runs: []string{"tree:window=16"}})
 			r := rep.Runs[0]
 			t.Logf("%s: %v; counters %+v; warnings %v", backend, r.Counts, r.Counters, r.Warnings)
 			if r.Hints != 1 || r.Counters.PagesRequested != nbad {

@@ -53,7 +53,7 @@ func TestOracleReducesStall(t *testing.T) {
 		{BackendNone, true},
 	} {
 		t.Run(tc.backend, func(t *testing.T) {
-			rep := replayMem(t, tr, Options{Root: root, Backend: tc.backend, CachePages: 16384, Runs: []string{Baseline, "oracle:n=256"}, Repeat: 3})
+			rep := replayMem(t, tr, Options{Effect: EffectInline, Root: root, Backend: tc.backend, CachePages: 16384, Runs: []string{Baseline, "oracle:n=256"}, Repeat: 3})
 			for _, r := range rep.Runs {
 				t.Logf("%s round %d on %s: stall %v, wall %v, %v", r.Policy, r.Round, r.Backend, time.Duration(r.StallNS), time.Duration(r.WallNS), r.Counts)
 			}

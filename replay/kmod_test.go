@@ -19,7 +19,7 @@ func TestKmodNotLoaded(t *testing.T) {
 	}
 	tr := memTrace(256, seqRuns(256, 8), 0)
 	root := materialized(t, tr)
-	opt := Options{Root: root, Backend: BackendKmod, Timing: TimingASAP, Runs: []string{"oracle"}}
+	opt := Options{Effect: EffectInline, Root: root, Backend: BackendKmod, Timing: TimingASAP, Runs: []string{"oracle"}}
 	if err := opt.validate(); !errors.Is(err, kmod.ErrNotLoaded) {
 		t.Fatalf("options with the kmod backend and no module: %v, want kmod.ErrNotLoaded", err)
 	}
@@ -50,7 +50,7 @@ func TestKmodOracle(t *testing.T) {
 	}
 	tr := memTrace(8192, sparseRuns(8192, 1500, 3), 20_000)
 	root := materialized(t, tr)
-	rep := replayMem(t, tr, Options{Root: root, Backend: BackendKmod, Timing: TimingRecorded, Runs: []string{Baseline, "oracle:n=256"}})
+	rep := replayMem(t, tr, Options{Effect: EffectInline, Root: root, Backend: BackendKmod, Timing: TimingRecorded, Runs: []string{Baseline, "oracle:n=256"}})
 	base, orc := rep.Runs[0], rep.Runs[1]
 	c := orc.Counters
 	t.Logf("baseline: wall %v stall %v; oracle: wall %v stall %v, %v, dropped pages %d counters %+v warnings %v",
@@ -93,7 +93,7 @@ func BenchmarkKmodVsKernel(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for k := range backends {
 			be := backends[(i+k)%len(backends)]
-			rep := replayMem(b, tr, Options{Root: root, Backend: be, Timing: TimingRecorded, Runs: []string{Baseline, "oracle:n=256"}})
+			rep := replayMem(b, tr, Options{Effect: EffectInline, Root: root, Backend: be, Timing: TimingRecorded, Runs: []string{Baseline, "oracle:n=256"}})
 			base, orc := rep.Runs[0], rep.Runs[1]
 			stall[be] = append(stall[be], float64(orc.StallNS)/1e6)
 			wall[be] = append(wall[be], float64(orc.WallNS)/1e6)

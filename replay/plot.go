@@ -41,7 +41,7 @@ func (rep *Report) WritePlot(file string) error {
 		seen[r.Policy] = true
 		var lat []int64
 		for _, r2 := range rep.Runs {
-			if r2.Policy == r.Policy {
+			if r2.Policy == r.Policy && !r2.CountsOnly {
 				lat = append(lat, r2.lat...)
 			}
 		}

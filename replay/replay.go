@@ -69,10 +69,14 @@ type Options struct {
 	// a cold run is refused; 0 means DefaultMaxResidue (5%). Every run
 	// starts with the first run's residue.
 	MaxResidue float64
-	// NoEffect runs policy runs of the page-cache backends without the
-	// effect observer: no counts by effect, but none of its cost either
-	// (its eBPF programs on every system call; docs/replay.md).
-	NoEffect bool
+	// Effect says how the page-cache backends' policy runs count
+	// prefetched pages by effect with the eBPF effect observer, whose
+	// hooks on every system call slow the run (docs/replay.md):
+	// EffectSeparate (the default, "") times every round without it and
+	// counts in one more run of each policy spec with it, left out of the
+	// timing; EffectInline counts in the timed runs; EffectOff does not
+	// count.
+	Effect string
 	// InFlight bounds the kernel backend's queued pages; 0 means 8192.
 	InFlight int
 	// Readahead makes the kernel backend use readahead(2) instead of
@@ -102,11 +106,22 @@ type Options struct {
 	duringRun func(spec string)
 }
 
+// Effect modes, Options.Effect.
+const (
+	EffectSeparate = "separate"
+	EffectInline   = "inline"
+	EffectOff      = "off"
+)
+
 // Run is the result of one replay run.
 type Run struct {
 	Policy  string `json:"policy"`
 	Round   int    `json:"round"`
 	Backend string `json:"backend"`
+	// CountsOnly marks the run made, with the effect observer, only for
+	// the counts by effect (Options.Effect separate): its times are left
+	// out of the summary.
+	CountsOnly bool `json:"counts_only,omitempty"`
 	// Cold is true when the run started with every file verified uncached
 	// (kernel and none backends), or with an empty user-space cache
 	// (direct).
@@ -176,8 +191,10 @@ type Replayer struct {
 	paths []string
 	fut   *policies.Future
 
-	obs    *effect.Observer // during Replay, for the page-cache backends
-	obsErr string           // why obs is nil
+	obs *effect.Observer // during Replay, for the page-cache backends
+	// counting is set during countRuns' runs.
+	counting bool
+	obsErr   string // why obs is nil
 
 	// Metadata operations (metadata.go): per file index, the path it is
 	// looked up at, its directory's index (-1: none) and its name there.
@@ -238,6 +255,13 @@ func (opt *Options) validate() error {
 	}
 	if len(opt.Runs) == 0 {
 		opt.Runs = []string{Baseline}
+	}
+	switch opt.Effect {
+	case "":
+		opt.Effect = EffectSeparate
+	case EffectSeparate, EffectInline, EffectOff:
+	default:
+		return fmt.Errorf("replay: effect %q: use separate, inline or off", opt.Effect)
 	}
 	return nil
 }
@@ -374,6 +398,9 @@ func (r *Replayer) Replay(ctx context.Context) (*Report, error) {
 			}
 			rep.Runs = append(rep.Runs, run)
 		}
+	}
+	if err := r.countRuns(ctx, rep); err != nil {
+		return nil, err
 	}
 	rep.summarize(r.opt.Runs)
 	rep.timing(r.t, &r.opt)

@@ -309,7 +309,7 @@ func TestKernelOracle(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := materialized(t, tc.tr)
-			rep := replayMem(t, tc.tr, Options{Root: root, Backend: BackendKernel, Timing: TimingRecorded, Runs: []string{Baseline, "oracle:n=256"}})
+			rep := replayMem(t, tc.tr, Options{Effect: EffectInline, Root: root, Backend: BackendKernel, Timing: TimingRecorded, Runs: []string{Baseline, "oracle:n=256"}})
 			base, orc := rep.Runs[0], rep.Runs[1]
 			t.Logf("baseline: wall %v stall %v dev %d KiB; oracle: wall %v stall %v dev %d KiB, %v, dropped pages %d counters %+v",
 				time.Duration(base.WallNS), time.Duration(base.StallNS), base.DeviceReadBytes>>10, time.Duration(orc.WallNS), time.Duration(orc.StallNS),
@@ -345,7 +345,7 @@ func TestKernelRefusesWarmColdRun(t *testing.T) {
 	if b, err := os.ReadFile(p); err != nil || len(b) == 0 {
 		t.Fatal(err)
 	}
-	opt := Options{Root: root, Backend: BackendKernel, Timing: TimingASAP, Runs: []string{Baseline, "oracle"}}
+	opt := Options{Effect: EffectInline, Root: root, Backend: BackendKernel, Timing: TimingASAP, Runs: []string{Baseline, "oracle"}}
 	opt.validate()
 	r, err := newReplayer(tr, opt)
 	if err != nil {
@@ -407,7 +407,7 @@ func TestFaultsAndThreads(t *testing.T) {
 	tr.threads = append(tr.threads, th2)
 	root := materialized(t, tr)
 	for _, b := range []string{BackendNone, BackendKernel, BackendDirect} {
-		rep := replayMem(t, tr, Options{Root: root, Backend: b, Timing: TimingASAP, Runs: []string{"oracle"}})
+		rep := replayMem(t, tr, Options{Effect: EffectInline, Root: root, Backend: b, Timing: TimingASAP, Runs: []string{"oracle"}})
 		r := rep.Runs[0]
 		if r.Accesses != tr.ops || len(r.lat) != tr.ops || r.Events != uint64(tr.ops) {
 			t.Fatalf("%s: %d accesses, %d latencies, %d events; want %d", b, r.Accesses, len(r.lat), r.Events, tr.ops)
@@ -492,7 +492,7 @@ func TestSynthBundles(t *testing.T) {
 		bundle, root := synthBundle(t, spec)
 		for _, backend := range []string{BackendDirect, BackendKernel} {
 			t.Run(spec.Pattern+"/"+backend, func(t *testing.T) {
-				r, err := New(bundle, Options{Root: root, Backend: backend, CachePages: 32768, Runs: []string{Baseline, "oracle:n=256"}})
+				r, err := New(bundle, Options{Effect: EffectInline, Root: root, Backend: backend, CachePages: 32768, Runs: []string{Baseline, "oracle:n=256"}})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -123,14 +123,35 @@ func spreadOf(xs []float64) Spread {
 	return Spread{Median: m, Min: s[0], Max: s[len(s)-1]}
 }
 
+// counted reports whether spec's timed runs carry its counts by effect:
+// no run of its own counted them (Options.Effect separate).
+func (rep *Report) counted(spec string) bool {
+	for _, r := range rep.Runs {
+		if r.Policy == spec && r.CountsOnly {
+			return false
+		}
+	}
+	return true
+}
+
 func (rep *Report) summarize(specs []string) {
 	rep.Summary = Summary{}
 	var base *PolicySummary
 	for _, spec := range specs {
 		ps := PolicySummary{Policy: spec}
 		var wall, stall, p50, p99, pre, used, late, wasted, sub, cached, dropped, infl, miss, dev []float64
+		counted := rep.counted(spec)
 		for _, r := range rep.Runs {
 			if r.Policy != spec {
+				continue
+			}
+			if r.CountsOnly || counted {
+				pre = append(pre, float64(r.Prefetched))
+				used = append(used, float64(r.UsedInTime))
+				late = append(late, float64(r.Late))
+				wasted = append(wasted, float64(r.Wasted))
+			}
+			if r.CountsOnly {
 				continue
 			}
 			ps.Rounds++
@@ -138,10 +159,6 @@ func (rep *Report) summarize(specs []string) {
 			stall = append(stall, float64(r.StallNS))
 			p50 = append(p50, r.P50US)
 			p99 = append(p99, r.P99US)
-			pre = append(pre, float64(r.Prefetched))
-			used = append(used, float64(r.UsedInTime))
-			late = append(late, float64(r.Late))
-			wasted = append(wasted, float64(r.Wasted))
 			sub = append(sub, float64(r.Counters.PagesSubmitted))
 			cached = append(cached, float64(r.Counters.PagesCached))
 			dropped = append(dropped, float64(r.Counters.Dropped))
@@ -215,7 +232,11 @@ func (rep *Report) WriteText(w io.Writer) error {
 		if r.Cold {
 			state = "cold"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%.1f\t\n", r.Policy, r.Round, r.Backend, state,
+		round := strconv.Itoa(r.Round)
+		if r.CountsOnly {
+			round = "counts" // its time is not in the summary
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%.1f\t\n", r.Policy, round, r.Backend, state,
 			ms(float64(r.WallNS)), ms(float64(r.StallNS)), r.P50US, r.P99US, effectText(r, r.Prefetched), effectText(r, r.UsedInTime), effectText(r, r.Late), effectText(r, r.Wasted), missText(r),
 			r.Counters.PagesSubmitted, r.Counters.PagesCached, r.Counters.Dropped, r.Counters.InFlightMax, float64(r.DeviceReadBytes)/(1<<20))
 	}

@@ -63,7 +63,7 @@ func TestResidue(t *testing.T) {
 	unmapHalf := mapPages(t, p, 10, 10)
 	mapPages(t, p, 0, 10)
 
-	opt := Options{Root: root, Backend: BackendKernel, Timing: TimingASAP, Runs: []string{Baseline, "oracle"}, Repeat: 2}
+	opt := Options{Effect: EffectInline, Root: root, Backend: BackendKernel, Timing: TimingASAP, Runs: []string{Baseline, "oracle"}, Repeat: 2}
 	opt.beforeRun = func(spec string, round int) {
 		if round == 1 {
 			unmapHalf() // pages 10..19 can be evicted from now on

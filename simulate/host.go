@@ -193,7 +193,7 @@ func (l *lane) advance(t int64) {
 // threads share the CPUs with it); it returns when the backend is done.
 func (l *lane) issue(it issueItem, start int64) int64 {
 	h := l.iss.host
-	f := l.issueStretch(start)
+	f := 1 + l.progLoad.at(start)*(h.IssueBusy-1)
 	cost := func(ns int64) int64 { return int64(float64(ns) * f) }
 	at := start
 	if !l.iss.opened[it.file] {
@@ -223,6 +223,7 @@ func (l *lane) issue(it issueItem, start int64) int64 {
 	if !issued {
 		at += cost(h.IssueCachedNS)
 	}
+	l.issLoad.add(start, at)
 	return at
 }
 
@@ -236,19 +237,6 @@ func (l *lane) prefetchRun(file uint32, first, n uint64, at int64) {
 	for p := first; p < first+n; p++ {
 		l.cache.insert(file, p, done, flagPrefetched)
 	}
-}
-
-// issueStretch is how much longer the backend's request takes at t with
-// the program's threads on the CPUs (thread.cpuFrom..cpuTo, at most 64
-// looked at): each adds what one doing the same measured (IssueBusy).
-func (l *lane) issueStretch(t int64) float64 {
-	f := 1.0
-	for i := range l.threads.th[:min(len(l.threads.th), 64)] {
-		if th := &l.threads.th[i]; th.cpuFrom <= t && t < th.cpuTo {
-			f += l.host.IssueBusy - 1
-		}
-	}
-	return f
 }
 
 // queue hands a policy request to the lane's backend model: each range,
@@ -266,21 +254,16 @@ func (l *lane) queue(req *policies.Request, eof uint64) {
 	}
 }
 
-// contend returns how long d ns of CPU work of a thread takes from t: the
-// part that overlaps the backend's issuing runs the measured slowdown
-// slower.
+// contend returns how long d ns of CPU work of a thread takes from t:
+// longer by the measured slowdown as far as the backend has been busy
+// lately (issLoad).
 func (l *lane) contend(d, t int64) int64 {
 	l.advance(t)
-	free := l.iss.free
-	if free <= t || d <= 0 {
+	u := l.issLoad.at(t)
+	if u == 0 || d <= 0 {
 		return d
 	}
-	g := l.host.Slowdown
-	s := int64(float64(d) * g)
-	if over := free - t; over < s {
-		// Slowed until the backend is idle, then at full speed.
-		s = over + d - int64(float64(over)/g)
-	}
+	s := int64(float64(d) * (1 + min(u, 1)*(l.host.Slowdown-1)))
 	l.st.ContentionNS += s - d
 	return s
 }
@@ -292,8 +275,8 @@ func (l *lane) cachedRead(th *thread, now int64, n uint64) int64 {
 	l.st.CachedReadNS += d
 	if l.iss != nil {
 		d = l.contend(d, now)
+		l.progLoad.add(now, now+d)
 	}
-	th.cpuFrom, th.cpuTo = now, now+d
 	return now + d
 }
 
@@ -362,6 +345,41 @@ func (l *lane) submitWake(th *thread, now int64) int64 {
 	l.iss.woken = false
 	d := l.host.SubmitWakeNS
 	l.st.SubmitNS += d
-	th.cpuFrom, th.cpuTo = now, now+d
+	l.progLoad.add(now, now+d)
 	return now + d
+}
+
+// loadTau is the time constant of a load's average.
+const loadTau = 1e6 // ns
+
+// load is how busy something has been lately: the exponentially decaying
+// average, over loadTau, of how many of its parts were busy (the program's
+// threads on a CPU, or the backend issuing), from its busy spans.
+type load struct {
+	v float64 // the average at t
+	t int64
+}
+
+// at returns the average at t (never moving back in time).
+func (x *load) at(t int64) float64 {
+	if t > x.t {
+		x.v *= math.Exp(-float64(t-x.t) / loadTau)
+		x.t = t
+	}
+	return x.v
+}
+
+// add records a busy span [from, to): it adds 1 - exp(-(to-from)/loadTau)
+// at to, decayed to the average's time if that is later.
+func (x *load) add(from, to int64) {
+	if to <= from {
+		return
+	}
+	c := -math.Expm1(-float64(to-from) / loadTau)
+	if to < x.t {
+		c *= math.Exp(-float64(x.t-to) / loadTau)
+	} else {
+		x.at(to)
+	}
+	x.v += c
 }

@@ -462,10 +462,13 @@ type lane struct {
 	// host is the CPU model (Device.Host), nil when none; iss models the
 	// kernel backend that executes the policies' requests (a lane with a
 	// policy and a host model).
-	host   *Host
-	iss    *issuer
-	paths  paths // with iss: the path lookups the backend and the program share
-	missNS int64 // host.MissNS, or 0
+	host  *Host
+	iss   *issuer
+	paths paths // with iss: the path lookups the backend and the program share
+	// With iss: how busy the program's threads (think time, cached reads)
+	// and the backend have been lately, for their sharing of the CPUs.
+	progLoad, issLoad load
+	missNS            int64 // host.MissNS, or 0
 
 	st Stats
 }
@@ -615,9 +618,9 @@ func (l *lane) begin(th *thread, t, e int64, op uint64) int64 {
 		l.st.ThinkNS += think
 		if l.iss != nil && think > 0 {
 			think = l.contend(think, th.clock)
+			l.progLoad.add(th.clock, th.clock+think)
 		}
 		now = th.clock + think
-		th.cpuFrom, th.cpuTo = th.clock, now
 	}
 	th.op = op
 	th.ref = t
@@ -922,13 +925,10 @@ func (l *lane) stats() Stats {
 
 // thread is one recorded thread's clock.
 type thread struct {
-	clock int64 // simulated time its last operation completed
-	// cpuFrom..cpuTo is its latest span on the CPU (think time, or
-	// copying cached pages), for the host model's CPU sharing.
-	cpuFrom, cpuTo int64
-	ref            int64  // trace time its think time runs from
-	op             uint64 // operation id of its last row
-	started        bool
+	clock   int64  // simulated time its last operation completed
+	ref     int64  // trace time its think time runs from
+	op      uint64 // operation id of its last row
+	started bool
 }
 
 // at returns the simulated time of an event of th at trace time t that is

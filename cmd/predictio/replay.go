@@ -64,7 +64,7 @@ func runReplay(c *command, args []string) int {
 	fs.BoolVar(&opt.Warm, "warm", false, "do not evict the files before each run: runs are warm and reported warm (kernel, none)")
 	fs.BoolVar(&opt.DropCaches, "drop-caches", false, "also write /proc/sys/vm/drop_caches before each cold run (root)")
 	fs.Float64Var(&opt.MaxResidue, "max-residue", replay.DefaultMaxResidue, "refuse a cold run when more than this `SHARE` (0..1] of the demanded pages stays cached after eviction (mapped or locked by other processes, dirty); every run starts with the first run's residue")
-	effect := fs.Bool("effect", true, "kernel and kmod backends: count each prefetched page by its effect (used in time, late, wasted) with the eBPF effect observer; false leaves its cost out of the policy runs' times")
+	fs.StringVar(&opt.Effect, "effect", replay.EffectSeparate, "kernel and kmod backends: count each prefetched page by its effect (used in time, late, wasted) with the eBPF effect observer, whose hooks slow a run: separate (in one more run of each policy, left out of the timing), inline (in the timed runs) or off")
 	fs.BoolVar(&opt.WarmMetadata, "warm-metadata", false, "do not drop dentries and inodes (drop_caches 2) before cold runs of bundles with metadata rows")
 	fs.IntVar(&opt.InFlight, "inflight", 8192, "kernel backend: most pages queued or being read ahead; excess requests are dropped")
 	fs.BoolVar(&opt.Readahead, "readahead", false, "kernel backend: use readahead(2) instead of io_uring FADVISE(WILLNEED)")
@@ -93,7 +93,6 @@ func runReplay(c *command, args []string) int {
 		return 2
 	}
 	bundle := fs.Arg(0)
-	opt.NoEffect = !*effect
 	switch {
 	case runs != "" && policy != "":
 		return fail(2, errors.New("replay: use either --ab or --policy"))
