@@ -13,10 +13,10 @@ import (
 )
 
 // Device is the storage model: QueueDepth requests are served in parallel,
-// each pays LatencyNS, then its pages cross a shared transfer channel of
-// BytesPerSec. The 4 KiB random-read throughput of the model is therefore
-// min(QueueDepth/(LatencyNS+x), 1/x) requests per ns, x the transfer time of
-// one page.
+// each pays LatencyNS, then crosses a shared channel one after another:
+// RequestNS, plus its pages' transfer at BytesPerSec. The 4 KiB random-read
+// throughput of the model is therefore min(QueueDepth/(LatencyNS+c), 1/c)
+// requests per ns, c = RequestNS plus the transfer time of one page.
 type Device struct {
 	Name string `json:"name"`
 	// Source says where the figures come from: a preset, a profile file,
@@ -25,6 +25,9 @@ type Device struct {
 	LatencyNS   int64   `json:"latency_ns"`    // per-request access latency, excluding transfer
 	BytesPerSec float64 `json:"bytes_per_sec"` // sequential transfer bandwidth shared by all requests
 	QueueDepth  int     `json:"queue_depth"`   // requests served in parallel
+	// RequestNS is each request's time on the channel beyond its pages'
+	// transfer (0 in the presets).
+	RequestNS int64 `json:"request_ns,omitempty"`
 	// Host is the CPU side of the model; nil leaves it out.
 	Host *Host `json:"host,omitempty"`
 }
@@ -77,16 +80,16 @@ func Preset(name string) (Device, error) {
 	return d, nil
 }
 
-// DeviceFromProfile builds the model from a measured profile: LatencyNS is
-// the QD1 read latency less one page's transfer, BytesPerSec the sequential
-// bandwidth, and QueueDepth the requests the device serves in parallel so
-// that the model's 4 KiB random-read throughput is the profile's
-// (randread_bytes_per_sec × (LatencyNS + one page's transfer) / 4096,
-// rounded, at most the profile's queue_depth; the profile's depth where
-// it has no random-read throughput). A virtio disk here serves 102 K IOPS
-// at QD 32 with a QD1 latency of 34 µs: it behaves as 4 requests in
-// parallel, not 32, which the model took as 209 K IOPS (its channel
-// limit), twice what the device does.
+// DeviceFromProfile builds the model from a measured profile so that it
+// reproduces its three measurements: QueueDepth is the profile's depth,
+// the channel's time per 4 KiB request is the inverse of the profile's
+// random-read throughput at that depth (RequestNS is what it adds to a
+// page's transfer at the sequential bandwidth), and LatencyNS is the QD1
+// read latency less the channel's time. A virtio disk here reads 35 K
+// 4 KiB requests a second at QD1 (26 µs), 92 K at QD4 (40 µs) and 164 K
+// at QD32 (162 µs): its requests queue behind each other from the second
+// on, which the channel models (35 µs at QD4); the model before, 4
+// requests in parallel of 26 µs each, served QD4 at QD1's latency.
 func DeviceFromProfile(p *formats.DeviceProfile) (Device, error) {
 	switch {
 	case p.Version != formats.DeviceProfileVersion:
@@ -111,15 +114,17 @@ func DeviceFromProfile(p *formats.DeviceProfile) (Device, error) {
 	if !p.MeasuredAt.IsZero() {
 		src += " measured " + p.MeasuredAt.UTC().Format("2006-01-02")
 	}
-	qd := p.QueueDepth
+	var req float64
 	if r := p.RandReadBytesPerSec; r > 0 && !math.IsInf(r, 0) {
-		qd = int(min(max(math.Round(r*(lat+xfer)/1e9/4096), 1), float64(p.QueueDepth)))
+		req = max(4096/r*1e9-xfer, 0)
+		lat = max(lat-req, 0)
 	}
 	host, err := HostFromProfile(p.Host)
 	if err != nil {
 		return Device{}, fmt.Errorf("load device profile: %w", err)
 	}
-	return Device{Name: name, Source: src, LatencyNS: int64(lat), BytesPerSec: p.SeqReadBytesPerSec, QueueDepth: qd, Host: host}, nil
+	return Device{Name: name, Source: src, LatencyNS: int64(lat), BytesPerSec: p.SeqReadBytesPerSec, QueueDepth: p.QueueDepth,
+		RequestNS: int64(math.Round(req)), Host: host}, nil
 }
 
 func (d Device) validate() error {
@@ -129,8 +134,8 @@ func (d Device) validate() error {
 	if !(d.BytesPerSec > 0) {
 		return errors.New("device bandwidth must be positive")
 	}
-	if d.LatencyNS < 0 {
-		return errors.New("device latency must not be negative")
+	if d.LatencyNS < 0 || d.RequestNS < 0 {
+		return errors.New("device latency and request time must not be negative")
 	}
 	return nil
 }
@@ -138,7 +143,7 @@ func (d Device) validate() error {
 // RandReadBytesPerSec is the model's 4 KiB random-read throughput at full
 // queue depth.
 func (d Device) RandReadBytesPerSec() float64 {
-	x := 4096 / d.BytesPerSec * 1e9
+	x := 4096/d.BytesPerSec*1e9 + float64(d.RequestNS)
 	perReq := (float64(d.LatencyNS) + x) / float64(d.QueueDepth)
 	if perReq < x {
 		perReq = x
@@ -161,7 +166,8 @@ func (d Device) RandReadBytesPerSec() float64 {
 type deviceState struct {
 	latency int64
 	nsPerPg float64
-	onePage int64   // transfer time of one page
+	reqNS   int64   // a request's channel time beyond its pages
+	onePage int64   // channel time of a one-page request
 	slots   []int64 // free times, sorted from slots[head] on (a ring)
 	head    int
 	busy    []span // channel busy spans, sorted, disjoint
@@ -179,9 +185,10 @@ func newDeviceState(d Device, pageSize int) *deviceState {
 	s := &deviceState{
 		latency: d.LatencyNS,
 		nsPerPg: float64(pageSize) / d.BytesPerSec * 1e9,
+		reqNS:   d.RequestNS,
 		slots:   make([]int64, d.QueueDepth),
 	}
-	s.onePage = int64(s.nsPerPg + 0.5)
+	s.onePage = d.RequestNS + int64(s.nsPerPg+0.5)
 	return s
 }
 
@@ -192,7 +199,7 @@ func (s *deviceState) submit(now int64, n uint64) int64 {
 	x := start + s.latency
 	d := s.onePage
 	if n != 1 {
-		d = int64(float64(n)*s.nsPerPg + 0.5)
+		d = s.reqNS + int64(float64(n)*s.nsPerPg+0.5)
 	}
 	var done int64
 	if k := len(s.busy); k > 0 && x >= s.busy[k-1].start && x <= s.busy[k-1].end {
