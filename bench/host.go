@@ -357,6 +357,19 @@ func measureCachedRead(path string, cached []policies.Range) (one, per uint64, e
 	if len(chunks) == 0 {
 		return 0, 0, errors.New("time cached reads: no cached range of 16 pages")
 	}
+	// The reads must be of cached pages, or this measures the device.
+	var got, want uint64
+	for _, r := range cached {
+		var cs unix.Cachestat_t
+		cr := unix.CachestatRange{Off: r.First * uint64(ps), Len: uint64(r.N) * uint64(ps)}
+		if err := unix.Cachestat(uint(fd), &cr, &cs, 0); err != nil {
+			return 0, 0, fmt.Errorf("time cached reads: cachestat %s: %w", path, err)
+		}
+		got, want = got+cs.Cache, want+uint64(r.N)
+	}
+	if got < want {
+		return 0, 0, fmt.Errorf("time cached reads: only %d of the %d pages prefetched from %s are cached", got, want, path)
+	}
 	buf := make([]byte, 16*ps)
 	one, err = medianRead(fd, buf[:ps], pages)
 	if err != nil {
