@@ -85,6 +85,9 @@ func HostFromProfile(h *formats.HostCosts) (*Host, error) {
 		return nil, fmt.Errorf("field host.prefetch starts at %d pages, want 1", m.Issue[0].Pages)
 	}
 	m.IssueBusy = max(float64(h.PrefetchBusyNS)/float64(m.Issue[0].NS), 1)
+	if m.IssueBusy > 100 {
+		return nil, fmt.Errorf("field host.prefetch_busy_ns is %d, %.0f times prefetch[0].ns; want at most 100 times", h.PrefetchBusyNS, m.IssueBusy)
+	}
 	return m, nil
 }
 

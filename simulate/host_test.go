@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"encoding/json"
 	"math/rand"
 	"strings"
 	"testing"
@@ -191,4 +192,35 @@ func TestHostFromProfile(t *testing.T) {
 			t.Errorf("%s: error %v", c.field, err)
 		}
 	}
+}
+
+// FuzzDeviceProfile: any profile JSON is refused with an error or builds a
+// model whose simulation of an oracle over random reads ends, without a
+// panic, and with a wall time that is not negative.
+func FuzzDeviceProfile(f *testing.F) {
+	f.Add([]byte(`{"version":1,"read_latency_ns":26000,"randread_bytes_per_sec":6e8,"seqread_bytes_per_sec":1e9,"queue_depth":32,
+		"host":{"cpus":2,"cached_read_ns":1300,"cached_read_page_ns":500,"cold_read_ns":28000,"cold_read_direct_ns":26000,"open_ns":3600,
+		"prefetch":[{"pages":1,"ns":9600},{"pages":4,"ns":17700},{"pages":32,"ns":63500},{"pages":256,"ns":153500}],
+		"prefetch_cached_ns":2400,"prefetch_busy_ns":12800,"busy_slowdown":1.55,"prefetch_wake_ns":67900,"submit_wake_ns":8100}}`))
+	f.Add([]byte(`{"version":1,"read_latency_ns":1,"seqread_bytes_per_sec":1e-300,"queue_depth":1,"host":{"cpus":1,"prefetch":[{"pages":1,"ns":1000000000}],"prefetch_busy_ns":1000000000,"busy_slowdown":100}}`))
+	evs := withRepeat(timedReads(200, 1, 5))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var p formats.DeviceProfile
+		if json.Unmarshal(b, &p) != nil {
+			return
+		}
+		d, err := DeviceFromProfile(&p)
+		if err != nil {
+			return
+		}
+		r, err := Run(Config{CacheBytes: 1 << 30, Device: d, Oracle: true}, &SliceSource{Events: evs})
+		if err != nil {
+			t.Fatalf("a valid profile's model failed: %v (%+v)", err, d)
+		}
+		for _, l := range r.Policies {
+			if l.WallNS < 0 || l.StallNS < 0 {
+				t.Fatalf("lane %s: wall %d, stall %d ns (%+v, host %+v)", l.Name, l.WallNS, l.StallNS, d, d.Host)
+			}
+		}
+	})
 }
