@@ -120,7 +120,7 @@ func TestPredictWithServiceTimes(t *testing.T) {
 // predictor says.
 func TestPredictHostByBackend(t *testing.T) {
 	bundle, root := synthBundle(t, formats.SynthSpec{Pattern: "sparse", Events: 4000, Files: 1, FilePages: 1 << 20, ThinkNS: 1000})
-	host := &simulate.Host{CPUs: 2, Issue: []simulate.IssueCost{{Pages: 1, NS: 20_000}}, IssueCachedNS: 1000,
+	host := &simulate.Host{Issue: []simulate.IssueCost{{Pages: 1, NS: 20_000}}, IssueCachedNS: 1000,
 		IssueBusy: 1, Slowdown: 1}
 	predict := func(backend string, h *simulate.Host) *Report {
 		r, err := New(bundle, Options{Root: root, Backend: backend, Runs: []string{Baseline, "oracle"}})

@@ -16,7 +16,6 @@ import (
 // (presets, older profiles) cached reads cost nothing and a policy's
 // requests reach the device the moment they are made.
 type Host struct {
-	CPUs int `json:"cpus"`
 	// HitNS is a one-page read served from the cache; HitPageNS what each
 	// further page adds.
 	HitNS     int64 `json:"hit_ns"`
@@ -40,7 +39,9 @@ type Host struct {
 	// IssueBusy is how much longer a request takes while one thread of
 	// the program is on a CPU (in think time or copying cached pages);
 	// each further busy thread adds as much again. Slowdown is how much
-	// longer that thread's work takes while the backend issues.
+	// longer that thread's work takes while the backend issues. Both are
+	// applied in proportion to how busy the other side has been lately
+	// (load).
 	IssueBusy float64 `json:"issue_busy"`
 	Slowdown  float64 `json:"slowdown"`
 }
@@ -71,7 +72,7 @@ func HostFromProfile(h *formats.HostCosts) (*Host, error) {
 	case len(h.Prefetch) == 0 || len(h.Prefetch) > 64:
 		return nil, fmt.Errorf("field host.prefetch has %d points, want 1..64", len(h.Prefetch))
 	}
-	m := &Host{CPUs: h.CPUs, HitNS: int64(h.CachedReadNS), HitPageNS: int64(h.CachedReadPageNS),
+	m := &Host{HitNS: int64(h.CachedReadNS), HitPageNS: int64(h.CachedReadPageNS),
 		MissNS: max(int64(h.ColdReadNS)-int64(h.ColdReadDirectNS), 0), OpenNS: int64(h.OpenNS),
 		IssueCachedNS: int64(h.PrefetchCachedNS), Slowdown: h.BusySlowdown,
 		WakeNS: int64(h.PrefetchWakeNS), SubmitWakeNS: int64(h.SubmitWakeNS)}
@@ -106,7 +107,8 @@ func (h *Host) issueNS(n uint64) int64 {
 	}
 	a, b := pts[i-1], pts[i]
 	slope := float64(b.NS-a.NS) / float64(b.Pages-a.Pages)
-	return a.NS + int64(math.Round(slope*float64(n-a.Pages)))
+	// Never less than one page costs (measurements can dip).
+	return max(a.NS+int64(math.Round(slope*float64(n-a.Pages))), pts[0].NS)
 }
 
 // hitNS is a demand access of n pages served from the cache.
@@ -191,9 +193,10 @@ func (l *lane) advance(t int64) {
 }
 
 // issue issues one queued range at start, as the kernel backend does: the
-// uncached pages in contiguous runs, each a request to the device once the
-// backend has spent its time on it (stretched while the program's busy
-// threads share the CPUs with it); it returns when the backend is done.
+// file opened first if the backend has not yet, then the uncached pages in
+// contiguous runs, each a request to the device once the backend has
+// spent its time on it (longer as far as the program's threads have been
+// on the CPUs lately, progLoad); it returns when the backend is done.
 func (l *lane) issue(it issueItem, start int64) int64 {
 	h := l.iss.host
 	f := 1 + l.progLoad.at(start)*(h.IssueBusy-1)
@@ -271,9 +274,9 @@ func (l *lane) contend(d, t int64) int64 {
 	return s
 }
 
-// cachedRead charges th the copy of n cached pages from now, and returns
-// when it is done.
-func (l *lane) cachedRead(th *thread, now int64, n uint64) int64 {
+// cachedRead charges the copy of n cached pages from now, and returns when
+// it is done.
+func (l *lane) cachedRead(now int64, n uint64) int64 {
 	d := l.host.hitNS(n)
 	l.st.CachedReadNS += d
 	if l.iss != nil {
@@ -342,9 +345,9 @@ func (l *lane) openCost(file uint32, t int64) int64 {
 	return c
 }
 
-// submitWake charges th, from now, the submission that woke the backend
+// submitWake charges, from now, the submission that woke the backend
 // during the access just served, and returns when it is done.
-func (l *lane) submitWake(th *thread, now int64) int64 {
+func (l *lane) submitWake(now int64) int64 {
 	l.iss.woken = false
 	d := l.host.SubmitWakeNS
 	l.st.SubmitNS += d

@@ -13,7 +13,7 @@ import (
 // testHost is a host model whose costs are round numbers: a 1-page
 // prefetch request takes 10 µs, nothing slows anything.
 func testHost() *Host {
-	return &Host{CPUs: 2, Issue: []IssueCost{{1, 10_000}, {4, 16_000}, {32, 72_000}},
+	return &Host{Issue: []IssueCost{{1, 10_000}, {4, 16_000}, {32, 72_000}},
 		IssueCachedNS: 1_000, IssueBusy: 1, Slowdown: 1}
 }
 

@@ -327,7 +327,7 @@ func (l *lane) plain(s *Simulator, b *batch, from, to int) {
 		}
 		st.StallNS += wait - now
 		if idx >= 0 && e >= t && l.host != nil {
-			wait = l.cachedRead(th, wait, 1)
+			wait = l.cachedRead(wait, 1)
 		}
 		th.clock = wait
 	}

@@ -559,10 +559,10 @@ func (l *lane) step(ev *policies.Event, t, e int64) {
 			th := l.threads.get(threadID(ev))
 			l.now = l.begin(th, t, e, ev.Access.Op)
 			if l.serve(ev) == 0 && e >= t && l.host != nil {
-				l.now = l.cachedRead(th, l.now, max(uint64(ev.Access.NPages), 1))
+				l.now = l.cachedRead(l.now, max(uint64(ev.Access.NPages), 1))
 			}
 			if l.iss != nil && l.iss.woken {
-				l.now = l.submitWake(th, l.now)
+				l.now = l.submitWake(l.now)
 			}
 			th.clock = l.now
 			l.demand++
@@ -755,7 +755,7 @@ func (l *lane) readRow(s *Simulator, b *batch, i int) {
 		l.now = wait
 	}
 	if here && e >= t && l.host != nil {
-		l.now = l.cachedRead(th, l.now, 1)
+		l.now = l.cachedRead(l.now, 1)
 	}
 	th.clock = l.now
 	l.demand++
