@@ -3,8 +3,9 @@
 # the programs they recorded (issue 11, items 2 and 9). For each workload it
 # records ROUNDS cold runs (drop_caches 3 before each), replays the first
 # recording ROUNDS times at its recorded paths (kernel backend, recorded
-# timing, A/B of the baseline and POLICY) with the predicted column, and
-# prints two markdown tables:
+# timing, A/B of the baseline and POLICY; counts by effect in one more run
+# of POLICY, outside the timing: replay --effect separate) with the
+# predicted column, and prints two markdown tables:
 #
 #   timing: the recorded wall of that recording and the median (and
 #     spread) of all of them, the median of ROUNDS untraced cold runs of
