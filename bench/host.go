@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sync/atomic"
@@ -105,6 +106,19 @@ type prefetchResult struct {
 	ranges   []policies.Range // the ranges, cached now
 }
 
+// fileRef registers path as file id 1, by its identity now.
+func fileRef(path string) (backend.FileRef, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return backend.FileRef{}, err
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(abs, &st); err != nil {
+		return backend.FileRef{}, fmt.Errorf("stat %s: %w", abs, err)
+	}
+	return backend.FileRef{ID: 1, Dev: formats.KernelDev(st.Dev), Ino: st.Ino, Path: abs}, nil
+}
+
 // prefetchRun is one pass of requests through a new kernel backend.
 type prefetchRun struct {
 	path string
@@ -164,11 +178,11 @@ func measurePrefetch(path string, size int64, n uint32) (prefetchResult, error) 
 	if k < 16 {
 		return prefetchResult{}, fmt.Errorf("%s holds %d ranges, want at least 17", path, slots)
 	}
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
+	ref, err := fileRef(path)
+	if err != nil {
 		return prefetchResult{}, err
 	}
-	p := &prefetchRun{path: path, ps: ps, ref: backend.FileRef{ID: 1, Dev: formats.KernelDev(st.Dev), Ino: st.Ino, Path: path}}
+	p := &prefetchRun{path: path, ps: ps, ref: ref}
 	p.reqs = make([]policies.Request, k)
 	for i, s := range rand.Perm(slots - 1)[:k] { // not slot 0: the reader's
 		p.reqs[i] = policies.Request{File: 1, Ranges: []policies.Range{{First: uint64(s+1) * uint64(n), N: n}}}
@@ -399,13 +413,13 @@ func measureWake(path string, size int64) (wake, submit uint64, err error) {
 	if err := evictRetry(path, size); err != nil {
 		return 0, 0, err
 	}
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
+	ref, err := fileRef(path)
+	if err != nil {
 		return 0, 0, err
 	}
 	reg := backend.NewRegistry()
 	defer reg.Close()
-	if _, err := reg.Add(backend.FileRef{ID: 1, Dev: formats.KernelDev(st.Dev), Ino: st.Ino, Path: path}); err != nil {
+	if _, err := reg.Add(ref); err != nil {
 		return 0, 0, err
 	}
 	var issued atomic.Int64
