@@ -52,6 +52,9 @@ type Report struct {
 	// could not be opened, is not the registered file any more, or is not
 	// registered at all (Stats.Rejected counts unregistered requests).
 	PagesRefused uint64
+	// PagesStale counts requested pages of files unregistered (the program
+	// done with them) while their request was queued: no warning.
+	PagesStale uint64
 	// Via says how prefetches were executed.
 	Via string
 	// Warnings name failures and refusals, with the first error of each.

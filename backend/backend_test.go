@@ -18,9 +18,9 @@ import (
 func checkSum(t *testing.T, rep Report) {
 	t.Helper()
 	s := rep.Stats
-	if got := s.PagesSubmitted + s.PagesCached + s.PagesPastEOF + rep.PagesDropped + rep.PagesRefused; got != s.PagesRequested {
-		t.Errorf("submitted %d + cached %d + past EOF %d + dropped %d + refused %d = %d, want requested %d",
-			s.PagesSubmitted, s.PagesCached, s.PagesPastEOF, rep.PagesDropped, rep.PagesRefused, got, s.PagesRequested)
+	if got := s.PagesSubmitted + s.PagesCached + s.PagesPastEOF + rep.PagesDropped + rep.PagesRefused + rep.PagesStale; got != s.PagesRequested {
+		t.Errorf("submitted %d + cached %d + past EOF %d + dropped %d + refused %d + stale %d = %d, want requested %d",
+			s.PagesSubmitted, s.PagesCached, s.PagesPastEOF, rep.PagesDropped, rep.PagesRefused, rep.PagesStale, got, s.PagesRequested)
 	}
 }
 
@@ -283,6 +283,39 @@ func TestRegistryRemove(t *testing.T) {
 	reg.Close()
 	if _, err := reg.Add(refOf(t, 2, path)); !errors.Is(err, ErrClosed) {
 		t.Fatalf("add after close: %v", err)
+	}
+}
+
+// TestRetiredWhileQueued: a request whose file is unregistered (the
+// program done with it) while the request waits in the queue is stale:
+// counted, not read, and no warning (a replay's oracle runs ahead of a
+// lagging backend).
+func TestRetiredWhileQueued(t *testing.T) {
+	p1, _ := coldFile(t, 8)
+	p2, _ := coldFile(t, 8)
+	reg := NewRegistry()
+	defer reg.Close()
+	reg.Add(refOf(t, 1, p1))
+	reg.Add(refOf(t, 2, p2))
+	hold, held := make(chan struct{}), make(chan struct{})
+	b := NewKernel(reg, Options{Issued: func(file uint32, _, _ uint64) {
+		if file == 2 {
+			close(held)
+			<-hold
+		}
+	}})
+	b.Submit(req(2, 0, 1)) // the service waits in Issued
+	<-held
+	b.Submit(req(1, 0, 4))
+	if err := reg.Remove(1); err != nil {
+		t.Fatal(err)
+	}
+	close(hold)
+	rep, _ := b.Close()
+	checkSum(t, rep)
+	if rep.PagesStale != 4 || rep.PagesRefused != 0 || len(rep.Warnings) != 0 || rep.Stats.PagesSubmitted != 1 {
+		t.Errorf("stale %d, refused %d, submitted %d, warnings %q; want 4 stale, none refused, 1 submitted, no warning",
+			rep.PagesStale, rep.PagesRefused, rep.Stats.PagesSubmitted, rep.Warnings)
 	}
 }
 

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -9,11 +10,11 @@ import (
 
 // counters are the request counters of the backends that queue prefetches;
 // Stats and Report read them. Every requested page ends in exactly one of
-// submitted, cached, past EOF, dropped or refused (stale).
+// submitted, cached, past EOF, dropped, refused or stale.
 type counters struct {
 	requests, pagesRequested, pagesSubmitted, pagesCached, pastEOF atomic.Uint64
 	dropped, rejected, failures, inflightMax, throttled            atomic.Uint64
-	droppedPages, refusedPages, refused                            atomic.Uint64
+	droppedPages, refusedPages, refused, stalePages                atomic.Uint64
 	firstErr                                                       atomic.Pointer[error]
 	firstRefusal                                                   atomic.Pointer[error]
 }
@@ -41,6 +42,10 @@ func (c *counters) drop(total uint64, throttled bool) {
 // refuse counts n pages not prefetched because their file could not be
 // opened or changed.
 func (c *counters) refuse(n uint64, err error) {
+	if errors.Is(err, ErrRetired) {
+		c.stalePages.Add(n) // the program is done with the file: no warning
+		return
+	}
 	c.refused.Add(1)
 	c.refusedPages.Add(n)
 	c.firstRefusal.CompareAndSwap(nil, &err)
@@ -80,7 +85,7 @@ func (c *counters) Stats() policies.BackendStats {
 
 // report returns the counters as a Report with via.
 func (c *counters) report(via string) Report {
-	r := Report{Stats: c.Stats(), PagesDropped: c.droppedPages.Load(), PagesRefused: c.refusedPages.Load(), Via: via}
+	r := Report{Stats: c.Stats(), PagesDropped: c.droppedPages.Load(), PagesRefused: c.refusedPages.Load(), PagesStale: c.stalePages.Load(), Via: via}
 	if e := c.firstErr.Load(); e != nil {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("%d prefetch failures, first: %v", r.Stats.Failures, *e))
 	}

@@ -22,6 +22,11 @@ var ErrChanged = errors.New("file changed since it was registered")
 // ErrUnknownFile means a request named a file id that is not registered.
 var ErrUnknownFile = errors.New("file id not registered")
 
+// ErrRetired means a queued request's file was unregistered (the program
+// is done with it) before the backend got to the request: a stale
+// request, counted but not a failure.
+var ErrRetired = fmt.Errorf("%w any more: unregistered while the request was queued", ErrUnknownFile)
+
 // ErrClosed means the backend or registry was closed.
 var ErrClosed = errors.New("backend closed")
 
@@ -198,7 +203,7 @@ func (f *File) acquire(check bool) (fd int, size uint64, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.retired {
-		return -1, 0, fmt.Errorf("prefetch %s: %w", f.ref, ErrUnknownFile)
+		return -1, 0, fmt.Errorf("prefetch %s: %w", f.ref, ErrRetired)
 	}
 	if f.err != nil {
 		return -1, 0, f.err
