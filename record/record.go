@@ -328,14 +328,40 @@ type fileRows struct {
 	mu    sync.Mutex
 	rows  []formats.File
 	first func() // test hook: called as the first batch is written
+	// now is the source's FileNow (a test hook when set).
+	now func(uint32) (formats.File, bool)
+	// waited is how long resolve has waited for paths, for pathWaitTotal.
+	waited time.Duration
 }
+
+// How long resolve waits for the path of a file the source has not
+// resolved yet (the open that names it may still be on its way, on
+// another ring than the row that references it; on a slow machine it can
+// come after the batch fills), per file and over a whole recording, so
+// that files that never get a path (deleted, anonymous) cost little.
+const (
+	pathWait      = 100 * time.Millisecond
+	pathWaitTotal = time.Second
+)
 
 func (f *fileRows) resolve(id uint32) formats.File {
 	if f.first != nil {
 		f.first()
 		f.first = nil
 	}
-	row, ok := f.src.FileNow(id)
+	now := f.now
+	if now == nil {
+		now = f.src.FileNow
+	}
+	row, ok := now(id)
+	if ok && row.Path == "" && f.waited < pathWaitTotal {
+		t0 := time.Now()
+		for deadline := t0.Add(min(pathWait, pathWaitTotal-f.waited)); row.Path == "" && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+			row, ok = now(id)
+		}
+		f.waited += time.Since(t0)
+	}
 	if !ok {
 		row = formats.File{ID: id}
 	}
