@@ -120,55 +120,14 @@ func TestWaitsEndOnTime(t *testing.T) {
 	<-done
 }
 
-// TestBaselineRunsWithoutObserver: the effect observer (eBPF on every
-// system call's entry and exit of the machine, about 1.5 µs on a cached
-// pread here) runs only during policy runs, which have prefetches to
-// count; a baseline, which must cost what the recorded program did, runs
-// without it and reports no prefetched pages and no note.
-func TestBaselineRunsWithoutObserver(t *testing.T) {
-	tr := memTrace(256, sparseRuns(256, 64, 1), 10_000)
-	root := materialized(t, tr)
-	opt := Options{Root: root, Backend: BackendKernel, Runs: []string{Baseline, "oracle"}, Repeat: 2, Effect: EffectInline}
-	if err := opt.validate(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := newReplayer(tr, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var during []string
-	r.opt.beforeRun = func(spec string, round int) {
-		during = append(during, spec)
-	}
-	var attached []bool
-	r.opt.duringRun = func(spec string) { attached = append(attached, r.obs != nil) }
-	rep, err := r.Replay(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.obsErr != "" {
-		if unix.Geteuid() != 0 {
-			t.Skipf("no effect observer (%s): needs CAP_BPF and CAP_PERFMON", r.obsErr)
-		}
-		t.Fatalf("no effect observer as root: %s", r.obsErr)
-	}
-	if want := []bool{false, true, false, true}; !slices.Equal(attached, want) {
-		t.Fatalf("observer attached during runs %v: %v; want it during the oracle runs only", during, attached)
-	}
-	for _, run := range rep.Runs {
-		if run.Policy == Baseline && (run.Prefetched != 0 || run.EffectNote != "") {
-			t.Errorf("baseline round %d: %v, note %q; want nothing prefetched and no note", run.Round, run.Counts, run.EffectNote)
-		}
-		if run.Policy != Baseline && run.EffectNote != "" {
-			t.Errorf("oracle round %d: no counts by effect: %s", run.Round, run.EffectNote)
-		}
-	}
-}
-
-// TestEffectModes: by default (separate) the timed runs go without the
-// observer and one more oracle run, marked counts_only, counts by effect
-// for the summary; inline counts in the timed runs; off counts nothing and
-// says so. Every mode prefetches.
+// TestEffectModes: the effect observer (eBPF on every system call's entry
+// and exit of the machine, about 1.5 µs on a cached pread here) never runs
+// during a baseline, which prefetches nothing and must cost what the
+// recorded program did: baselines report nothing prefetched and no note.
+// By default (separate) the timed oracle runs go without it too and one
+// more oracle run, marked counts_only, counts by effect for the summary;
+// inline counts in the timed oracle runs, which then carry no note; off
+// counts nothing and says so. Every mode prefetches.
 func TestEffectModes(t *testing.T) {
 	tr := memTrace(256, sparseRuns(256, 64, 1), 10_000)
 	root := materialized(t, tr)
@@ -210,6 +169,14 @@ func TestEffectModes(t *testing.T) {
 		counted := orc.UsedInTime.Median > 0
 		if counted == (c.mode == EffectOff) {
 			t.Errorf("%s: oracle summary: %v pages used in time", c.mode, orc.UsedInTime)
+		}
+		for _, run := range rep.Runs {
+			if run.Policy == Baseline && (run.Prefetched != 0 || run.EffectNote != "") {
+				t.Errorf("%s: baseline round %d: %v, note %q; want nothing prefetched and no note", c.mode, run.Round, run.Counts, run.EffectNote)
+			}
+			if run.Policy != Baseline && c.mode == EffectInline && run.EffectNote != "" {
+				t.Errorf("inline: oracle round %d: no counts by effect: %s", run.Round, run.EffectNote)
+			}
 		}
 		last := rep.Runs[len(rep.Runs)-1]
 		if (c.mode == EffectSeparate) != last.CountsOnly {
