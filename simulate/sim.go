@@ -698,8 +698,6 @@ func (l *lane) serve(ev *policies.Event) uint64 {
 	return missing
 }
 
-// readRow serves access row i of b, a one-page read, in a lane whose only
-// policy is the readahead model: step and serve without an Event.
 // hit counts a demand that found its page cached, and whether a prefetch
 // brought it in time (Used) or is still reading it (Late).
 func (l *lane) hit(e *entry) {
@@ -714,6 +712,8 @@ func (l *lane) hit(e *entry) {
 	}
 }
 
+// readRow serves access row i of b, a one-page read, in a lane whose only
+// policy is the readahead model: step and serve without an Event.
 func (l *lane) readRow(s *Simulator, b *batch, i int) {
 	var t int64
 	ts := b.ts[i]
