@@ -18,7 +18,7 @@ import (
 type DeviceConfig struct {
 	Path     string        // scratch file on the device
 	Size     int64         // its size (at least 64 MiB)
-	Duration time.Duration // total; each of the three phases gets a third
+	Duration time.Duration // total; each of the four device phases gets a quarter, then the host
 	Name     string        // profile name; default: the block device's name
 	Log      io.Writer
 }
@@ -47,30 +47,35 @@ func MeasureDevice(c DeviceConfig) (*formats.DeviceProfile, error) {
 	if err := PrepareScratch(c.Path, c.Size, c.Log); err != nil {
 		return nil, err
 	}
-	phase := c.Duration / 3
+	phase := c.Duration / 4
 	p := Point{Path: c.Path, Size: c.Size, Backend: Uring, RW: "randread", Threads: 1, Duration: phase,
 		FixedBufs: true, RegisterFiles: true}
 	p.QD = 1
-	fmt.Fprintf(c.Log, "1/4: QD1 4 KiB random reads for %v ...\n", phase)
+	fmt.Fprintf(c.Log, "1/5: QD1 4 KiB random reads for %v ...\n", phase)
 	lat, err := Run(p)
 	if err != nil {
 		return nil, fmt.Errorf("measure device latency: %w", err)
 	}
 	fmt.Fprintf(c.Log, "QD1 4 KiB random read: p50 %.1f us, p99 %.1f us (%.0f IOPS)\n", lat.P50us, lat.P99us, lat.IOPS)
 	p.QD = 32
-	fmt.Fprintf(c.Log, "2/4: QD32 4 KiB random reads for %v ...\n", phase)
+	fmt.Fprintf(c.Log, "2/5: QD32 4 KiB random reads for %v ...\n", phase)
 	bw, err := Run(p)
 	if err != nil {
 		return nil, fmt.Errorf("measure device random bandwidth: %w", err)
 	}
 	fmt.Fprintf(c.Log, "QD32 4 KiB random read: %.0f IOPS, %.1f MiB/s\n", bw.IOPS, bw.MiBs)
-	fmt.Fprintf(c.Log, "3/4: sequential 1 MiB reads for %v ...\n", phase)
+	fmt.Fprintf(c.Log, "3/5: 4 KiB random reads at QD %v, %v each ...\n", curveDepths, phase/time.Duration(len(curveDepths)))
+	queue, err := queueCurve(p, phase, lat, bw, c.Log)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(c.Log, "4/5: sequential 1 MiB reads for %v ...\n", phase)
 	seq, err := seqRead(c.Path, c.Size, phase)
 	if err != nil {
 		return nil, fmt.Errorf("measure device sequential bandwidth: %w", err)
 	}
 	fmt.Fprintf(c.Log, "sequential read, 1 MiB x %d: %.1f MiB/s\n", seqQD, seq/(1<<20))
-	fmt.Fprintf(c.Log, "4/4: the host: cached and uncached reads, opens and prefetches through the kernel backend (about 10 s) ...\n")
+	fmt.Fprintf(c.Log, "5/5: the host: cached and uncached reads, opens and prefetches through the kernel backend (about 10 s) ...\n")
 	host, err := MeasureHost(c.Path, c.Size, c.Log)
 	if err != nil {
 		return nil, err
@@ -93,12 +98,34 @@ func MeasureDevice(c DeviceConfig) (*formats.DeviceProfile, error) {
 		RandReadIOPS:        bw.IOPS,
 		SeqReadBytesPerSec:  seq,
 		QueueDepth:          32,
+		Queue:               queue,
 		SeqBlockSize:        seqBlock,
 		SeqQueueDepth:       seqQD,
 		Engine:              "io_uring O_DIRECT (predictio engine, fixed buffers and files)",
 		PhaseSeconds:        phase.Seconds(),
 		Host:                host,
 	}, nil
+}
+
+// curveDepths are the queue depths measured between QD1 and QD32.
+var curveDepths = []int{2, 4, 8, 16}
+
+// queueCurve measures 4 KiB random reads at each of curveDepths, d in
+// all, and returns the curve from QD1 to QD32 with the two points
+// measured before (lat at QD1, bw at QD32).
+func queueCurve(p Point, d time.Duration, lat, bw Result, log io.Writer) ([]formats.QueuePoint, error) {
+	p.Duration = d / time.Duration(len(curveDepths))
+	out := []formats.QueuePoint{{QD: 1, IOPS: lat.IOPS, P50NS: uint64(lat.P50us * 1e3)}}
+	for _, qd := range curveDepths {
+		p.QD = qd
+		r, err := Run(p)
+		if err != nil {
+			return nil, fmt.Errorf("measure device queue depth %d: %w", qd, err)
+		}
+		fmt.Fprintf(log, "QD%d 4 KiB random read: %.0f IOPS, p50 %.1f us\n", qd, r.IOPS, r.P50us)
+		out = append(out, formats.QueuePoint{QD: qd, IOPS: r.IOPS, P50NS: uint64(r.P50us * 1e3)})
+	}
+	return append(out, formats.QueuePoint{QD: 32, IOPS: bw.IOPS, P50NS: uint64(bw.P50us * 1e3)}), nil
 }
 
 // seqRead reads the file sequentially (wrapping around) for d and returns

@@ -26,6 +26,12 @@ type DeviceProfile struct {
 	// QueueDepth is the depth RandReadBytesPerSec was measured at, and the
 	// number of requests the model serves in parallel.
 	QueueDepth int `json:"queue_depth"`
+	// Queue is the 4 KiB random-read throughput by queue depth, ascending
+	// from 1 to QueueDepth: how a request's latency grows with the
+	// requests in flight beside it. simulate serves a request at the mean
+	// latency of its depth (depth/IOPS) when it has two points or more;
+	// profiles measured before it was added have none.
+	Queue []QueuePoint `json:"queue,omitempty"`
 
 	// The fields below are informative; simulate does not read them.
 
@@ -39,7 +45,8 @@ type DeviceProfile struct {
 	SeqQueueDepth int `json:"seq_queue_depth,omitempty"`
 	// Engine says how it was measured, e.g. "io_uring O_DIRECT".
 	Engine string `json:"engine,omitempty"`
-	// PhaseSeconds is the duration of each of the three measurements.
+	// PhaseSeconds is the duration of each of the four device measurements
+	// (the queue depths between 1 and 32 share one).
 	PhaseSeconds float64 `json:"phase_seconds,omitempty"`
 
 	// Host is what the machine's CPUs cost a read served from the page
@@ -92,6 +99,14 @@ type HostCosts struct {
 	SubmitWakeNS   uint64 `json:"submit_wake_ns"`
 	// PrefetchVia says how the backend issued them.
 	PrefetchVia string `json:"prefetch_via,omitempty"`
+}
+
+// QueuePoint is the 4 KiB random-read throughput at one queue depth, and
+// the median latency of its requests.
+type QueuePoint struct {
+	QD    int     `json:"qd"`
+	IOPS  float64 `json:"iops"`
+	P50NS uint64  `json:"p50_ns"`
 }
 
 // PrefetchCost is the kernel backend's time per request of Pages pages.

@@ -166,9 +166,12 @@ func TestEffectModes(t *testing.T) {
 		if orc.Rounds != 2 || orc.Submitted.Median == 0 {
 			t.Errorf("%s: oracle summary over %d rounds, %v pages submitted; want 2 timed rounds that prefetch", c.mode, orc.Rounds, orc.Submitted)
 		}
-		counted := orc.UsedInTime.Median > 0
+		// Counted by effect: its prefetched pages were demanded, in time or
+		// late (on a loaded machine the one counting run of separate may
+		// find every prefetch late).
+		counted := orc.UsedInTime.Median+orc.Late.Median > 0
 		if counted == (c.mode == EffectOff) {
-			t.Errorf("%s: oracle summary: %v pages used in time", c.mode, orc.UsedInTime)
+			t.Errorf("%s: oracle summary: %v pages used in time, %v late", c.mode, orc.UsedInTime, orc.Late)
 		}
 		for _, run := range rep.Runs {
 			if run.Policy == Baseline && (run.Prefetched != 0 || run.EffectNote != "") {

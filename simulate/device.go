@@ -17,6 +17,10 @@ import (
 // RequestNS, plus its pages' transfer at BytesPerSec. The 4 KiB random-read
 // throughput of the model is therefore min(QueueDepth/(LatencyNS+c), 1/c)
 // requests per ns, c = RequestNS plus the transfer time of one page.
+//
+// With QueueLatencyNS, a request's latency depends on the requests in
+// flight when it starts: QueueLatencyNS[k] with k others in flight, so
+// that the model serves each depth of a measured curve at its throughput.
 type Device struct {
 	Name string `json:"name"`
 	// Source says where the figures come from: a preset, a profile file,
@@ -28,6 +32,10 @@ type Device struct {
 	// RequestNS is each request's time on the channel beyond its pages'
 	// transfer (0 in the presets).
 	RequestNS int64 `json:"request_ns,omitempty"`
+	// QueueLatencyNS, when set, holds QueueDepth latencies (excluding the
+	// transfer), by the number of other requests in flight, 0 to
+	// QueueDepth-1; LatencyNS is then its first.
+	QueueLatencyNS []int64 `json:"queue_latency_ns,omitempty"`
 	// Host is the CPU side of the model; nil leaves it out.
 	Host *Host `json:"host,omitempty"`
 }
@@ -81,15 +89,22 @@ func Preset(name string) (Device, error) {
 }
 
 // DeviceFromProfile builds the model from a measured profile so that it
-// reproduces its three measurements: QueueDepth is the profile's depth,
-// the channel's time per 4 KiB request is the inverse of the profile's
-// random-read throughput at that depth (RequestNS is what it adds to a
-// page's transfer at the sequential bandwidth), and LatencyNS is the QD1
-// read latency less the channel's time. A virtio disk here reads 35 K
-// 4 KiB requests a second at QD1 (26 µs), 92 K at QD4 (40 µs) and 164 K
-// at QD32 (162 µs): its requests queue behind each other from the second
-// on, which the channel models (35 µs at QD4); the model before, 4
-// requests in parallel of 26 µs each, served QD4 at QD1's latency.
+// reproduces its measurements. QueueDepth is the profile's depth.
+//
+// With a queue curve (the throughput at depths 1 to QueueDepth), a
+// request with k others in flight waits the mean latency of depth k+1,
+// (k+1)/IOPS, interpolated between the measured depths, less one page's
+// transfer at the sequential bandwidth, which the channel adds; RequestNS
+// is 0. A virtio disk here read 31 K 4 KiB requests a second at QD1, 57 K
+// at QD4 (70 µs each) and 153 K at QD32 (209 µs): latency grows with
+// depth well before throughput saturates, which no fixed latency plus a
+// channel reproduces (that model, fitted to QD1 and QD32, served QD4 at
+// 125 K).
+//
+// Without one (profiles before the curve), the channel's time per 4 KiB
+// request is the inverse of the random-read throughput at QueueDepth
+// (RequestNS is what it adds to a page's transfer), and LatencyNS is the
+// QD1 median latency less the channel's time.
 func DeviceFromProfile(p *formats.DeviceProfile) (Device, error) {
 	switch {
 	case p.Version != formats.DeviceProfileVersion:
@@ -114,17 +129,56 @@ func DeviceFromProfile(p *formats.DeviceProfile) (Device, error) {
 	if !p.MeasuredAt.IsZero() {
 		src += " measured " + p.MeasuredAt.UTC().Format("2006-01-02")
 	}
-	var req float64
-	if r := p.RandReadBytesPerSec; r > 0 && !math.IsInf(r, 0) {
-		req = max(4096/r*1e9-xfer, 0)
-		lat = max(lat-req, 0)
-	}
 	host, err := HostFromProfile(p.Host)
 	if err != nil {
 		return Device{}, fmt.Errorf("load device profile: %w", err)
 	}
-	return Device{Name: name, Source: src, LatencyNS: int64(lat), BytesPerSec: p.SeqReadBytesPerSec, QueueDepth: p.QueueDepth,
-		RequestNS: int64(math.Round(req)), Host: host}, nil
+	d := Device{Name: name, Source: src, LatencyNS: int64(lat), BytesPerSec: p.SeqReadBytesPerSec, QueueDepth: p.QueueDepth, Host: host}
+	if len(p.Queue) >= 2 {
+		q, err := queueLatencies(p.Queue, p.QueueDepth, xfer)
+		if err != nil {
+			return Device{}, fmt.Errorf("load device profile: %w", err)
+		}
+		d.QueueLatencyNS, d.LatencyNS = q, q[0]
+		return d, nil
+	}
+	if r := p.RandReadBytesPerSec; r > 0 && !math.IsInf(r, 0) {
+		req := max(4096/r*1e9-xfer, 0)
+		d.LatencyNS = int64(max(lat-req, 0))
+		d.RequestNS = int64(math.Round(req))
+	}
+	return d, nil
+}
+
+// queueLatencies returns the latency with k others in flight, for k below
+// depth: the mean latency of the curve at depth k+1 (interpolated between
+// its points, the last one held beyond it) less xfer.
+func queueLatencies(curve []formats.QueuePoint, depth int, xfer float64) ([]int64, error) {
+	mean := make([]float64, len(curve))
+	for i, pt := range curve {
+		switch {
+		case pt.QD < 1 || pt.QD > depth || i == 0 && pt.QD != 1 || i > 0 && pt.QD <= curve[i-1].QD:
+			return nil, fmt.Errorf("field queue[%d].qd is %d, want depths ascending from 1 to queue_depth %d", i, pt.QD, depth)
+		case !(pt.IOPS >= 1) || pt.IOPS > 1e9 || float64(pt.QD)/pt.IOPS > 10:
+			return nil, fmt.Errorf("field queue[%d].iops is %v, want 1..1e9 and at most 10 s a request (qd/iops)", i, pt.IOPS)
+		}
+		mean[i] = float64(pt.QD) / pt.IOPS * 1e9
+	}
+	out := make([]int64, depth)
+	j := 0
+	for k := range out {
+		q := k + 1
+		for j+1 < len(curve) && curve[j+1].QD <= q {
+			j++
+		}
+		m := mean[j]
+		if j+1 < len(curve) {
+			a, b := curve[j], curve[j+1]
+			m += (mean[j+1] - mean[j]) * float64(q-a.QD) / float64(b.QD-a.QD)
+		}
+		out[k] = int64(math.Round(max(m-xfer, 0)))
+	}
+	return out, nil
 }
 
 func (d Device) validate() error {
@@ -137,6 +191,14 @@ func (d Device) validate() error {
 	if d.LatencyNS < 0 || d.RequestNS < 0 {
 		return errors.New("device latency and request time must not be negative")
 	}
+	if d.QueueLatencyNS != nil && len(d.QueueLatencyNS) != d.QueueDepth {
+		return fmt.Errorf("device has %d queue latencies, want its queue depth %d", len(d.QueueLatencyNS), d.QueueDepth)
+	}
+	for _, l := range d.QueueLatencyNS {
+		if l < 0 {
+			return errors.New("device latency and request time must not be negative")
+		}
+	}
 	return nil
 }
 
@@ -144,7 +206,11 @@ func (d Device) validate() error {
 // queue depth.
 func (d Device) RandReadBytesPerSec() float64 {
 	x := 4096/d.BytesPerSec*1e9 + float64(d.RequestNS)
-	perReq := (float64(d.LatencyNS) + x) / float64(d.QueueDepth)
+	lat := d.LatencyNS
+	if n := len(d.QueueLatencyNS); n > 0 {
+		lat = d.QueueLatencyNS[n-1]
+	}
+	perReq := (float64(lat) + x) / float64(d.QueueDepth)
 	if perReq < x {
 		perReq = x
 	}
@@ -165,6 +231,7 @@ func (d Device) RandReadBytesPerSec() float64 {
 // of the model's description, and the spans stay one.
 type deviceState struct {
 	latency int64
+	qlat    []int64 // Device.QueueLatencyNS, or nil
 	nsPerPg float64
 	reqNS   int64   // a request's channel time beyond its pages
 	onePage int64   // channel time of a one-page request
@@ -186,6 +253,7 @@ func newDeviceState(d Device, pageSize int) *deviceState {
 		latency: d.LatencyNS,
 		nsPerPg: float64(pageSize) / d.BytesPerSec * 1e9,
 		reqNS:   d.RequestNS,
+		qlat:    d.QueueLatencyNS,
 		slots:   make([]int64, d.QueueDepth),
 	}
 	s.onePage = d.RequestNS + int64(s.nsPerPg+0.5)
@@ -196,7 +264,7 @@ func newDeviceState(d Device, pageSize int) *deviceState {
 // time.
 func (s *deviceState) submit(now int64, n uint64) int64 {
 	start := max(now, s.slots[s.head])
-	x := start + s.latency
+	x := start + s.latencyAt(start)
 	d := s.onePage
 	if n != 1 {
 		d = s.reqNS + int64(float64(n)*s.nsPerPg+0.5)
@@ -227,7 +295,7 @@ func (s *deviceState) submit(now int64, n uint64) int64 {
 // submitOne is submit of one page, with the in-order cases inline.
 func (s *deviceState) submitOne(now int64) int64 {
 	start := max(now, s.slots[s.head])
-	x := start + s.latency
+	x := start + s.latencyAt(start)
 	k := len(s.busy)
 	if k == 0 || x < s.busy[k-1].start {
 		return s.submit(now, 1)
@@ -258,6 +326,31 @@ func (s *deviceState) submitOne(now int64) int64 {
 	}
 	s.free(done)
 	return done
+}
+
+// latencyAt returns the latency of a request that starts at start: with a
+// queue curve, that of the number of requests still in flight then (the
+// slots that free after start).
+func (s *deviceState) latencyAt(start int64) int64 {
+	if s.qlat == nil {
+		return s.latency
+	}
+	q := len(s.slots)
+	// The ring is sorted from head: find the first slot freeing after start.
+	lo, hi := 0, q
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		i := s.head + m
+		if i >= q {
+			i -= q
+		}
+		if s.slots[i] > start {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return s.qlat[q-lo]
 }
 
 // free replaces the slot that freed first with one that frees at done,

@@ -4,16 +4,17 @@ import "unsafe"
 
 // plainRun serves rows [i, n) of a run of one-page demand reads of one
 // thread th on file's direct table tab, without operation ids or end
-// times, in a lane without policies over a full LRU cache: the common case
-// of a plain lane, kept in one flat loop over the ts and page columns. It
-// returns the first row it did not serve (a page past the table, a hashed
-// or stale victim, a submission out of time order), for the general path.
+// times, in a lane without policies over a full LRU cache, on a device
+// without a queue curve: the common case of a plain lane, kept in one flat
+// loop over the ts and page columns. It returns the first row it did not
+// serve (a page past the table, a hashed or stale victim, a submission out
+// of time order), for the general path.
 // Its results are those of step (TestPlainFastPathMatches).
 var victimAhead uint64 = 6
 
 func (l *lane) plainRun(ts, pages []uint64, i int, ts0 uint64, th *thread, file uint32, tab []uint32) int {
 	c, dev := l.cache, l.dev
-	if c.model != LRU || c.onEvict != nil || len(c.entries) != c.capacity || !th.started || l.speed != 1 || th.op != 0 {
+	if c.model != LRU || c.onEvict != nil || len(c.entries) != c.capacity || !th.started || l.speed != 1 || th.op != 0 || dev.qlat != nil {
 		return i
 	}
 	n := min(len(ts), len(pages))
