@@ -95,11 +95,11 @@ func Preset(name string) (Device, error) {
 // request with k others in flight waits the mean latency of depth k+1,
 // (k+1)/IOPS, interpolated between the measured depths, less one page's
 // transfer at the sequential bandwidth, which the channel adds; RequestNS
-// is 0. A virtio disk here read 31 K 4 KiB requests a second at QD1, 57 K
-// at QD4 (70 µs each) and 153 K at QD32 (209 µs): latency grows with
+// is 0. A virtio disk here read 34 K 4 KiB requests a second at QD1, 91 K
+// at QD4 (44 µs each) and 163 K at QD32 (197 µs): latency grows with
 // depth well before throughput saturates, which no fixed latency plus a
 // channel reproduces (that model, fitted to QD1 and QD32, served QD4 at
-// 125 K).
+// 139 K).
 //
 // Without one (profiles before the curve), the channel's time per 4 KiB
 // request is the inverse of the random-read throughput at QueueDepth

@@ -108,12 +108,12 @@ func TestDeviceFromProfile(t *testing.T) {
 // reads or an engine at depth k do. The curve is the one bench device
 // measured here (2026-12-01 18:00 UTC, io_uring O_DIRECT); the model
 // without it (QD1 latency plus a channel fitted to QD32) served QD4 at
-// 125 K IOPS, measured 57 K.
+// 139 K IOPS, measured 91 K.
 func TestDeviceQueueCurve(t *testing.T) {
-	curve := []formats.QueuePoint{{QD: 1, IOPS: 31000}, {QD: 2, IOPS: 45000}, {QD: 4, IOPS: 57000},
-		{QD: 8, IOPS: 80000}, {QD: 16, IOPS: 120000}, {QD: 32, IOPS: 153000}}
-	p := &formats.DeviceProfile{Version: formats.DeviceProfileVersion, Name: "vda", ReadLatencyNS: 26000,
-		RandReadBytesPerSec: 153000 * 4096, SeqReadBytesPerSec: 1.1e9, QueueDepth: 32, Queue: curve}
+	curve := []formats.QueuePoint{{QD: 1, IOPS: 33778}, {QD: 2, IOPS: 61276}, {QD: 4, IOPS: 91010},
+		{QD: 8, IOPS: 120714}, {QD: 16, IOPS: 146809}, {QD: 32, IOPS: 162592}}
+	p := &formats.DeviceProfile{Version: formats.DeviceProfileVersion, Name: "vda", ReadLatencyNS: 28900,
+		RandReadBytesPerSec: 162592 * 4096, SeqReadBytesPerSec: 1069e6, QueueDepth: 32, Queue: curve}
 	d, err := DeviceFromProfile(p)
 	if err != nil {
 		t.Fatal(err)
@@ -140,8 +140,8 @@ func TestDeviceQueueCurve(t *testing.T) {
 		}
 	}
 	// Between measured depths it interpolates: QD3 lies between QD2 and QD4.
-	if got := iops(3); got < 45000 || got > 57000 {
-		t.Errorf("depth 3: the model serves %.0f IOPS, want between QD2's 45 K and QD4's 57 K", got)
+	if got := iops(3); got < 61276 || got > 91010 {
+		t.Errorf("depth 3: the model serves %.0f IOPS, want between QD2's 61 K and QD4's 91 K", got)
 	}
 	for _, c := range []struct {
 		name  string
