@@ -106,7 +106,7 @@ func TestDeviceFromProfile(t *testing.T) {
 // curve serves each depth at its measured throughput: k submitters, each
 // submitting again when its read completes, as k threads of synchronous
 // reads or an engine at depth k do. The curve is the one bench device
-// measured here (2026-12-01 18:00 UTC, io_uring O_DIRECT); the model
+// measured here (2026-12-01 17:38 UTC, io_uring O_DIRECT); the model
 // without it (QD1 latency plus a channel fitted to QD32) served QD4 at
 // 139 K IOPS, measured 91 K.
 func TestDeviceQueueCurve(t *testing.T) {
