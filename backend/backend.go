@@ -55,6 +55,12 @@ type Report struct {
 	// PagesStale counts requested pages of files unregistered (the program
 	// done with them) while their request was queued: no warning.
 	PagesStale uint64
+	// BusyNS is the time the service goroutine spent on requests (opening
+	// and checking files, looking at the cache, issuing), and AcquireNS the
+	// part of it opening files and re-checking their paths (Acquires
+	// times): what the host model's issuer costs stand for. The kernel and
+	// kmod backends count them; the others leave them 0.
+	BusyNS, AcquireNS, Acquires uint64
 	// Via says how prefetches were executed.
 	Via string
 	// Warnings name failures and refusals, with the first error of each.

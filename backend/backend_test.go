@@ -89,6 +89,11 @@ func TestKernelPrefetches(t *testing.T) {
 		if rep.Stats.PagesSubmitted != 80 || issued != 80 || rep.Stats.Requests != 2 {
 			t.Fatalf("via %s: submitted %d, issued %d, requests %d; want 80, 80, 2", rep.Via, rep.Stats.PagesSubmitted, issued, rep.Stats.Requests)
 		}
+		// Three ranges, each acquired once (the file opened by the first);
+		// the time on them covers the acquires.
+		if rep.Acquires != 3 || rep.AcquireNS == 0 || rep.BusyNS < rep.AcquireNS {
+			t.Errorf("via %s: %d acquires in %d ns, busy %d ns; want 3, in a part of the busy time", rep.Via, rep.Acquires, rep.AcquireNS, rep.BusyNS)
+		}
 		// Resident now: FADVISE has completed, so the pages are in the
 		// cache (in flight or read).
 		for _, r := range [][2]uint64{{16, 64}, {100, 8}, {200, 8}} {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -107,7 +108,10 @@ func (q *queue) settle(n uint64) { q.inflight.Add(-int64(n)) }
 // descriptor and the pages before end of file; n 0 means there is nothing
 // to do (and the file is released).
 func (q *queue) open(r kreq) (fd int, n uint64) {
+	t0 := time.Now()
 	fd, size, err := r.f.acquire(r.check)
+	q.acquireNS.Add(uint64(time.Since(t0)))
+	q.acquires.Add(1)
 	if err != nil {
 		q.settle(r.n)
 		q.refuse(r.n, err)
@@ -180,7 +184,9 @@ func (b *Kernel) service() {
 			}
 			return
 		}
+		t0 := time.Now()
 		b.advise(r)
+		b.busyNS.Add(uint64(time.Since(t0)))
 		if b.ring != nil {
 			if err := b.ring.poll(); err != nil {
 				b.ringFailed(err)

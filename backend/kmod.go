@@ -61,7 +61,9 @@ func NewKmod(reg *Registry, o Options) (*Kmod, error) {
 func (b *Kmod) service() {
 	defer close(b.done)
 	for r := range b.ch {
+		t0 := time.Now()
 		b.handle(r)
+		b.busyNS.Add(uint64(time.Since(t0)))
 	}
 }
 

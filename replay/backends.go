@@ -36,6 +36,7 @@ func (r *Replayer) startBackend(st *runState, name string, files []*openFile) (f
 		rep, err := be.Close()
 		reg.Close()
 		run.Counters, run.PagesDropped, run.Via, run.Warnings = rep.Stats, rep.PagesDropped, rep.Via, rep.Warnings
+		run.BackendBusyNS, run.BackendAcquireNS, run.BackendAcquires = rep.BusyNS, rep.AcquireNS, rep.Acquires
 		r.effectCounts(run)
 		return err
 	}, nil

@@ -158,6 +158,14 @@ type Run struct {
 	// prefetch together.
 	DeviceReadBytes uint64 `json:"device_read_bytes"`
 
+	// BackendBusyNS is the time the kernel or kmod backend spent on
+	// requests, BackendAcquireNS the part opening files and re-checking
+	// their paths, BackendAcquires how many times (backend.Report); the
+	// predicted column's model reports its own as backend_busy_ns and
+	// backend_open_ns.
+	BackendBusyNS    uint64 `json:"backend_busy_ns,omitempty"`
+	BackendAcquireNS uint64 `json:"backend_acquire_ns,omitempty"`
+	BackendAcquires  uint64 `json:"backend_acquires,omitempty"`
 	// Via says how the backend executed prefetches.
 	Via      string                `json:"prefetch_via,omitempty"`
 	Counters policies.BackendStats `json:"counters"`

@@ -204,7 +204,9 @@ func (l *lane) issue(it issueItem, start int64) int64 {
 	at := start
 	if !l.iss.opened[it.file] {
 		l.iss.opened[it.file] = true
-		at += l.openCost(it.file, start)
+		c := l.openCost(it.file, start)
+		at += c
+		l.st.BackendOpenNS += c
 	}
 	issued := false
 	var runStart, runLen uint64
@@ -230,6 +232,7 @@ func (l *lane) issue(it issueItem, start int64) int64 {
 		at += cost(h.IssueCachedNS)
 	}
 	l.issLoad.add(start, at)
+	l.st.BackendBusyNS += at - start
 	return at
 }
 

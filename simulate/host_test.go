@@ -68,7 +68,9 @@ func runHost(t *testing.T, host *Host, evs []policies.Event, mod func(*Config)) 
 func TestHostIssuerBoundsOracle(t *testing.T) {
 	evs := timedReads(4000, 1, 1)
 	free := runHost(t, nil, evs, nil)
-	bound := runHost(t, testHost(), evs, nil)
+	h := testHost()
+	h.OpenNS = 5_000
+	bound := runHost(t, h, evs, nil)
 	fo, bo := free.Lane("oracle"), bound.Lane("oracle")
 	if fo.WallNS > 12e6 {
 		t.Errorf("without a host model the oracle's wall is %d ns, want about the 8 ms of think and service", fo.WallNS)
@@ -81,6 +83,14 @@ func TestHostIssuerBoundsOracle(t *testing.T) {
 	}
 	if bo.Prefetched < 3900 || bo.PagesDropped != 0 {
 		t.Errorf("oracle prefetched %d pages, dropped %d; want all 4000 issued", bo.Prefetched, bo.PagesDropped)
+	}
+	// Its backend was busy 10 µs a request, and opened the file once, at
+	// the warm OpenNS (the program never opened it).
+	if bo.BackendBusyNS < 3900*10_000 || bo.BackendOpenNS != h.OpenNS {
+		t.Errorf("the backend was busy %d ns, opening %d ns; want at least 3900 × 10 µs, and one open of %d ns", bo.BackendBusyNS, bo.BackendOpenNS, h.OpenNS)
+	}
+	if fo.BackendBusyNS != 0 {
+		t.Errorf("without a host model the backend was busy %d ns, want none modelled", fo.BackendBusyNS)
 	}
 	if !strings.Contains(strings.Join(bound.Notes, " "), "host costs from the profile") {
 		t.Errorf("notes %q do not say what the host model charged", bound.Notes)

@@ -103,12 +103,17 @@ type Stats struct {
 	// With a host model (Device.Host): the time threads spent copying
 	// cached pages, the time their CPU work was stretched by sharing the
 	// CPUs with the backend, the time they spent waking it, and the pages
-	// the backend's queue bounds dropped.
-	CachedReadNS int64  `json:"cached_read_ns,omitempty"`
-	ContentionNS int64  `json:"contention_ns,omitempty"`
-	SubmitNS     int64  `json:"submit_ns,omitempty"` // submissions that woke the backend
-	PagesDropped uint64 `json:"pages_dropped,omitempty"`
-	ServiceNS    int64  `json:"recorded_service_ns"`
+	// the backend's queue bounds dropped; BackendBusyNS is the time the
+	// modelled backend spent on requests and BackendOpenNS the part of it
+	// opening files (replay's backend_busy_ns and backend_acquire_ns are
+	// the measured ones).
+	CachedReadNS  int64  `json:"cached_read_ns,omitempty"`
+	ContentionNS  int64  `json:"contention_ns,omitempty"`
+	SubmitNS      int64  `json:"submit_ns,omitempty"` // submissions that woke the backend
+	PagesDropped  uint64 `json:"pages_dropped,omitempty"`
+	BackendBusyNS int64  `json:"backend_busy_ns,omitempty"`
+	BackendOpenNS int64  `json:"backend_open_ns,omitempty"`
+	ServiceNS     int64  `json:"recorded_service_ns"`
 	// WallNS is the simulated makespan: from the first event to the end of
 	// the last thread's last operation, think plus service time, each
 	// counted once.
