@@ -823,24 +823,36 @@ int BPF_PROG(handle_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 #define MAP_SHARED_VALIDATE 0x03
 #define MAP_ANONYMOUS 0x20
 
-// fd_file returns the current task's open file fd, or NULL.
-static __always_inline struct file *fd_file(long fd)
+// fd_file_addr returns the address of the current task's open file fd,
+// or 0. It is a global function, which the verifier checks once, on its
+// own, rather than at every inlined call site on every path: loading
+// task->files from the trusted task pointer makes the verifier look for a
+// "task_struct__safe_trusted" type by name, a linear scan of the kernel's
+// BTF (Linux 6.3 and later), and inlined that scan ran on every path
+// through every call site (half the verifier's time at start-up).
+__noinline __u64 fd_file_addr(long fd)
 {
 	if (fd < 0)
-		return NULL;
+		return 0;
 	// Direct loads through the task's BTF pointer (no helper calls).
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct files_struct *files = task->files;
 	if (!files)
-		return NULL;
+		return 0;
 	struct fdtable *fdt = files->fdt;
 	if (!fdt || (unsigned long)fd >= fdt->max_fds)
-		return NULL;
+		return 0;
 	struct file **fds = fdt->fd;
 	struct file *f = NULL;
 	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) < 0)
-		return NULL;
-	return f;
+		return 0;
+	return (__u64)f;
+}
+
+// fd_file returns the current task's open file fd, or NULL.
+static __always_inline struct file *fd_file(long fd)
+{
+	return (struct file *)fd_file_addr(fd);
 }
 
 // file_id sets dev and ino of f's inode and returns its mode (0 without one).
