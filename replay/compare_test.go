@@ -166,6 +166,9 @@ func TestEffectModes(t *testing.T) {
 		if orc.Rounds != 2 || orc.Submitted.Median == 0 {
 			t.Errorf("%s: oracle summary over %d rounds, %v pages submitted; want 2 timed rounds that prefetch", c.mode, orc.Rounds, orc.Submitted)
 		}
+		if orc.BackendBusyNS.Min == 0 || rep.Summary.Policies[0].BackendBusyNS.Max != 0 {
+			t.Errorf("%s: backend busy %v (oracle), %v (baseline); want time in every oracle round, none for the baseline", c.mode, orc.BackendBusyNS, rep.Summary.Policies[0].BackendBusyNS)
+		}
 		// Counted by effect: its prefetched pages were demanded, in time or
 		// late (on a loaded machine the one counting run of separate may
 		// find every prefetch late).

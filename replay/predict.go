@@ -136,6 +136,7 @@ func (r *Replayer) Predict(rep *Report, pred Prediction) error {
 			continue
 		}
 		p.PredictedWallNS, p.Predicted = float64(st.WallNS), st.Speedup
+		p.PredictedBackendBusyNS = float64(st.BackendBusyNS)
 		if p.Policy != Baseline {
 			rep.Summary.PredictedSpeedup = st.Speedup
 		}

@@ -137,8 +137,17 @@ func TestPredictHostByBackend(t *testing.T) {
 		return rep
 	}
 	wall := func(rep *Report) float64 { return rep.Summary.Policies[1].PredictedWallNS }
-	if with, without := wall(predict(BackendKernel, host)), wall(predict(BackendKernel, nil)); with < 1.5*without {
+	withRep, withoutRep := predict(BackendKernel, host), predict(BackendKernel, nil)
+	if with, without := wall(withRep), wall(withoutRep); with < 1.5*without {
 		t.Errorf("kernel backend: oracle predicted %.0f ns with 20 µs requests, %.0f without; want much slower", with, without)
+	}
+	// The modelled backend's time: about 20 µs for each of the oracle's
+	// requests, none without the host model or for the baseline.
+	if busy := withRep.Summary.Policies[1].PredictedBackendBusyNS; busy < 3000*20_000 {
+		t.Errorf("kernel backend: predicted backend busy %.0f ns, want at least 3000 requests × 20 µs", busy)
+	}
+	if b, n := withRep.Summary.Policies[0].PredictedBackendBusyNS, withoutRep.Summary.Policies[1].PredictedBackendBusyNS; b != 0 || n != 0 {
+		t.Errorf("predicted backend busy %.0f ns for the baseline, %.0f without the host model; want 0 and 0", b, n)
 	}
 	d := predict(BackendDirect, host)
 	if wall(d) != wall(predict(BackendDirect, nil)) || !strings.Contains(d.Summary.Predictor, "direct backend's CPU costs are not modelled") {

@@ -54,30 +54,36 @@ type Spread struct {
 
 // PolicySummary summarises the rounds of one run spec.
 type PolicySummary struct {
-	Policy     string  `json:"policy"`
-	Rounds     int     `json:"rounds"`
-	WallNS     Spread  `json:"wall_ns"`
-	StallNS    Spread  `json:"stall_ns"`
-	P50US      Spread  `json:"p50_us"`
-	P99US      Spread  `json:"p99_us"`
-	Prefetched Spread  `json:"pages_prefetched"`
-	UsedInTime Spread  `json:"pages_used_in_time"`
-	Late       Spread  `json:"pages_late"`
-	Wasted     Spread  `json:"pages_wasted"`
-	Submitted  Spread  `json:"pages_submitted"`
-	Cached     Spread  `json:"pages_skipped_cached"`
-	Dropped    Spread  `json:"dropped"`
-	InFlight   Spread  `json:"inflight_max"`
-	Misses     Spread  `json:"demand_misses"`
-	DeviceMiB  Spread  `json:"device_read_mib"`
-	Speedup    float64 `json:"speedup"` // median baseline wall ÷ median wall
+	Policy     string `json:"policy"`
+	Rounds     int    `json:"rounds"`
+	WallNS     Spread `json:"wall_ns"`
+	StallNS    Spread `json:"stall_ns"`
+	P50US      Spread `json:"p50_us"`
+	P99US      Spread `json:"p99_us"`
+	Prefetched Spread `json:"pages_prefetched"`
+	UsedInTime Spread `json:"pages_used_in_time"`
+	Late       Spread `json:"pages_late"`
+	Wasted     Spread `json:"pages_wasted"`
+	Submitted  Spread `json:"pages_submitted"`
+	Cached     Spread `json:"pages_skipped_cached"`
+	Dropped    Spread `json:"dropped"`
+	InFlight   Spread `json:"inflight_max"`
+	Misses     Spread `json:"demand_misses"`
+	DeviceMiB  Spread `json:"device_read_mib"`
+	// BackendBusyNS is the kernel or kmod backend's time on requests
+	// (Run.BackendBusyNS) over the timed rounds.
+	BackendBusyNS Spread  `json:"backend_busy_ns"`
+	Speedup       float64 `json:"speedup"` // median baseline wall ÷ median wall
 	// StallSpeedup is median baseline stall ÷ median stall.
 	StallSpeedup float64 `json:"stall_speedup"`
 	// PredictedWallNS and Predicted are simulate's prediction for this
 	// run spec (predict.go): its wall time, and the baseline's predicted
 	// wall over it (1 for the baseline); 0 with --no-predict.
-	PredictedWallNS float64 `json:"predicted_wall_ns"`
-	Predicted       float64 `json:"predicted_speedup"`
+	// PredictedBackendBusyNS is the modelled backend's time on requests
+	// (simulate's backend_busy_ns; 0 without the host model).
+	PredictedWallNS        float64 `json:"predicted_wall_ns"`
+	Predicted              float64 `json:"predicted_speedup"`
+	PredictedBackendBusyNS float64 `json:"predicted_backend_busy_ns"`
 }
 
 // Summary holds one PolicySummary per run spec, and the speedup of the last
@@ -139,7 +145,7 @@ func (rep *Report) summarize(specs []string) {
 	var base *PolicySummary
 	for _, spec := range specs {
 		ps := PolicySummary{Policy: spec}
-		var wall, stall, p50, p99, pre, used, late, wasted, sub, cached, dropped, infl, miss, dev []float64
+		var wall, stall, p50, p99, pre, used, late, wasted, sub, cached, dropped, infl, miss, dev, busy []float64
 		counted := rep.counted(spec)
 		for _, r := range rep.Runs {
 			if r.Policy != spec {
@@ -165,11 +171,12 @@ func (rep *Report) summarize(specs []string) {
 			infl = append(infl, float64(r.Counters.InFlightMax))
 			miss = append(miss, float64(r.DemandMisses))
 			dev = append(dev, float64(r.DeviceReadBytes)/(1<<20))
+			busy = append(busy, float64(r.BackendBusyNS))
 		}
 		ps.WallNS, ps.StallNS, ps.P50US, ps.P99US = spreadOf(wall), spreadOf(stall), spreadOf(p50), spreadOf(p99)
 		ps.Prefetched, ps.UsedInTime, ps.Late, ps.Wasted = spreadOf(pre), spreadOf(used), spreadOf(late), spreadOf(wasted)
 		ps.Submitted, ps.Cached, ps.Dropped, ps.InFlight = spreadOf(sub), spreadOf(cached), spreadOf(dropped), spreadOf(infl)
-		ps.Misses, ps.DeviceMiB = spreadOf(miss), spreadOf(dev)
+		ps.Misses, ps.DeviceMiB, ps.BackendBusyNS = spreadOf(miss), spreadOf(dev), spreadOf(busy)
 		rep.Summary.Policies = append(rep.Summary.Policies, ps)
 		if spec == Baseline {
 			b := ps

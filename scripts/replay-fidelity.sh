@@ -14,7 +14,8 @@
 #     (|replay - reference| / reference);
 #   prediction: per run spec, the measured median replay wall, simulate's
 #     predicted wall, and the prediction error (|predicted - measured| /
-#     measured).
+#     measured); and the kernel backend's time on requests, measured
+#     (backend_busy_ns) and modelled (predicted_backend_busy_ns).
 #
 # and, per workload, replay's recorded-against-replayed comparison per kind
 # of operation (service and think time; summary.fidelity).
@@ -135,7 +136,7 @@ workload() {
 }
 
 timing=("| workload | recorded wall (first) | recorded wall (median of $ROUNDS, min–max) | the program untraced (median of $ROUNDS, min–max) | replay wall (median of $ROUNDS, min–max) | error vs first | error vs recorded median | error vs the program |" "|---|---|---|---|---|---|---|---|")
-prediction=("| workload | run | measured replay wall (median) | predicted wall | prediction error | measured speedup | predicted speedup |" "|---|---|---|---|---|---|---|")
+prediction=("| workload | run | measured replay wall (median) | predicted wall | prediction error | measured speedup | predicted speedup | backend busy, measured (median) | predicted |" "|---|---|---|---|---|---|---|---|---|")
 kinds=()
 calibrated=""
 for name in ${@:-sqlite python grep threads}; do
@@ -178,7 +179,8 @@ ms1 = lambda ns: f"{ns/1e6:.1f}"
 print(f"T| {name} | {ms(first)} | {ms(med)} ({ms1(rlo)}–{ms1(rhi)}) | {ms(pmed)} ({ms1(plo)}–{ms1(phi)}) | {ms(rw)} ({ms1(bw['min'])}–{ms1(bw['max'])}) | {abs(rw-first)/first*100:.1f}% | {abs(rw-med)/med*100:.1f}% | {abs(rw-pmed)/pmed*100:.1f}% |")
 for spec, p in pol.items():
     m, pw = p["wall_ns"]["median"], p["predicted_wall_ns"]
-    print(f"P| {name} | {spec} | {ms(m)} | {ms(pw)} | {abs(pw-m)/m*100:.1f}% | {p['speedup']:.2f}× | {p['predicted_speedup']:.2f}× |")
+    busy = lambda ns: ms(ns) if ns else "—"
+    print(f"P| {name} | {spec} | {ms(m)} | {ms(pw)} | {abs(pw-m)/m*100:.1f}% | {p['speedup']:.2f}× | {p['predicted_speedup']:.2f}× | {busy(p['backend_busy_ns']['median'])} | {busy(p.get('predicted_backend_busy_ns', 0))} |")
 print(f"C{s['predicted_calibrated']}")
 print("K")
 print(f"K{name}: recorded against replayed per kind (baseline, median of the rounds)")
