@@ -64,8 +64,13 @@ func MeasureDevice(c DeviceConfig) (*formats.DeviceProfile, error) {
 		return nil, fmt.Errorf("measure device random bandwidth: %w", err)
 	}
 	fmt.Fprintf(c.Log, "QD32 4 KiB random read: %.0f IOPS, %.1f MiB/s\n", bw.IOPS, bw.MiBs)
-	fmt.Fprintf(c.Log, "3/5: 4 KiB random reads at QD %v, %v each ...\n", curveDepths, phase/time.Duration(len(curveDepths)))
-	queue, err := queueCurve(p, phase, lat, bw, c.Log)
+	each := phase / time.Duration(len(curveDepths)+len(syncThreads))
+	fmt.Fprintf(c.Log, "3/5: 4 KiB random reads at QD %v, then from %v threads of pread, %v each ...\n", curveDepths, syncThreads, each)
+	queue, err := queueCurve(p, each, lat, bw, c.Log)
+	if err != nil {
+		return nil, err
+	}
+	syncQueue, err := syncCurve(p, each, c.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -99,6 +104,7 @@ func MeasureDevice(c DeviceConfig) (*formats.DeviceProfile, error) {
 		SeqReadBytesPerSec:  seq,
 		QueueDepth:          32,
 		Queue:               queue,
+		SyncQueue:           syncQueue,
 		SeqBlockSize:        seqBlock,
 		SeqQueueDepth:       seqQD,
 		Engine:              "io_uring O_DIRECT (predictio engine, fixed buffers and files)",
@@ -110,11 +116,31 @@ func MeasureDevice(c DeviceConfig) (*formats.DeviceProfile, error) {
 // curveDepths are the queue depths measured between QD1 and QD32.
 var curveDepths = []int{2, 4, 8, 16}
 
-// queueCurve measures 4 KiB random reads at each of curveDepths, d in
-// all, and returns the curve from QD1 to QD32 with the two points
-// measured before (lat at QD1, bw at QD32).
+// syncThreads are the thread counts of the synchronous curve.
+var syncThreads = []int{1, 2, 4, 8}
+
+// syncCurve measures 4 KiB random reads from each of syncThreads threads
+// of pread(2) (O_DIRECT), d each.
+func syncCurve(p Point, d time.Duration, log io.Writer) ([]formats.QueuePoint, error) {
+	p.Backend, p.QD, p.Duration, p.FixedBufs, p.RegisterFiles = Psync, 1, d, false, false
+	var out []formats.QueuePoint
+	for _, n := range syncThreads {
+		p.Threads = n
+		r, err := Run(p)
+		if err != nil {
+			return nil, fmt.Errorf("measure device from %d threads: %w", n, err)
+		}
+		fmt.Fprintf(log, "%d threads of 4 KiB preads: %.0f IOPS, p50 %.1f us\n", n, r.IOPS, r.P50us)
+		out = append(out, formats.QueuePoint{QD: n, IOPS: r.IOPS, P50NS: uint64(r.P50us * 1e3)})
+	}
+	return out, nil
+}
+
+// queueCurve measures 4 KiB random reads at each of curveDepths, d each,
+// and returns the curve from QD1 to QD32 with the two points measured
+// before (lat at QD1, bw at QD32).
 func queueCurve(p Point, d time.Duration, lat, bw Result, log io.Writer) ([]formats.QueuePoint, error) {
-	p.Duration = d / time.Duration(len(curveDepths))
+	p.Duration = d
 	out := []formats.QueuePoint{{QD: 1, IOPS: lat.IOPS, P50NS: uint64(lat.P50us * 1e3)}}
 	for _, qd := range curveDepths {
 		p.QD = qd

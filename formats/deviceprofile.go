@@ -32,6 +32,12 @@ type DeviceProfile struct {
 	// latency of its depth (depth/IOPS) when it has two points or more;
 	// profiles measured before it was added have none.
 	Queue []QueuePoint `json:"queue,omitempty"`
+	// SyncQueue is the same from QD threads that each wait for their own
+	// read (pread(2), O_DIRECT), ascending from 1: what a program's
+	// threads get on a demand miss, which a virtual machine's wake-ups can
+	// make slower than one submitter at the same depth. simulate uses it
+	// for demand reads when it has two points or more.
+	SyncQueue []QueuePoint `json:"sync_queue,omitempty"`
 
 	// The fields below are informative; simulate does not read them.
 

@@ -36,6 +36,10 @@ type Device struct {
 	// transfer), by the number of other requests in flight, 0 to
 	// QueueDepth-1; LatencyNS is then its first.
 	QueueLatencyNS []int64 `json:"queue_latency_ns,omitempty"`
+	// SyncLatencyNS, when set with QueueLatencyNS, holds the same for
+	// demand reads: requests a program's thread waits for, from the
+	// profile's synchronous curve.
+	SyncLatencyNS []int64 `json:"sync_latency_ns,omitempty"`
 	// Host is the CPU side of the model; nil leaves it out.
 	Host *Host `json:"host,omitempty"`
 }
@@ -135,11 +139,16 @@ func DeviceFromProfile(p *formats.DeviceProfile) (Device, error) {
 	}
 	d := Device{Name: name, Source: src, LatencyNS: int64(lat), BytesPerSec: p.SeqReadBytesPerSec, QueueDepth: p.QueueDepth, Host: host}
 	if len(p.Queue) >= 2 {
-		q, err := queueLatencies(p.Queue, p.QueueDepth, xfer)
+		q, err := queueLatencies("queue", p.Queue, p.QueueDepth, xfer, nil)
 		if err != nil {
 			return Device{}, fmt.Errorf("load device profile: %w", err)
 		}
 		d.QueueLatencyNS, d.LatencyNS = q, q[0]
+		if len(p.SyncQueue) >= 2 {
+			if d.SyncLatencyNS, err = queueLatencies("sync_queue", p.SyncQueue, p.QueueDepth, xfer, q); err != nil {
+				return Device{}, fmt.Errorf("load device profile: %w", err)
+			}
+		}
 		return d, nil
 	}
 	if r := p.RandReadBytesPerSec; r > 0 && !math.IsInf(r, 0) {
@@ -153,30 +162,41 @@ func DeviceFromProfile(p *formats.DeviceProfile) (Device, error) {
 // queueLatencies returns the latency with k others in flight, for k below
 // depth: the mean latency of the curve at depth k+1 (interpolated between
 // its points, the last one held beyond it) less xfer.
-func queueLatencies(curve []formats.QueuePoint, depth int, xfer float64) ([]int64, error) {
+//
+// With floor set (the synchronous curve, measured to fewer depths than
+// the device's), a depth past the curve's last point keeps its
+// throughput, and never gets below floor's latency.
+func queueLatencies(field string, curve []formats.QueuePoint, depth int, xfer float64, floor []int64) ([]int64, error) {
 	mean := make([]float64, len(curve))
 	for i, pt := range curve {
 		switch {
 		case pt.QD < 1 || pt.QD > depth || i == 0 && pt.QD != 1 || i > 0 && pt.QD <= curve[i-1].QD:
-			return nil, fmt.Errorf("field queue[%d].qd is %d, want depths ascending from 1 to queue_depth %d", i, pt.QD, depth)
+			return nil, fmt.Errorf("field %s[%d].qd is %d, want depths ascending from 1 to queue_depth %d", field, i, pt.QD, depth)
 		case !(pt.IOPS >= 1) || pt.IOPS > 1e9 || float64(pt.QD)/pt.IOPS > 10:
-			return nil, fmt.Errorf("field queue[%d].iops is %v, want 1..1e9 and at most 10 s a request (qd/iops)", i, pt.IOPS)
+			return nil, fmt.Errorf("field %s[%d].iops is %v, want 1..1e9 and at most 10 s a request (qd/iops)", field, i, pt.IOPS)
 		}
 		mean[i] = float64(pt.QD) / pt.IOPS * 1e9
 	}
 	out := make([]int64, depth)
 	j := 0
+	last := curve[len(curve)-1]
 	for k := range out {
 		q := k + 1
 		for j+1 < len(curve) && curve[j+1].QD <= q {
 			j++
 		}
 		m := mean[j]
-		if j+1 < len(curve) {
+		switch {
+		case j+1 < len(curve):
 			a, b := curve[j], curve[j+1]
 			m += (mean[j+1] - mean[j]) * float64(q-a.QD) / float64(b.QD-a.QD)
+		case floor != nil && q > last.QD:
+			m = float64(q) / last.IOPS * 1e9
 		}
 		out[k] = int64(math.Round(max(m-xfer, 0)))
+		if floor != nil && q > last.QD {
+			out[k] = max(out[k], floor[k])
+		}
 	}
 	return out, nil
 }
@@ -191,10 +211,13 @@ func (d Device) validate() error {
 	if d.LatencyNS < 0 || d.RequestNS < 0 {
 		return errors.New("device latency and request time must not be negative")
 	}
-	if d.QueueLatencyNS != nil && len(d.QueueLatencyNS) != d.QueueDepth {
-		return fmt.Errorf("device has %d queue latencies, want its queue depth %d", len(d.QueueLatencyNS), d.QueueDepth)
+	if d.QueueLatencyNS != nil && len(d.QueueLatencyNS) != d.QueueDepth || d.SyncLatencyNS != nil && len(d.SyncLatencyNS) != d.QueueDepth {
+		return fmt.Errorf("device has %d queue latencies and %d synchronous ones, want its queue depth %d", len(d.QueueLatencyNS), len(d.SyncLatencyNS), d.QueueDepth)
 	}
-	for _, l := range d.QueueLatencyNS {
+	if d.SyncLatencyNS != nil && d.QueueLatencyNS == nil {
+		return errors.New("device has synchronous queue latencies without queue latencies")
+	}
+	for _, l := range append(slices.Clone(d.QueueLatencyNS), d.SyncLatencyNS...) {
 		if l < 0 {
 			return errors.New("device latency and request time must not be negative")
 		}
@@ -232,6 +255,7 @@ func (d Device) RandReadBytesPerSec() float64 {
 type deviceState struct {
 	latency int64
 	qlat    []int64 // Device.QueueLatencyNS, or nil
+	slat    []int64 // Device.SyncLatencyNS, else qlat
 	nsPerPg float64
 	reqNS   int64   // a request's channel time beyond its pages
 	onePage int64   // channel time of a one-page request
@@ -254,7 +278,11 @@ func newDeviceState(d Device, pageSize int) *deviceState {
 		nsPerPg: float64(pageSize) / d.BytesPerSec * 1e9,
 		reqNS:   d.RequestNS,
 		qlat:    d.QueueLatencyNS,
+		slat:    d.QueueLatencyNS,
 		slots:   make([]int64, d.QueueDepth),
+	}
+	if d.SyncLatencyNS != nil {
+		s.slat = d.SyncLatencyNS
 	}
 	s.onePage = d.RequestNS + int64(s.nsPerPg+0.5)
 	return s
@@ -262,9 +290,16 @@ func newDeviceState(d Device, pageSize int) *deviceState {
 
 // submit issues a read of n pages at time now and returns its completion
 // time.
-func (s *deviceState) submit(now int64, n uint64) int64 {
+func (s *deviceState) submit(now int64, n uint64) int64 { return s.submitAt(now, n, s.qlat) }
+
+// submitSync is submit of a demand read, which a thread waits for: with
+// the synchronous curve's latencies.
+func (s *deviceState) submitSync(now int64, n uint64) int64 { return s.submitAt(now, n, s.slat) }
+
+// submitAt is submit with latencies lat by depth (nil: the fixed one).
+func (s *deviceState) submitAt(now int64, n uint64, lat []int64) int64 {
 	start := max(now, s.slots[s.head])
-	x := start + s.latencyAt(start)
+	x := start + s.latencyAt(start, lat)
 	d := s.onePage
 	if n != 1 {
 		d = s.reqNS + int64(float64(n)*s.nsPerPg+0.5)
@@ -292,13 +327,13 @@ func (s *deviceState) submit(now int64, n uint64) int64 {
 	return done
 }
 
-// submitOne is submit of one page, with the in-order cases inline.
+// submitOne is submitSync of one page, with the in-order cases inline.
 func (s *deviceState) submitOne(now int64) int64 {
 	start := max(now, s.slots[s.head])
-	x := start + s.latencyAt(start)
+	x := start + s.latencyAt(start, s.slat)
 	k := len(s.busy)
 	if k == 0 || x < s.busy[k-1].start {
-		return s.submit(now, 1)
+		return s.submitSync(now, 1)
 	}
 	last := &s.busy[k-1]
 	var done int64
@@ -329,10 +364,10 @@ func (s *deviceState) submitOne(now int64) int64 {
 }
 
 // latencyAt returns the latency of a request that starts at start: with a
-// queue curve, that of the number of requests still in flight then (the
-// slots that free after start).
-func (s *deviceState) latencyAt(start int64) int64 {
-	if s.qlat == nil {
+// queue curve lat, that of the number of requests still in flight then
+// (the slots that free after start).
+func (s *deviceState) latencyAt(start int64, lat []int64) int64 {
+	if lat == nil {
 		return s.latency
 	}
 	q := len(s.slots)
@@ -350,7 +385,7 @@ func (s *deviceState) latencyAt(start int64) int64 {
 			lo = m + 1
 		}
 	}
-	return s.qlat[q-lo]
+	return lat[q-lo]
 }
 
 // free replaces the slot that freed first with one that frees at done,

@@ -162,3 +162,60 @@ func TestDeviceQueueCurve(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceSyncCurve: demand reads (submitSync) follow the profile's
+// synchronous curve, prefetches (submit) the queue curve, from the same
+// state. The curves are of one bench device run here (2026-12-01 18:27
+// UTC): four threads of pread got 61 K IOPS where one io_uring submitter
+// at depth 4 got 90 K; past two threads the two vCPUs' wake-ups bound
+// them.
+func TestDeviceSyncCurve(t *testing.T) {
+	queue := []formats.QueuePoint{{QD: 1, IOPS: 35739}, {QD: 2, IOPS: 60921}, {QD: 4, IOPS: 90188},
+		{QD: 8, IOPS: 123429}, {QD: 16, IOPS: 148950}, {QD: 32, IOPS: 163501}}
+	sync := []formats.QueuePoint{{QD: 1, IOPS: 37077}, {QD: 2, IOPS: 59620}, {QD: 4, IOPS: 60818}, {QD: 8, IOPS: 60327}}
+	p := &formats.DeviceProfile{Version: formats.DeviceProfileVersion, Name: "vda", ReadLatencyNS: 28900,
+		RandReadBytesPerSec: 162592 * 4096, SeqReadBytesPerSec: 1069e6, QueueDepth: 32, Queue: queue, SyncQueue: sync}
+	d, err := DeviceFromProfile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iops := func(k int, sync bool) float64 {
+		s := newDeviceState(d, 4096)
+		next := make([]int64, k)
+		var end int64
+		for range 2000 {
+			for j := range next {
+				if sync {
+					next[j] = s.submitSync(next[j], 1)
+				} else {
+					next[j] = s.submit(next[j], 1)
+				}
+				end = max(end, next[j])
+			}
+		}
+		return float64(k*2000) / float64(end) * 1e9
+	}
+	for _, pt := range sync {
+		if got := iops(pt.QD, true); math.Abs(got-pt.IOPS)/pt.IOPS > 0.05 {
+			t.Errorf("%d threads: the model serves %.0f IOPS, measured %.0f", pt.QD, got, pt.IOPS)
+		}
+	}
+	if got := iops(4, false); math.Abs(got-90188)/90188 > 0.05 {
+		t.Errorf("depth 4, prefetches: the model serves %.0f IOPS, the queue curve 90 K", got)
+	}
+	// Past the curve's 8 threads the throughput holds at 60 K.
+	if got := iops(16, true); math.Abs(got-60327)/60327 > 0.05 {
+		t.Errorf("16 threads: the model serves %.0f IOPS, want the last point's 60 K", got)
+	}
+	bad := *p
+	bad.SyncQueue = []formats.QueuePoint{{QD: 1, IOPS: 33000}, {QD: 1, IOPS: 50000}}
+	if _, err := DeviceFromProfile(&bad); err == nil || !strings.Contains(err.Error(), "sync_queue[1].qd") {
+		t.Errorf("repeated depth: err %v, want one naming sync_queue[1].qd", err)
+	}
+	// Without a queue curve the synchronous one is not used.
+	old := *p
+	old.Queue = nil
+	if d, err := DeviceFromProfile(&old); err != nil || d.SyncLatencyNS != nil {
+		t.Errorf("no queue curve: device %+v, err %v; want no synchronous latencies", d, err)
+	}
+}

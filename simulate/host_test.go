@@ -214,7 +214,8 @@ func FuzzDeviceProfile(f *testing.F) {
 		"prefetch_cached_ns":2400,"prefetch_busy_ns":12800,"busy_slowdown":1.55,"prefetch_wake_ns":67900,"submit_wake_ns":8100}}`))
 	f.Add([]byte(`{"version":1,"read_latency_ns":1,"seqread_bytes_per_sec":1e-300,"queue_depth":1,"host":{"cpus":1,"prefetch":[{"pages":1,"ns":1000000000}],"prefetch_busy_ns":1000000000,"busy_slowdown":100}}`))
 	f.Add([]byte(`{"version":1,"read_latency_ns":29000,"seqread_bytes_per_sec":1e9,"queue_depth":32,
-		"queue":[{"qd":1,"iops":33778},{"qd":2,"iops":61276},{"qd":4,"iops":91010},{"qd":8,"iops":120714},{"qd":16,"iops":146809},{"qd":32,"iops":162592}]}`))
+		"queue":[{"qd":1,"iops":33778},{"qd":2,"iops":61276},{"qd":4,"iops":91010},{"qd":8,"iops":120714},{"qd":16,"iops":146809},{"qd":32,"iops":162592}],
+		"sync_queue":[{"qd":1,"iops":37077},{"qd":2,"iops":59620},{"qd":4,"iops":60818},{"qd":8,"iops":60327}]}`))
 	evs := withRepeat(timedReads(200, 1, 5))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var p formats.DeviceProfile

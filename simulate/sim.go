@@ -876,22 +876,26 @@ func (l *lane) submitAbsent(req *policies.Request) {
 }
 
 // read issues one device request for n pages from first and inserts them.
-// Pages of the demand access being served are demand reads; the others
-// are prefetches.
+// Pages of the demand access being served are demand reads (the request
+// is one the thread waits for: submitSync); the others are prefetches.
 func (l *lane) read(file uint32, first, n uint64) {
-	done := l.dev.submit(l.now, n)
-	l.st.PagesRead += n
-	l.st.Requests++
 	// Pages [dlo, dhi) of the run belong to the demand access.
 	dlo, dhi := first, first
 	if l.inDemand && file == l.curFile {
 		dlo, dhi = max(first, l.curFirst), min(first+n, l.curFirst+l.curN)
-		if dlo < dhi {
-			l.demandWait = done + l.missNS
-		} else {
+		if dlo >= dhi {
 			dlo, dhi = first, first
 		}
 	}
+	var done int64
+	if dlo < dhi {
+		done = l.dev.submitSync(l.now, n)
+		l.demandWait = done + l.missNS
+	} else {
+		done = l.dev.submit(l.now, n)
+	}
+	l.st.PagesRead += n
+	l.st.Requests++
 	l.st.Prefetched += n - (dhi - dlo)
 	for p := first; p < first+n; p++ {
 		var flags uint8 = flagPrefetched
