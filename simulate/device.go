@@ -201,6 +201,29 @@ func queueLatencies(field string, curve []formats.QueuePoint, depth int, xfer fl
 	return out, nil
 }
 
+// queueNote says how the device's latency grows with the requests in
+// flight, or, for a measured profile without a queue curve, that it is
+// fitted to two depths only; "" for presets.
+func (d Device) queueNote(calibrated bool) string {
+	q := d.QueueLatencyNS
+	if q == nil {
+		if !calibrated {
+			return ""
+		}
+		return "the device profile has no queue curve (measured before it was added; measure again with 'predictio bench device'): " +
+			"its latency is the QD1 one plus a channel fitted to the full depth, which serves moderate depths too fast"
+	}
+	// A 4 KiB read's: the latency and its page's transfer.
+	xfer := 4096 / d.BytesPerSec * 1e9
+	at := func(l []int64, k int) float64 { return (float64(l[min(k, len(l)-1)]) + xfer) / 1e3 }
+	n := fmt.Sprintf("device latency of a 4 KiB read from the profile's queue curve: %.0f µs alone, %.0f µs with 3 others in flight, %.0f µs with %d",
+		at(q, 0), at(q, 3), at(q, len(q)-1), len(q)-1)
+	if s := d.SyncLatencyNS; s != nil {
+		n += fmt.Sprintf("; a demand read, from threads of pread: %.0f µs alone, %.0f µs with 3 others", at(s, 0), at(s, 3))
+	}
+	return n
+}
+
 func (d Device) validate() error {
 	if d.QueueDepth < 1 {
 		return errors.New("device queue depth must be at least 1")

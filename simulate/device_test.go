@@ -261,6 +261,15 @@ func TestThreadsWaitOnSyncCurve(t *testing.T) {
 			return float64(r.Lane(BaselineName).WallNS)
 		}
 		ws, wq := wall(withSync), wall(queueOnly)
+		if !noRA {
+			r, err := Run(Config{CacheBytes: 1 << 20, Device: withSync, Calibrated: true}, &SliceSource{Events: evs[:4]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Join(r.Notes, "\n"); !strings.Contains(n, "queue curve: 28 µs alone, 44 µs with 3 others") || !strings.Contains(n, "from threads of pread: 27 µs alone, 66 µs with 3 others") {
+				t.Errorf("notes %q do not give the curves' latencies", n)
+			}
+		}
 		if want := 4000 / 60818.0 * 1e9; math.Abs(ws-want)/want > 0.1 {
 			t.Errorf("no readahead %v: 4 threads' 4000 reads take %.1f ms with the synchronous curve, want about %.1f ms", noRA, ws/1e6, want/1e6)
 		}

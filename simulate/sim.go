@@ -366,6 +366,9 @@ func (s *Simulator) Report() *Report {
 		ReadaheadParams:     s.cfg.ReadaheadParams,
 	}
 	r.ThinkTime, r.Notes = s.thinkTime()
+	if n := s.cfg.Device.queueNote(s.cfg.Calibrated); n != "" {
+		r.Notes = append(r.Notes, n)
+	}
 	if n := s.hostNote(); n != "" {
 		r.Notes = append(r.Notes, n)
 	}
