@@ -61,6 +61,12 @@ type Report struct {
 	// times): what the host model's issuer costs stand for. The kernel and
 	// kmod backends count them; the others leave them 0.
 	BusyNS, AcquireNS, Acquires uint64
+	// AdviseNS is the time from submitting each io_uring FADVISE to
+	// reaping its completion, summed over Advised of them (the kernel
+	// backend): the kernel's io-wq workers run them after the submission,
+	// and the service goroutine reaps between requests, so it is an upper
+	// bound of when their reads were issued.
+	AdviseNS, Advised uint64
 	// Via says how prefetches were executed.
 	Via string
 	// Warnings name failures and refusals, with the first error of each.

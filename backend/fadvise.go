@@ -3,6 +3,7 @@ package backend
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -14,6 +15,7 @@ import (
 type fadviseSlot struct {
 	f        *File
 	first, n uint64
+	at       time.Time // submitted
 }
 
 // fadviser issues FADVISE(WILLNEED) through one io_uring with plain
@@ -69,6 +71,7 @@ func (a *fadviser) submit(fd int, off, n uint64, s fadviseSlot) error {
 	}
 	i := a.free[len(a.free)-1]
 	a.free = a.free[:len(a.free)-1]
+	s.at = time.Now()
 	a.slots[i], a.busy[i] = s, true
 	sqe.PrepFadvise(int32(fd), off, uint32(n), unix.FADV_WILLNEED)
 	sqe.UserData = i

@@ -209,6 +209,8 @@ func (b *Kernel) ringFailed(err error) {
 
 // completed is the ring's completion callback.
 func (b *Kernel) completed(s fadviseSlot, err error) {
+	b.adviseNS.Add(uint64(time.Since(s.at)))
+	b.advised.Add(1)
 	b.settle(s.n)
 	if err != nil {
 		b.fail(fmt.Errorf("read ahead %s pages %d+%d: %w", s.f.ref.Path, s.first, s.n, err))

@@ -161,8 +161,20 @@ func checkHost(t *testing.T, p *formats.DeviceProfile) {
 	if h.CPUs < 1 || h.PrefetchBusyNS == 0 || h.BusySlowdown < 1 || h.OpenNS == 0 || !strings.Contains(h.PrefetchVia, "WILLNEED") {
 		t.Errorf("host costs %+v", *h)
 	}
+	// An io_uring FADVISE completes after it is submitted, and not before
+	// the backend had issued it.
+	if strings.Contains(h.PrefetchVia, "io_uring") && h.AdviseNS == 0 {
+		t.Errorf("advise latency 0 with %s", h.PrefetchVia)
+	}
 	if _, err := simulate.DeviceFromProfile(p); err != nil {
 		t.Errorf("simulate refuses the profile: %v", err)
+	}
+	// The queue curve from QD1 to QD32, and the synchronous one.
+	if len(p.Queue) != len(curveDepths)+2 || p.Queue[0].QD != 1 || p.Queue[len(p.Queue)-1].QD != 32 {
+		t.Errorf("queue curve %+v, want QD 1, %v and 32", p.Queue, curveDepths)
+	}
+	if len(p.SyncQueue) != len(syncThreads) || p.SyncQueue[0].QD != 1 {
+		t.Errorf("synchronous curve %+v, want %v threads", p.SyncQueue, syncThreads)
 	}
 }
 

@@ -64,10 +64,11 @@ func MeasureHost(path string, size int64, log io.Writer) (*formats.HostCosts, er
 		return nil, fmt.Errorf("measure host: %w", err)
 	}
 	fmt.Fprintf(log, "open, fstat and close of a cached path: %.1f us\n", float64(h.OpenNS)/1e3)
-	if h.PrefetchWakeNS, h.SubmitWakeNS, err = measureWake(path, size); err != nil {
+	if h.PrefetchWakeNS, h.SubmitWakeNS, h.AdviseNS, err = measureWake(path, size); err != nil {
 		return nil, fmt.Errorf("measure host: %w", err)
 	}
-	fmt.Fprintf(log, "a request to an idle kernel backend: issued after %.1f us; the submission took %.1f us\n", float64(h.PrefetchWakeNS)/1e3, float64(h.SubmitWakeNS)/1e3)
+	fmt.Fprintf(log, "a request to an idle kernel backend: issued after %.1f us; the submission took %.1f us; its FADVISE completed %.1f us after it was submitted\n",
+		float64(h.PrefetchWakeNS)/1e3, float64(h.SubmitWakeNS)/1e3, float64(h.AdviseNS)/1e3)
 	var last []policies.Range
 	for _, n := range prefetchPoints {
 		c, err := measurePrefetch(path, size, n)
@@ -408,23 +409,30 @@ const (
 
 // measureWake submits one-page requests of the cold file path to an idle
 // kernel backend, one at a time, and returns the medians of the time until
-// the backend issues each (Options.Issued) and of the Submit call.
-func measureWake(path string, size int64) (wake, submit uint64, err error) {
+// the backend issues each (Options.Issued) and of the Submit call, and the
+// mean time from submitting each FADVISE to its completion (the backend
+// waits for it, having nothing else to do: Report.AdviseNS).
+func measureWake(path string, size int64) (wake, submit, advise uint64, err error) {
 	if err := evictRetry(path, size); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	ref, err := fileRef(path)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	reg := backend.NewRegistry()
 	defer reg.Close()
 	if _, err := reg.Add(ref); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	var issued atomic.Int64
 	b := backend.NewKernel(reg, backend.Options{Issued: func(uint32, uint64, uint64) { issued.Store(time.Now().UnixNano()) }})
-	defer b.Close()
+	closed := false
+	defer func() {
+		if !closed {
+			b.Close()
+		}
+	}()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	pages := int(size / int64(os.Getpagesize()))
@@ -434,18 +442,26 @@ func measureWake(path string, size int64) (wake, submit uint64, err error) {
 		issued.Store(0)
 		t0 := time.Now()
 		if err := b.Submit(&policies.Request{File: 1, Ranges: []policies.Range{{First: uint64(p), N: 1}}}); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		t1 := time.Now()
 		for issued.Load() == 0 {
 			if time.Since(t0) > time.Second {
-				return 0, 0, errors.New("time an idle backend: a request was not issued within 1 s")
+				return 0, 0, 0, errors.New("time an idle backend: a request was not issued within 1 s")
 			}
 		}
 		waits = append(waits, float64(issued.Load()-t0.UnixNano()))
 		subs = append(subs, float64(t1.Sub(t0)))
 	}
-	return uint64(median(waits)), uint64(median(subs)), nil
+	closed = true
+	r, err := b.Close()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if r.Advised > 0 {
+		advise = r.AdviseNS / r.Advised
+	}
+	return uint64(median(waits)), uint64(median(subs)), advise, nil
 }
 
 // measureOpen returns the median time of open(2) by path, fstat(2) and

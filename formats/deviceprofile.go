@@ -103,6 +103,12 @@ type HostCosts struct {
 	// submitting thread.
 	PrefetchWakeNS uint64 `json:"prefetch_wake_ns"`
 	SubmitWakeNS   uint64 `json:"submit_wake_ns"`
+	// AdviseNS is, in the same pass, the mean time from the backend's
+	// submitting a request's io_uring FADVISE to its completion: the
+	// kernel's io-wq worker wakes and runs it after the submission, so
+	// the pages are read that much after the backend issued them.
+	// Profiles measured before it was added have none (0).
+	AdviseNS uint64 `json:"advise_ns,omitempty"`
 	// PrefetchVia says how the backend issued them.
 	PrefetchVia string `json:"prefetch_via,omitempty"`
 }

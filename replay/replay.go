@@ -166,6 +166,10 @@ type Run struct {
 	BackendBusyNS    uint64 `json:"backend_busy_ns,omitempty"`
 	BackendAcquireNS uint64 `json:"backend_acquire_ns,omitempty"`
 	BackendAcquires  uint64 `json:"backend_acquires,omitempty"`
+	// BackendAdviseNS is the kernel backend's time from submitting its
+	// io_uring FADVISEs to reaping them, over BackendAdvised of them.
+	BackendAdviseNS uint64 `json:"backend_advise_ns,omitempty"`
+	BackendAdvised  uint64 `json:"backend_advised,omitempty"`
 	// Via says how the backend executed prefetches.
 	Via      string                `json:"prefetch_via,omitempty"`
 	Counters policies.BackendStats `json:"counters"`

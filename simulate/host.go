@@ -36,6 +36,12 @@ type Host struct {
 	// program's thread.
 	WakeNS       int64 `json:"wake_ns"`
 	SubmitWakeNS int64 `json:"submit_wake_ns"`
+	// AdviseDelayNS is how much later than its issue a request's pages
+	// reach the device: the kernel's io-wq runs the FADVISE after the
+	// backend submits it (the profile's advise latency less the part of
+	// a one-page request's cost the backend spends before it, which
+	// Issue holds).
+	AdviseDelayNS int64 `json:"advise_delay_ns,omitempty"`
 	// IssueBusy is how much longer a request takes while one thread of
 	// the program is on a CPU (in think time or copying cached pages);
 	// each further busy thread adds as much again. Slowdown is how much
@@ -65,8 +71,8 @@ func HostFromProfile(h *formats.HostCosts) (*Host, error) {
 		return nil, errors.New("field host.cached_read_ns, cached_read_page_ns, prefetch_cached_ns, cold_read_ns, cold_read_direct_ns or open_ns is out of range")
 	case !(h.BusySlowdown >= 1) || h.BusySlowdown > 100:
 		return nil, fmt.Errorf("field host.busy_slowdown is %v, want 1..100", h.BusySlowdown)
-	case h.PrefetchWakeNS > 1e9 || h.SubmitWakeNS > 1e9:
-		return nil, errors.New("field host.prefetch_wake_ns or submit_wake_ns is over 1 s")
+	case h.PrefetchWakeNS > 1e9 || h.SubmitWakeNS > 1e9 || h.AdviseNS > 1e9:
+		return nil, errors.New("field host.prefetch_wake_ns, submit_wake_ns or advise_ns is over 1 s")
 	case h.PrefetchBusyNS == 0 || h.PrefetchBusyNS > 1e9:
 		return nil, fmt.Errorf("field host.prefetch_busy_ns is %d, want 1 ns..1 s", h.PrefetchBusyNS)
 	case len(h.Prefetch) == 0 || len(h.Prefetch) > 64:
@@ -89,6 +95,7 @@ func HostFromProfile(h *formats.HostCosts) (*Host, error) {
 	if m.IssueBusy > 100 {
 		return nil, fmt.Errorf("field host.prefetch_busy_ns is %d, %.0f times prefetch[0].ns; want at most 100 times", h.PrefetchBusyNS, m.IssueBusy)
 	}
+	m.AdviseDelayNS = max(int64(h.AdviseNS)-m.Issue[0].NS, 0)
 	return m, nil
 }
 
@@ -237,9 +244,12 @@ func (l *lane) issue(it issueItem, start int64) int64 {
 }
 
 // prefetchRun reads pages [first, first+n) of file ahead from the device,
-// the request submitted at at.
+// the request issued at at; its pages are ready AdviseDelayNS after the
+// device read would have them. (The read is not submitted that much
+// later: the device's slots model requests in time order, and one
+// submitted ahead of the demands behind it would hold a slot they need.)
 func (l *lane) prefetchRun(file uint32, first, n uint64, at int64) {
-	done := l.dev.submit(at, n)
+	done := l.dev.submit(at, n) + l.iss.host.AdviseDelayNS
 	l.st.PagesRead += n
 	l.st.Requests++
 	l.st.Prefetched += n

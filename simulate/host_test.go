@@ -172,13 +172,13 @@ func TestHostFromProfile(t *testing.T) {
 	good := func() *formats.HostCosts {
 		return &formats.HostCosts{CPUs: 2, CachedReadNS: 1300, CachedReadPageNS: 500, ColdReadNS: 28_000, ColdReadDirectNS: 26_000,
 			Prefetch: []formats.PrefetchCost{{Pages: 1, NS: 10_000}, {Pages: 32, NS: 70_000}}, PrefetchCachedNS: 2500,
-			PrefetchBusyNS: 14_000, BusySlowdown: 1.5, OpenNS: 3000}
+			PrefetchBusyNS: 14_000, BusySlowdown: 1.5, OpenNS: 3000, AdviseNS: 40_000}
 	}
 	h, err := HostFromProfile(good())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.MissNS != 2_000 || h.HitNS != 1300 || h.IssueBusy != 1.4 || h.Slowdown != 1.5 || h.OpenNS != 3000 {
+	if h.MissNS != 2_000 || h.HitNS != 1300 || h.IssueBusy != 1.4 || h.Slowdown != 1.5 || h.OpenNS != 3000 || h.AdviseDelayNS != 30_000 {
 		t.Errorf("host model %+v", h)
 	}
 	if h, err := HostFromProfile(nil); h != nil || err != nil {
@@ -195,6 +195,7 @@ func TestHostFromProfile(t *testing.T) {
 		{"busy_slowdown", func(h *formats.HostCosts) { h.BusySlowdown = 0.5 }},
 		{"prefetch_busy_ns", func(h *formats.HostCosts) { h.PrefetchBusyNS = 0 }},
 		{"cold_read_ns", func(h *formats.HostCosts) { h.ColdReadNS = 1e12 }},
+		{"advise_ns", func(h *formats.HostCosts) { h.AdviseNS = 2e9 }},
 	} {
 		p := good()
 		c.mod(p)
@@ -236,4 +237,21 @@ func FuzzDeviceProfile(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestHostAdviseDelay: a prefetch's pages reach the device AdviseDelayNS
+// after the backend issues it (the kernel's io-wq runs the FADVISE): with
+// 5 ms of it, an oracle about 1 ms ahead of reads 11 µs apart has pages
+// late (each wait lets it get ahead again for a while), and the run is
+// longer by more than the delay.
+func TestHostAdviseDelay(t *testing.T) {
+	evs := timedReads(2000, 10, 3)
+	h := testHost()
+	h.Issue = []IssueCost{{1, 1_000}}
+	none := runHost(t, h, evs, nil).Lane("oracle")
+	h.AdviseDelayNS = 5_000_000
+	late := runHost(t, h, evs, nil).Lane("oracle")
+	if none.Late != 0 || late.Late < 50 || late.WallNS < none.WallNS+5_000_000 {
+		t.Errorf("without the delay %d pages late, wall %d ns; with 5 ms %d late, wall %d ns: want none, then dozens and a run over 5 ms longer", none.Late, none.WallNS, late.Late, late.WallNS)
+	}
 }
