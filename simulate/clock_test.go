@@ -203,11 +203,27 @@ func TestDeviceOutOfOrder(t *testing.T) {
 // general path on random multi-threaded streams with every kind of row.
 func TestPlainFastPathMatches(t *testing.T) {
 	defer func() { plainFastPath = true }()
-	for seed := int64(1); seed <= 8; seed++ {
+	curved, err := DeviceFromProfile(&formats.DeviceProfile{Version: formats.DeviceProfileVersion, ReadLatencyNS: 28900, SeqReadBytesPerSec: 1069e6, QueueDepth: 32,
+		Queue:     []formats.QueuePoint{{QD: 1, IOPS: 35739}, {QD: 4, IOPS: 90188}, {QD: 32, IOPS: 163501}},
+		SyncQueue: []formats.QueuePoint{{QD: 1, IOPS: 37077}, {QD: 2, IOPS: 59620}, {QD: 8, IOPS: 60327}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seed := int64(1); seed <= 12; seed++ {
 		rng := rand.New(rand.NewSource(seed))
 		var evs []policies.Event
 		ts := uint64(0)
+		// Seeds above 8: one thread's one-page reads of one file, the
+		// runs the flat loop serves, on a device with queue curves.
+		plain := seed > 8
 		for i := 0; i < 20000; i++ {
+			if plain {
+				ts += uint64(rng.Intn(10_000)) // 5 µs apart on average: the device queues
+				ev := policies.Event{Kind: policies.EventFileAccess, TS: ts, PID: 1, TID: 1, File: 1,
+					Access: policies.FileAccess{Kind: formats.KindRead, Page: uint64(rng.Intn(5000)), NPages: 1}}
+				evs = append(evs, ev)
+				continue
+			}
 			ts += uint64(rng.Intn(50_000))
 			ev := policies.Event{Kind: policies.EventFileAccess, TS: ts, PID: 1, TID: uint32(rng.Intn(4)), File: uint32(rng.Intn(3))}
 			kinds := []formats.AccessKind{formats.KindRead, formats.KindRead, formats.KindRead, formats.KindFault, formats.KindMap, formats.KindCacheAdd, formats.KindOpen}
@@ -225,6 +241,9 @@ func TestPlainFastPathMatches(t *testing.T) {
 			CacheModel:  CacheModel(seed % 2),
 			Device:      Presets[PresetNames()[seed%3]],
 			NoReadahead: true,
+		}
+		if plain || seed%4 == 0 {
+			cfg.Device = curved
 		}
 		if seed%3 == 0 {
 			cfg.Env.FilePages = func(f uint32) uint64 { return 3000 + 1000*uint64(f) }

@@ -4,9 +4,8 @@ import "unsafe"
 
 // plainRun serves rows [i, n) of a run of one-page demand reads of one
 // thread th on file's direct table tab, without operation ids or end
-// times, in a lane without policies over a full LRU cache, on a device
-// without a queue curve: the common case of a plain lane, kept in one flat
-// loop over the ts and page columns. It returns the first row it did not
+// times, in a lane without policies over a full LRU cache: the common case
+// of a plain lane, kept in one flat loop over the ts and page columns. It returns the first row it did not
 // serve (a page past the table, a hashed or stale victim, a submission out
 // of time order), for the general path.
 // Its results are those of step (TestPlainFastPathMatches).
@@ -14,7 +13,7 @@ var victimAhead uint64 = 6
 
 func (l *lane) plainRun(ts, pages []uint64, i int, ts0 uint64, th *thread, file uint32, tab []uint32) int {
 	c, dev := l.cache, l.dev
-	if c.model != LRU || c.onEvict != nil || len(c.entries) != c.capacity || !th.started || l.speed != 1 || th.op != 0 || dev.qlat != nil {
+	if c.model != LRU || c.onEvict != nil || len(c.entries) != c.capacity || !th.started || l.speed != 1 || th.op != 0 {
 		return i
 	}
 	n := min(len(ts), len(pages))
@@ -27,6 +26,7 @@ func (l *lane) plainRun(ts, pages []uint64, i int, ts0 uint64, th *thread, file 
 	slots := dev.slots
 	shead := dev.head
 	latency, onePage, missNS := dev.latency, dev.onePage, l.missNS
+	slat := dev.slat // a demand read's latency by depth, or nil
 	key := uint64(file) << 40
 	clock, ref := th.clock, th.ref
 	var hits, misses, used, late, wasted uint64
@@ -100,7 +100,12 @@ func (l *lane) plainRun(ts, pages []uint64, i int, ts0 uint64, th *thread, file 
 			// The device, in time order: the read starts when a slot
 			// frees and crosses the channel after the last span.
 			start := max(now, slots[shead])
-			x := start + latency
+			lat := latency
+			if slat != nil {
+				dev.head = shead
+				lat = dev.latencyAt(start, slat)
+			}
+			x := start + lat
 			k := len(dev.busy)
 			if k == 0 || x < dev.busy[k-1].start {
 				break
