@@ -123,17 +123,7 @@ var syncThreads = []int{1, 2, 4, 8}
 // of pread(2) (O_DIRECT), d each.
 func syncCurve(p Point, d time.Duration, log io.Writer) ([]formats.QueuePoint, error) {
 	p.Backend, p.QD, p.Duration, p.FixedBufs, p.RegisterFiles = Psync, 1, d, false, false
-	var out []formats.QueuePoint
-	for _, n := range syncThreads {
-		p.Threads = n
-		r, err := Run(p)
-		if err != nil {
-			return nil, fmt.Errorf("measure device from %d threads: %w", n, err)
-		}
-		fmt.Fprintf(log, "%d threads of 4 KiB preads: %.0f IOPS, p50 %.1f us\n", n, r.IOPS, r.P50us)
-		out = append(out, formats.QueuePoint{QD: n, IOPS: r.IOPS, P50NS: uint64(r.P50us * 1e3)})
-	}
-	return out, nil
+	return measureCurve(p, syncThreads, func(p *Point, n int) { p.Threads = n }, "%d threads of 4 KiB preads", log)
 }
 
 // queueCurve measures 4 KiB random reads at each of curveDepths, d each,
@@ -141,17 +131,33 @@ func syncCurve(p Point, d time.Duration, log io.Writer) ([]formats.QueuePoint, e
 // before (lat at QD1, bw at QD32).
 func queueCurve(p Point, d time.Duration, lat, bw Result, log io.Writer) ([]formats.QueuePoint, error) {
 	p.Duration = d
-	out := []formats.QueuePoint{{QD: 1, IOPS: lat.IOPS, P50NS: uint64(lat.P50us * 1e3)}}
-	for _, qd := range curveDepths {
-		p.QD = qd
+	mid, err := measureCurve(p, curveDepths, func(p *Point, qd int) { p.QD = qd }, "QD%d 4 KiB random read", log)
+	if err != nil {
+		return nil, err
+	}
+	return append(append([]formats.QueuePoint{queuePoint(1, lat)}, mid...), queuePoint(32, bw)), nil
+}
+
+// measureCurve runs p once for each n of ns, set applying n to it, and
+// returns a curve point (QD n) of each; what names a point in the log and
+// in errors.
+func measureCurve(p Point, ns []int, set func(*Point, int), what string, log io.Writer) ([]formats.QueuePoint, error) {
+	var out []formats.QueuePoint
+	for _, n := range ns {
+		set(&p, n)
 		r, err := Run(p)
 		if err != nil {
-			return nil, fmt.Errorf("measure device queue depth %d: %w", qd, err)
+			return nil, fmt.Errorf("measure device, %s: %w", fmt.Sprintf(what, n), err)
 		}
-		fmt.Fprintf(log, "QD%d 4 KiB random read: %.0f IOPS, p50 %.1f us\n", qd, r.IOPS, r.P50us)
-		out = append(out, formats.QueuePoint{QD: qd, IOPS: r.IOPS, P50NS: uint64(r.P50us * 1e3)})
+		fmt.Fprintf(log, "%s: %.0f IOPS, p50 %.1f us\n", fmt.Sprintf(what, n), r.IOPS, r.P50us)
+		out = append(out, queuePoint(n, r))
 	}
-	return append(out, formats.QueuePoint{QD: 32, IOPS: bw.IOPS, P50NS: uint64(bw.P50us * 1e3)}), nil
+	return out, nil
+}
+
+// queuePoint is the curve point of depth qd measured by r.
+func queuePoint(qd int, r Result) formats.QueuePoint {
+	return formats.QueuePoint{QD: qd, IOPS: r.IOPS, P50NS: uint64(r.P50us * 1e3)}
 }
 
 // seqRead reads the file sequentially (wrapping around) for d and returns

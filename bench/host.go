@@ -427,41 +427,40 @@ func measureWake(path string, size int64) (wake, submit, advise uint64, err erro
 	}
 	var issued atomic.Int64
 	b := backend.NewKernel(reg, backend.Options{Issued: func(uint32, uint64, uint64) { issued.Store(time.Now().UnixNano()) }})
-	closed := false
-	defer func() {
-		if !closed {
-			b.Close()
-		}
-	}()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	pages := int(size / int64(os.Getpagesize()))
-	var waits, subs []float64
-	for _, p := range rand.Perm(pages)[:min(wakeRequests, pages)] {
-		time.Sleep(wakeGap)
-		issued.Store(0)
-		t0 := time.Now()
-		if err := b.Submit(&policies.Request{File: 1, Ranges: []policies.Range{{First: uint64(p), N: 1}}}); err != nil {
-			return 0, 0, 0, err
-		}
-		t1 := time.Now()
-		for issued.Load() == 0 {
-			if time.Since(t0) > time.Second {
-				return 0, 0, 0, errors.New("time an idle backend: a request was not issued within 1 s")
-			}
-		}
-		waits = append(waits, float64(issued.Load()-t0.UnixNano()))
-		subs = append(subs, float64(t1.Sub(t0)))
-	}
-	closed = true
-	r, err := b.Close()
-	if err != nil {
+	waits, subs, err := timeWakes(b, &issued, int(size/int64(os.Getpagesize())))
+	r, cerr := b.Close()
+	if err = errors.Join(err, cerr); err != nil {
 		return 0, 0, 0, err
 	}
 	if r.Advised > 0 {
 		advise = r.AdviseNS / r.Advised
 	}
 	return uint64(median(waits)), uint64(median(subs)), advise, nil
+}
+
+// timeWakes submits measureWake's requests to b, of random pages of
+// file 1 (pages long), and returns the times until issued (which b's
+// Issued stores in issued) and of the Submit calls, in ns.
+func timeWakes(b *backend.Kernel, issued *atomic.Int64, pages int) (waits, subs []float64, err error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for _, p := range rand.Perm(pages)[:min(wakeRequests, pages)] {
+		time.Sleep(wakeGap)
+		issued.Store(0)
+		t0 := time.Now()
+		if err := b.Submit(&policies.Request{File: 1, Ranges: []policies.Range{{First: uint64(p), N: 1}}}); err != nil {
+			return nil, nil, err
+		}
+		t1 := time.Now()
+		for issued.Load() == 0 {
+			if time.Since(t0) > time.Second {
+				return nil, nil, errors.New("time an idle backend: a request was not issued within 1 s")
+			}
+		}
+		waits = append(waits, float64(issued.Load()-t0.UnixNano()))
+		subs = append(subs, float64(t1.Sub(t0)))
+	}
+	return waits, subs, nil
 }
 
 // measureOpen returns the median time of open(2) by path, fstat(2) and

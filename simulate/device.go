@@ -185,16 +185,16 @@ func queueLatencies(field string, curve []formats.QueuePoint, depth int, xfer fl
 		for j+1 < len(curve) && curve[j+1].QD <= q {
 			j++
 		}
-		m := mean[j]
+		m, past := mean[j], floor != nil && q > last.QD
 		switch {
 		case j+1 < len(curve):
 			a, b := curve[j], curve[j+1]
 			m += (mean[j+1] - mean[j]) * float64(q-a.QD) / float64(b.QD-a.QD)
-		case floor != nil && q > last.QD:
+		case past:
 			m = float64(q) / last.IOPS * 1e9
 		}
 		out[k] = int64(math.Round(max(m-xfer, 0)))
-		if floor != nil && q > last.QD {
+		if past {
 			out[k] = max(out[k], floor[k])
 		}
 	}
@@ -231,7 +231,8 @@ func (d Device) validate() error {
 	if !(d.BytesPerSec > 0) {
 		return errors.New("device bandwidth must be positive")
 	}
-	if d.LatencyNS < 0 || d.RequestNS < 0 {
+	negative := func(l int64) bool { return l < 0 }
+	if negative(d.LatencyNS) || negative(d.RequestNS) || slices.ContainsFunc(d.QueueLatencyNS, negative) || slices.ContainsFunc(d.SyncLatencyNS, negative) {
 		return errors.New("device latency and request time must not be negative")
 	}
 	if d.QueueLatencyNS != nil && len(d.QueueLatencyNS) != d.QueueDepth || d.SyncLatencyNS != nil && len(d.SyncLatencyNS) != d.QueueDepth {
@@ -239,11 +240,6 @@ func (d Device) validate() error {
 	}
 	if d.SyncLatencyNS != nil && d.QueueLatencyNS == nil {
 		return errors.New("device has synchronous queue latencies without queue latencies")
-	}
-	for _, l := range append(slices.Clone(d.QueueLatencyNS), d.SyncLatencyNS...) {
-		if l < 0 {
-			return errors.New("device latency and request time must not be negative")
-		}
 	}
 	return nil
 }

@@ -5,9 +5,9 @@ import "unsafe"
 // plainRun serves rows [i, n) of a run of one-page demand reads of one
 // thread th on file's direct table tab, without operation ids or end
 // times, in a lane without policies over a full LRU cache: the common case
-// of a plain lane, kept in one flat loop over the ts and page columns. It returns the first row it did not
-// serve (a page past the table, a hashed or stale victim, a submission out
-// of time order), for the general path.
+// of a plain lane, kept in one flat loop over the ts and page columns. It
+// returns the first row it did not serve (a page past the table, a hashed
+// or stale victim, a submission out of time order), for the general path.
 // Its results are those of step (TestPlainFastPathMatches).
 var victimAhead uint64 = 6
 
