@@ -27,7 +27,7 @@ func (launchSuite) Info() Info {
 	return Info{
 		Name: "launch", Figures: "10",
 		Measures: "cold-launch wall time of real programs (python3 with 11 stdlib imports, node with 4 core modules, gcc compiling a C file, sqlite3 opening a database and querying it, LibreOffice headless where installed): baseline, noop (runtime on, requests discarded) and predictio run's launch profile learned from 3 cold launches, whole command timed",
-		Needs:    "root with eBPF (predictio record finds each launch's files for the cold check); python3, node, gcc, sqlite3 (scripts/setup.sh); predictio run (issue 12) for the noop and predictio modes; libreoffice-core-nogui for the large program",
+		Needs:    "root with eBPF (predictio record finds each launch's files for the cold check); python3, node, gcc, sqlite3 (scripts/setup.sh); predictio run (issue 12) for the noop and predictio modes; libreoffice-writer-nogui for the large program (scripts/setup.sh)",
 		Expected: func(quick bool, dev harness.Preset) time.Duration {
 			switch {
 			case quick:
@@ -72,7 +72,7 @@ func launchPrograms(dir string) []launchProgram {
 		{"node", []string{"node", "-e", "require('http'); require('crypto'); require('zlib'); require('stream')"}, "nodejs"},
 		{"gcc", []string{"gcc", "-O2", "-c", filepath.Join(dir, "hello.c"), "-o", filepath.Join(dir, "hello.o")}, "gcc"},
 		{"sqlite3", []string{"sqlite3", filepath.Join(dir, "small.db"), "SELECT count(*), sum(length(v)) FROM t WHERE k BETWEEN 100 AND 900"}, "sqlite3"},
-		{"libreoffice", []string{"soffice", "--headless", "--convert-to", "pdf", "--outdir", dir, filepath.Join(dir, "doc.txt")}, "libreoffice-core-nogui"},
+		{"libreoffice", []string{"soffice", "--headless", "--convert-to", "pdf", "--outdir", dir, filepath.Join(dir, "doc.txt")}, "libreoffice-writer-nogui"},
 	}
 }
 

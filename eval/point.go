@@ -210,7 +210,7 @@ func pointCold(ps *PointSpec, runs []*modeRun) (bool, string) {
 		return false, "no run"
 	}
 	if all {
-		return true, fmt.Sprintf("verified before every run: 0 of %d pages of %d files resident (%s)", worst.Pages, worst.Files, worst.Method)
+		return true, "verified before every run: " + strings.TrimPrefix(worst.String(), "cold: ")
 	}
 	return false, "not verified: " + worst.String()
 }

@@ -1,16 +1,15 @@
 package replay
 
 import (
-	"bufio"
 	"fmt"
 	"math/bits"
 	"os"
-	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/predictio/predictio/internal/harness"
 )
 
 // DefaultMaxResidue is the share of the demanded pages that may stay
@@ -196,49 +195,14 @@ func residueWhy(f *openFile) string {
 // mappers names the processes that map the file (dev in the kernel's
 // encoding, ino): "12 processes: bash (4711), python3 (4712), ...".
 func mappers(dev, ino uint64) string {
-	want := fmt.Sprintf("%02x:%02x %d", dev>>20, dev&(1<<20-1), ino)
-	procs, _ := filepath.Glob("/proc/[0-9]*/maps")
-	var names []string
-	self := os.Getpid()
-	for _, p := range procs {
-		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		if !mapsFile(p, want) {
-			continue
-		}
-		comm, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "comm"))
-		name := fmt.Sprintf("%s (%d)", strings.TrimSpace(string(comm)), pid)
-		if pid == self {
-			name += " (this replay)"
-		}
-		names = append(names, name)
-	}
-	switch {
-	case len(names) == 0:
-		return ""
-	case len(names) == 1:
-		return names[0]
-	case len(names) > 4:
-		return fmt.Sprintf("%d processes: %s, ...", len(names), strings.Join(names[:4], ", "))
-	}
-	return fmt.Sprintf("%d processes: %s", len(names), strings.Join(names, ", "))
-}
-
-// mapsFile reports whether a /proc/PID/maps names "MAJ:MIN INO".
-func mapsFile(path, want string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// addr perms offset dev inode path
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 5 && fields[3]+" "+fields[4] == want {
-			return true
+	id := harness.FileID{Major: uint32(dev >> 20), Minor: uint32(dev & (1<<20 - 1)), Ino: ino}
+	ps := harness.Mappers([]harness.FileID{id})[id]
+	for i := range ps {
+		if ps[i].PID == os.Getpid() {
+			ps[i].Comm = "this replay: " + ps[i].Comm
 		}
 	}
-	return false
+	return harness.MappersText(ps)
 }
 
 // warmTo reads in the pages of ref that res lacks, one page at a time with

@@ -23,19 +23,33 @@ type ColdCheck struct {
 	Files    int    `json:"files"`
 	Pages    uint64 `json:"pages"`    // pages of the files
 	Resident uint64 `json:"resident"` // of them still cached after eviction
-	// Verified is true when no page of the files stayed resident.
+	// Mapped counts the resident pages of files that other processes map
+	// (libc, ld.so, locale files): pages in a page table are neither
+	// dropped by drop_caches nor by POSIX_FADV_DONTNEED, so no cold start
+	// on a running system finds them evicted. A file this process maps
+	// does not count.
+	Mapped uint64 `json:"mapped"`
+	// Verified is true when every page that stayed resident is of a file
+	// that another process maps (Resident == Mapped): the run is as cold
+	// as eviction can make it.
 	Verified bool `json:"verified"`
 	// Residue names up to five files with resident pages, the largest
-	// first ("libc.so.6: 12 of 471 pages").
+	// first, with the processes that map them ("libc.so.6: 428 of 471
+	// pages, mapped by 41 processes: bash (4711), ...").
 	Residue []string `json:"residue,omitempty"`
 }
 
 // String says what the check found, for reports.
 func (c ColdCheck) String() string {
-	if c.Verified {
+	switch {
+	case c.Resident == 0:
 		return fmt.Sprintf("cold: 0 of %d pages of %d files resident (%s)", c.Pages, c.Files, c.Method)
+	case c.Verified:
+		return fmt.Sprintf("cold: %d of %d pages of %d files resident, all of files other processes map (%s): %s",
+			c.Resident, c.Pages, c.Files, c.Method, strings.Join(c.Residue, "; "))
 	}
-	return fmt.Sprintf("not cold: %d of %d pages of %d files resident (%s): %s", c.Resident, c.Pages, c.Files, c.Method, strings.Join(c.Residue, "; "))
+	return fmt.Sprintf("not cold: %d of %d pages of %d files resident, %d of them of files other processes map (%s): %s",
+		c.Resident, c.Pages, c.Files, c.Mapped, c.Method, strings.Join(c.Residue, "; "))
 }
 
 // ColdOptions configures MakeCold.
@@ -51,7 +65,8 @@ type ColdOptions struct {
 // taken) from the page cache and verifies the result by counting their
 // resident pages. It fails only when eviction itself fails; a file that
 // stays resident (mapped or locked by another process) is reported in the
-// check, not as an error. Needs root for DropCaches; counting needs Linux
+// check, not as an error (and counted as cold when another process maps
+// it: ColdCheck.Mapped). Needs root for DropCaches; counting needs Linux
 // 6.5 for cachestat and falls back to mincore(2) before it.
 func MakeCold(paths []string, o ColdOptions) (ColdCheck, error) {
 	files, err := expand(paths)
@@ -77,36 +92,72 @@ func MakeCold(paths []string, o ColdOptions) (ColdCheck, error) {
 }
 
 // CountResident counts the resident pages of files (regular files, not
-// expanded). Method is "cachestat" or "mincore".
+// expanded) and finds which of the files with resident pages other
+// processes map. Method is "cachestat" or "mincore".
 func CountResident(files []string) (ColdCheck, error) {
 	c := ColdCheck{Files: len(files), Method: "cachestat"}
-	type res struct {
-		name     string
-		have, of uint64
-	}
-	var residue []res
+	var residue []resident
 	for _, f := range files {
-		have, of, how, err := residentPages(f)
+		r, how, err := residentPages(f)
 		if err != nil {
 			return c, err
 		}
 		c.Method = how
-		c.Pages += of
-		c.Resident += have
-		if have > 0 {
-			residue = append(residue, res{filepath.Base(f), have, of})
+		c.Pages += r.of
+		c.Resident += r.have
+		if r.have > 0 {
+			residue = append(residue, r)
 		}
 	}
+	c.Mapped = markMapped(residue)
 	sort.Slice(residue, func(i, j int) bool { return residue[i].have > residue[j].have })
 	for i, r := range residue {
 		if i == 5 {
 			c.Residue = append(c.Residue, fmt.Sprintf("and %d more files", len(residue)-5))
 			break
 		}
-		c.Residue = append(c.Residue, fmt.Sprintf("%s: %d of %d pages", r.name, r.have, r.of))
+		c.Residue = append(c.Residue, r.String())
 	}
-	c.Verified = c.Resident == 0
+	c.Verified = c.Resident == c.Mapped
 	return c, nil
+}
+
+// resident is one file's resident pages.
+type resident struct {
+	name     string
+	id       FileID
+	have, of uint64
+	by       []Proc // other processes mapping it
+}
+
+func (r resident) String() string {
+	s := fmt.Sprintf("%s: %d of %d pages", r.name, r.have, r.of)
+	if len(r.by) > 0 {
+		s += ", mapped by " + MappersText(r.by)
+	}
+	return s
+}
+
+// markMapped finds the processes other than this one that map each file
+// and returns the resident pages of the files some process maps.
+func markMapped(rs []resident) (mapped uint64) {
+	ids := make([]FileID, len(rs))
+	for i, r := range rs {
+		ids[i] = r.id
+	}
+	by := Mappers(ids)
+	self := os.Getpid()
+	for i := range rs {
+		for _, p := range by[rs[i].id] {
+			if p.PID != self {
+				rs[i].by = append(rs[i].by, p)
+			}
+		}
+		if len(rs[i].by) > 0 {
+			mapped += rs[i].have
+		}
+	}
+	return mapped
 }
 
 // expand turns directories into the regular files under them.
@@ -145,32 +196,36 @@ func fadviseDontNeed(path string) error {
 	return nil
 }
 
-// residentPages returns the resident and total pages of a file.
-func residentPages(path string) (have, of uint64, how string, err error) {
+// residentPages returns the resident and total pages of a file, and its
+// identity.
+func residentPages(path string) (r resident, how string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, 0, "", fmt.Errorf("count resident pages of %s: %w", path, err)
+		return r, "", fmt.Errorf("count resident pages of %s: %w", path, err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return 0, 0, "", fmt.Errorf("count resident pages of %s: %w", path, err)
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return r, "", fmt.Errorf("count resident pages of %s: %w", path, err)
 	}
+	r.name = filepath.Base(path)
+	r.id = FileID{Major: unix.Major(st.Dev), Minor: unix.Minor(st.Dev), Ino: st.Ino}
 	ps := uint64(os.Getpagesize())
-	of = (uint64(st.Size()) + ps - 1) / ps
-	if of == 0 {
-		return 0, 0, "cachestat", nil
+	r.of = (uint64(st.Size) + ps - 1) / ps
+	if r.of == 0 {
+		return r, "cachestat", nil
 	}
 	var cs unix.Cachestat_t
 	err = unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{Off: 0, Len: 0}, &cs, 0)
 	if err == nil {
-		return cs.Cache, of, "cachestat", nil
+		r.have = cs.Cache
+		return r, "cachestat", nil
 	}
 	if !errors.Is(err, unix.ENOSYS) {
-		return 0, 0, "", fmt.Errorf("cachestat %s: %w", path, err)
+		return r, "", fmt.Errorf("cachestat %s: %w", path, err)
 	}
-	have, err = mincoreCount(f, st.Size())
-	return have, of, "mincore", err
+	r.have, err = mincoreCount(f, st.Size)
+	return r, "mincore", err
 }
 
 // mincoreCount counts resident pages with mmap and mincore (before Linux

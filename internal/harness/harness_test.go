@@ -5,7 +5,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -91,12 +93,74 @@ func TestMakeCold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Verified || c.Resident < 16 || len(c.Residue) != 1 || !strings.HasPrefix(c.Residue[0], "data: ") {
-		t.Fatalf("a mapped file was reported cold: %+v", c)
+	if c.Verified || c.Mapped != 0 || c.Resident < 16 || len(c.Residue) != 1 || !strings.HasPrefix(c.Residue[0], "data: ") {
+		t.Fatalf("a file this process maps was reported cold: %+v", c)
 	}
 	if !strings.Contains(c.String(), "not cold") {
 		t.Fatalf("String() = %q", c.String())
 	}
+}
+
+// TestColdWithOthersMappings checks that pages another process keeps
+// mapped (as every process keeps libc's) are told apart from pages that
+// eviction left for no reason: the run counts as cold, and the residue
+// names the process.
+func TestColdWithOthersMappings(t *testing.T) {
+	if f := os.Getenv("HARNESS_MAP_FILE"); f != "" {
+		mapAndWait(f)
+		return
+	}
+	dir := testenv.ScratchDir(t, "harness-mapped-", "needs a disk-backed filesystem (not tmpfs) for a page cache to measure")
+	f := filepath.Join(dir, "data")
+	testenv.WritePattern(t, f, 1<<20)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestColdWithOthersMappings$")
+	cmd.Env = append(os.Environ(), "HARNESS_MAP_FILE="+f)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer in.Close()
+	if _, err := out.Read(make([]byte, 1)); err != nil { // the helper has faulted its pages in
+		t.Fatalf("helper: %v", err)
+	}
+	c, err := MakeCold([]string{f}, ColdOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "mapped by harness.test (" + strconv.Itoa(cmd.Process.Pid) + ")"
+	if !c.Verified || c.Resident < 16 || c.Mapped != c.Resident || len(c.Residue) != 1 || !strings.Contains(c.Residue[0], want) {
+		t.Fatalf("pages another process maps: %+v; want verified, all mapped, the residue naming %q", c, want)
+	}
+	if s := c.String(); !strings.HasPrefix(s, "cold: ") || !strings.Contains(s, "other processes map") {
+		t.Fatalf("String() = %q", s)
+	}
+}
+
+// mapAndWait maps f, faults in its first 16 pages, says so on stdout and
+// keeps the mapping until stdin closes.
+func mapAndWait(f string) {
+	fd, err := os.Open(f)
+	if err != nil {
+		os.Exit(2)
+	}
+	m, err := unix.Mmap(int(fd.Fd()), 0, 1<<20, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		os.Exit(2)
+	}
+	for i := 0; i < 16*4096; i += 4096 {
+		sink += m[i]
+	}
+	os.Stdout.Write([]byte{'m'})
+	os.Stdin.Read(make([]byte, 1))
+	os.Exit(0)
 }
 
 // sink keeps the compiler from dropping the loads that fault pages in.
