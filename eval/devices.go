@@ -24,7 +24,7 @@ type devicesSuite struct{}
 func (devicesSuite) Info() Info {
 	return Info{
 		Name: "devices", Figures: "15-17",
-		Measures: "one configuration of launch (python3), sqlite (a 2^14-row YCSB scan by key) and llm (the no-mmap load of the Q8_0 model) on the device presets this, sata-ssd and hdd (cgroup read throttling), each against its own device's Baseline",
+		Measures: "one configuration of launch (python3, with predictio run and with the daemon), sqlite (a 2^14-row YCSB scan by key) and llm (the no-mmap load of the Q8_0 model) on the device presets this, sata-ssd and hdd (cgroup read throttling), each against its own device's Baseline",
 		Needs:    "cgroup v1 blkio throttling or cgroup v2 io.max; what the launch, sqlite and llm suites need",
 		Expected: func(quick bool, _ harness.Preset) time.Duration {
 			if quick {
@@ -41,7 +41,8 @@ func (devicesSuite) Info() Info {
 			var out []Comparison
 			for _, d := range []string{"this", "sata-ssd", "hdd"} {
 				out = append(out,
-					Comparison{"launch (python3) on " + d + ", predictio / Baseline", "Blender: -8.7% to -10.1% on every device", ratioText(s, "launch-python3/"+d, "predictio", "baseline", "wall_s")},
+					Comparison{"launch (python3) on " + d + ", daemon / Baseline", "Blender: -8.7% to -10.1% on every device", ratioText(s, "launch-python3/"+d, "daemon", "baseline", "wall_s")},
+					Comparison{"launch (python3) on " + d + ", predictio run / Baseline", "-", ratioText(s, "launch-python3/"+d, "predictio", "baseline", "wall_s")},
 					Comparison{"SQLite scan on " + d + ", predictio / Baseline", map[string]string{"this": "0.38 (2.64x on NVMe)", "sata-ssd": "beneficial, less than on NVMe", "hdd": "beneficial, least"}[d], ratioText(s, "sqlite-2^14/"+d, "predictio", "baseline", "wall_s")},
 					Comparison{"LLM load on " + d + ", predictio / Baseline", map[string]string{"this": "about 0.89-0.90", "sata-ssd": "about 0.89-0.90", "hdd": "little benefit"}[d], ratioText(s, "llm-no-mmap/"+d, "predictio", "baseline", "wall_s")})
 			}
@@ -50,7 +51,7 @@ func (devicesSuite) Info() Info {
 		Plots: func(s *SuiteResult) []*Figure {
 
 			return []*Figure{normalizedBars(s, "devices-normalized", "Across devices, normalized to each device's baseline (figures 15-17)", "wall time / Baseline", "wall_s", "baseline",
-				[]string{"baseline", "noop", "predictio"})}
+				[]string{"baseline", "noop", "predictio", "daemon"})}
 		},
 	}
 }
@@ -86,7 +87,7 @@ func (devicesSuite) Plan(ctx context.Context, c *Context) (*Plan, error) {
 func devicesParts(ctx context.Context, c *Context) ([]*PointSpec, []string, error) {
 	var parts []*PointSpec
 	var notes []string
-	modes := []ModeSpec{{Name: "baseline"}, {Name: "noop"}, {Name: "predictio"}}
+	modes := []ModeSpec{{Name: "baseline"}, {Name: "noop"}, {Name: "predictio"}, {Name: "daemon"}}
 
 	lc := *c
 	lc.Quick, lc.Policies = true, nil // python3 is among the quick programs

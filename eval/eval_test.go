@@ -257,6 +257,19 @@ func TestQuickLaunch(t *testing.T) {
 		if c == nil || c.Files < 3 {
 			t.Errorf("%s: the cold check covers %+v; want the files the launch touched", id, c)
 		}
+		// What stays cached is what other processes map (libc, ld.so).
+		if !p.ColdVerified {
+			t.Errorf("%s: not verified cold: %s", id, p.Cold)
+		}
+	}
+	// The daemon, running when python3 starts, read the launch's pages
+	// ahead of it.
+	p := point(t, s, "python3")
+	metric(t, p, "daemon", "wall_s")
+	r := metric(t, p, "daemon", "daemon_read_pages")
+	t.Logf("python3: baseline %.3f s, daemon %.3f s, the daemon read %.0f pages; %s", metric(t, p, "baseline", "wall_s"), metric(t, p, "daemon", "wall_s"), r, p.Cold)
+	if r < 100 {
+		t.Errorf("python3 with the daemon: the daemon read %v pages per launch; want the launch's profile read ahead", r)
 	}
 }
 

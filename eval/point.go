@@ -78,6 +78,15 @@ func (x *runner) runPoint(ctx context.Context, suite string, ps *PointSpec) *Poi
 // runMode makes the caches cold, runs one round of one mode under the
 // device throttle and records what it measured.
 func (x *runner) runMode(ctx context.Context, suite string, ps *PointSpec, mr *modeRun, round, rounds int) {
+	if mr.spec.Around != nil {
+		after, err := x.around(ctx, mr.spec.Around)
+		if err != nil {
+			mr.fail(err.Error())
+			x.prog.skipRun(ps)
+			return
+		}
+		defer after()
+	}
 	if ps.Files != nil {
 		c, err := harness.MakeCold(ps.Files, harness.ColdOptions{DropCaches: !x.o.EvictOnly})
 		if err != nil {
@@ -123,6 +132,20 @@ func (x *runner) runMode(ctx context.Context, suite string, ps *PointSpec, mr *m
 		}
 	}
 	mr.res.Rounds++
+}
+
+// around runs a mode's Around under the device throttle, so that what it
+// starts (the daemon) reads through the same throttle as the workload.
+func (x *runner) around(ctx context.Context, f func(context.Context) (func(), error)) (func(), error) {
+	if err := x.enter(); err != nil {
+		return nil, err
+	}
+	after, err := f(ctx)
+	if lerr := x.leave(); lerr != nil && err == nil {
+		after()
+		return nil, lerr
+	}
+	return after, err
 }
 
 func (mr *modeRun) fail(reason string) {

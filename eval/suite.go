@@ -108,6 +108,11 @@ type PointSpec struct {
 type ModeSpec struct {
 	Name   string
 	NotRun string
+	// Around, when set, runs before each of the mode's runs, ahead of the
+	// eviction, and returns what to do after the run: the daemon mode
+	// starts the daemon there, as one already running would be when the
+	// caches are dropped.
+	Around func(ctx context.Context) (after func(), err error)
 	Run    func(ctx context.Context, r *RunInfo) (*Sample, error)
 }
 

@@ -165,7 +165,7 @@ type bench struct {
 	progs  []Program
 	dirs   map[string]string // program work directories
 	keys   map[string]string // program name -> resolved executable (the profiles' key)
-	daemon *exec.Cmd
+	daemon *Daemon
 }
 
 // prepare makes the work directory, the programs' inputs and the daemon's
@@ -212,13 +212,12 @@ func (b *bench) prepare() error {
 	}
 	var keys []string
 	for _, k := range b.keys {
-		keys = append(keys, strconv.Quote(k))
+		keys = append(keys, k)
 	}
-	slices.Sort(keys)
-	for _, c := range []struct{ name, policies string }{{"daemon.toml", ""}, {"daemon-noop.toml", "policies = []\n"}} {
-		body := fmt.Sprintf("profile_dir = %q\nsocket = %q\nmetrics = %q\n%s[learn]\nprograms = [%s]\nwindow = \"30s\"\nlaunches = %d\n",
-			filepath.Join(b.cfg.Work, "daemon-profiles"), filepath.Join(b.cfg.Work, "daemon.sock"), b.cfg.MetricsAddr, c.policies, strings.Join(keys, ", "), b.cfg.Learn)
-		if err := os.WriteFile(filepath.Join(b.cfg.Work, c.name), []byte(body), 0o644); err != nil {
+	for name, noop := range map[string]bool{"daemon.toml": false, "daemon-noop.toml": true} {
+		c := DaemonConfig{ProfileDir: filepath.Join(b.cfg.Work, "daemon-profiles"), Socket: filepath.Join(b.cfg.Work, "daemon.sock"),
+			Metrics: b.cfg.MetricsAddr, Programs: keys, Launches: b.cfg.Learn, Noop: noop}
+		if err := c.Write(filepath.Join(b.cfg.Work, name)); err != nil {
 			return fmt.Errorf("bench launch: %w", err)
 		}
 	}
@@ -314,7 +313,7 @@ func (b *bench) launch(ctx context.Context, p Program, m string, round int) (*Sa
 	var read0 uint64
 	if m == ModeDaemon || m == ModeDaemonNoop {
 		before = b.scrape()
-		read0 = b.daemonRead()
+		read0 = b.daemon.ReadBytes()
 	}
 	res, err := runCmd(ctx, args, dir)
 	if err != nil {
@@ -325,7 +324,7 @@ func (b *bench) launch(ctx context.Context, p Program, m string, round int) (*Sa
 		// The daemon learns the launch when it ends: let it settle.
 		time.Sleep(100 * time.Millisecond)
 		s.Metrics = delta(before, b.scrape(), b.keys[p.Name])
-		s.Metrics.DaemonRead = float64(b.daemonRead()-read0) / 4096
+		s.Metrics.DaemonRead = float64(b.daemon.ReadBytes()-read0) / 4096
 	}
 	return s, nil
 }
@@ -406,56 +405,17 @@ func (b *bench) startDaemon(m string) error {
 // startDaemonConfig starts the daemon with the configuration file name of
 // the work directory and waits for its socket.
 func (b *bench) startDaemonConfig(name string) error {
-	log, err := os.OpenFile(filepath.Join(b.cfg.Work, "daemon.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	d, err := StartDaemon(b.cfg.Bin, filepath.Join(b.cfg.Work, name), filepath.Join(b.cfg.Work, "daemon.sock"), filepath.Join(b.cfg.Work, "daemon.log"))
 	if err != nil {
-		return err
+		return fmt.Errorf("bench launch: %w", err)
 	}
-	cmd := exec.Command(b.cfg.Bin, "daemon", "--config", filepath.Join(b.cfg.Work, name))
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return fmt.Errorf("bench launch: start the daemon: %w", err)
-	}
-	log.Close()
-	b.daemon = cmd
-	sock := filepath.Join(b.cfg.Work, "daemon.sock")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if out, err := exec.Command(b.cfg.Bin, "daemon", "status", "--socket", sock).CombinedOutput(); err == nil {
-			return nil
-		} else if time.Now().After(deadline) {
-			b.stopDaemon()
-			return fmt.Errorf("bench launch: the daemon did not start: %s (see %s)", out, filepath.Join(b.cfg.Work, "daemon.log"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	b.daemon = d
+	return nil
 }
 
 func (b *bench) stopDaemon() {
-	if b.daemon == nil {
-		return
-	}
-	_ = b.daemon.Process.Signal(syscall.SIGTERM)
-	_ = b.daemon.Wait()
+	b.daemon.Stop()
 	b.daemon = nil
-}
-
-// daemonRead is the daemon process's read_bytes (/proc/PID/io).
-func (b *bench) daemonRead() uint64 {
-	if b.daemon == nil {
-		return 0
-	}
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(b.daemon.Process.Pid) + "/io")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "read_bytes: "); ok {
-			n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-			return n
-		}
-	}
-	return 0
 }
 
 // scrape reads the daemon's /metrics samples.
