@@ -214,7 +214,7 @@ func (x *runner) runSuite(ctx context.Context, s Suite) {
 			break
 		}
 		key := pointKey(info.Name, ps.ID, x.presetOf(ps), x.o.Quick)
-		if p, ok := x.done[key]; ok {
+		if p, ok := x.done[key]; ok && hasModes(p, ps.Modes) {
 			sr.Points = append(sr.Points, p)
 			x.prog.skip(info.Name, ps, x.rounds(ps))
 			continue
@@ -229,6 +229,17 @@ func (x *runner) runSuite(ctx context.Context, s Suite) {
 	if sr.Status != StatusOK {
 		sr.Reason = suiteReason(sr.Points)
 	}
+}
+
+// hasModes reports whether a finished point holds every mode of the plan
+// (a build that adds a mode measures the point again).
+func hasModes(p *Point, modes []ModeSpec) bool {
+	for _, m := range modes {
+		if p.Mode(m.Name) == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // replaceSuite puts sr in place of an earlier result of the same suite

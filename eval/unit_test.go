@@ -144,3 +144,46 @@ func TestInlineHTML(t *testing.T) {
 		t.Errorf("inlineHTML = %q", got)
 	}
 }
+
+// fakeSuite plans one point with the given modes, each run counted.
+type fakeSuite struct {
+	modes []string
+	runs  *int
+}
+
+func (fakeSuite) Info() Info { return Info{Name: "fake"} }
+
+func (f fakeSuite) Plan(context.Context, *Context) (*Plan, error) {
+	ps := &PointSpec{ID: "p", Cold: "not applicable"}
+	for _, m := range f.modes {
+		ps.Modes = append(ps.Modes, ModeSpec{Name: m, Run: func(context.Context, *RunInfo) (*Sample, error) {
+			*f.runs++
+			return &Sample{Metrics: map[string]float64{"wall_s": 1}}, nil
+		}})
+	}
+	return &Plan{Points: []*PointSpec{ps}}, nil
+}
+
+// TestResumeMeasuresNewModes: a rerun skips a finished point, unless the
+// plan has a mode the stored point lacks (a newer build's).
+func TestResumeMeasuresNewModes(t *testing.T) {
+	var runs int
+	x := &runner{o: Options{}, res: &Results{}, prog: newProgress(nil), done: map[string]*Point{},
+		ctx: &Context{Rounds: 2, Device: harness.Presets[0]}}
+	x.runSuite(context.Background(), fakeSuite{[]string{"baseline"}, &runs})
+	p := x.res.Suite("fake").Points[0]
+	if p.Status != StatusOK || runs != 2 {
+		t.Fatalf("first run: %s, %d runs", p.Status, runs)
+	}
+	x.done[pointKey("fake", "p", x.presetOf(&PointSpec{}), false)] = p
+	runs = 0
+	x.runSuite(context.Background(), fakeSuite{[]string{"baseline"}, &runs})
+	if runs != 0 {
+		t.Fatalf("a finished point was measured again (%d runs)", runs)
+	}
+	x.runSuite(context.Background(), fakeSuite{[]string{"baseline", "daemon"}, &runs})
+	p = x.res.Suite("fake").Points[0]
+	if runs != 4 || p.Mode("daemon") == nil {
+		t.Fatalf("a point lacking the plan's daemon mode: %d runs, modes %+v", runs, p.Modes)
+	}
+}
