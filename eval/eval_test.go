@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -261,6 +262,11 @@ func TestQuickLaunch(t *testing.T) {
 		if !p.ColdVerified {
 			t.Errorf("%s: not verified cold: %s", id, p.Cold)
 		}
+	}
+	if i := slices.IndexFunc(s.Notes, func(n string) bool { return strings.Contains(n, "a cold `predictio version` took") }); i < 0 {
+		t.Errorf("the suite's notes do not say what predictio's own cold start reads: %q", s.Notes)
+	} else {
+		t.Log(s.Notes[i])
 	}
 	// The daemon, running when python3 starts, read the launch's pages
 	// ahead of it.
