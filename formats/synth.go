@@ -2,8 +2,10 @@ package formats
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"math/rand"
+	"sort"
 	"time"
 )
 
@@ -11,8 +13,9 @@ import (
 // listed in docs/format.md.
 type SynthSpec struct {
 	// Pattern is "seq" (sequential scan), "stride" (every Stride-th page),
-	// "random" (uniform pages), "sparse" (a recurring sparse sequence that
-	// varies a little by Run) or "btree" (key-order range scans in a
+	// "random" (uniform pages), "zipf" (pages of one file drawn with Zipf
+	// weights of exponent ZipfS), "sparse" (a recurring sparse sequence
+	// that varies a little by Run) or "btree" (key-order range scans in a
 	// B-tree with tree_child_enter hints naming the upcoming children).
 	Pattern string
 	// Events is the number of access rows (default 100000).
@@ -20,7 +23,8 @@ type SynthSpec struct {
 	// Files is the number of files (default 1).
 	Files int
 	// FilePages is each file's size in pages (default: Events/Files for
-	// seq, so one scan covers every file once; 262144, 1 GiB, otherwise).
+	// seq, so one scan covers every file once; 1048576, 4 GiB, for zipf;
+	// 262144, 1 GiB, otherwise). zipf allows at most SynthZipfMaxPages.
 	FilePages uint64
 	// Stride is the page step of "stride" (default 16) and the fanout of
 	// "btree" (default 64).
@@ -30,6 +34,9 @@ type SynthSpec struct {
 	Run int
 	// Seed selects the random sequence.
 	Seed int64
+	// ZipfS is the exponent s of "zipf" (default 0.9; allowed (0, 10]):
+	// the page of rank k (1-based) has weight 1/k^s.
+	ZipfS float64
 	// ThinkNS is the mean time between accesses (default 2000 ns); each gap
 	// adds uniform jitter of up to a quarter of it.
 	ThinkNS uint64
@@ -47,6 +54,11 @@ const (
 	synthPageSize = 4096
 	// synthScatter spreads B-tree nodes over the file (a prime).
 	synthScatter = 2654435761
+	// synthZipfS is the default exponent of "zipf".
+	synthZipfS = 0.9
+	// SynthZipfMaxPages bounds FilePages for "zipf": its tables take 12
+	// bytes a page (768 MiB at the bound).
+	SynthZipfMaxPages = 1 << 26
 )
 
 var synthWall = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -62,9 +74,12 @@ func (s *SynthSpec) defaults() error {
 		s.Files = 1
 	}
 	if s.FilePages == 0 {
-		if s.Pattern == "seq" {
+		switch s.Pattern {
+		case "seq":
 			s.FilePages = max(1, uint64((s.Events+s.Files-1)/s.Files))
-		} else {
+		case "zipf":
+			s.FilePages = 1048576
+		default:
 			s.FilePages = 262144
 		}
 	}
@@ -80,12 +95,25 @@ func (s *SynthSpec) defaults() error {
 	}
 	switch s.Pattern {
 	case "seq", "stride", "random", "sparse", "btree":
+	case "zipf":
+		if s.ZipfS == 0 {
+			s.ZipfS = synthZipfS
+		}
+		if !(s.ZipfS > 0 && s.ZipfS <= 10) { // NaN fails too
+			return fmt.Errorf("synth: zipf exponent (ZipfS, flag --zipf-s) %g is out of range: want more than 0 and at most 10", s.ZipfS)
+		}
+		if s.Files != 1 {
+			return fmt.Errorf("synth: zipf reads one file: Files (flag --files) %d must be 1", s.Files)
+		}
+		if s.FilePages > SynthZipfMaxPages {
+			return fmt.Errorf("synth: zipf FilePages (flag --file-pages) %d is over %d", s.FilePages, SynthZipfMaxPages)
+		}
 	case "launch":
 		if s.ServiceNS == 0 {
 			s.ServiceNS = 20000
 		}
 	default:
-		return fmt.Errorf("synth: unknown pattern %q (want seq, stride, random, sparse, btree or launch)", s.Pattern)
+		return fmt.Errorf("synth: unknown pattern %q (want seq, stride, random, zipf, sparse, btree or launch)", s.Pattern)
 	}
 	if s.Pattern == "btree" && s.Stride < 2 {
 		return fmt.Errorf("synth: btree fanout (Stride) %d must be at least 2", s.Stride)
@@ -123,6 +151,9 @@ func synthRows(w *Writer, s SynthSpec) error {
 	m.Start = Timestamp{Wall: synthWall, MonotonicNS: synthStartNS}
 	m.Notes = []string{fmt.Sprintf("synth pattern=%s events=%d files=%d file_pages=%d stride=%d run=%d seed=%d think_ns=%d",
 		s.Pattern, s.Events, s.Files, s.FilePages, s.Stride, s.Run, s.Seed, s.ThinkNS)}
+	if s.Pattern == "zipf" {
+		m.Notes[0] += fmt.Sprintf(" zipf_s=%g", s.ZipfS)
+	}
 	if s.ServiceNS > 0 {
 		m.Notes[0] += fmt.Sprintf(" service_ns=%d", s.ServiceNS)
 		m.Timing.ServiceTimes = true
@@ -178,6 +209,13 @@ func synthRows(w *Writer, s SynthSpec) error {
 		for i := 0; i < s.Events; i++ {
 			f := uint32(run.Int63n(int64(nf))) + 1
 			if err := emit(f, uint64(run.Int63n(int64(s.FilePages)))); err != nil {
+				return err
+			}
+		}
+	case "zipf":
+		z := newSynthZipf(s.FilePages, s.ZipfS, run)
+		for i := 0; i < s.Events; i++ {
+			if err := emit(1, z.page(run)); err != nil {
 				return err
 			}
 		}
@@ -392,6 +430,47 @@ func synthBtree(w *Writer, s SynthSpec, rng *rand.Rand, emit func(uint32, uint64
 		}
 	}
 	return nil
+}
+
+// synthZipf draws the pages of "zipf": rank k (1-based) of n has weight
+// 1/k^s, and the ranks are scattered over the file by a permutation drawn
+// from the same generator as the pages. It holds a cumulative weight and a
+// page per rank: 12 bytes a page.
+type synthZipf struct {
+	cdf  []float64 // cdf[k-1]: the weights of ranks 1..k, over the total
+	perm []uint32  // perm[k-1]: the page of rank k
+}
+
+func newSynthZipf(n uint64, s float64, rng *rand.Rand) *synthZipf {
+	z := &synthZipf{cdf: make([]float64, n), perm: make([]uint32, n)}
+	sum := 0.0
+	for k := range z.cdf {
+		sum += 1 / math.Pow(float64(k+1), s)
+		z.cdf[k] = sum
+	}
+	for k := range z.cdf {
+		z.cdf[k] /= sum
+	}
+	for k := range z.perm {
+		z.perm[k] = uint32(k)
+	}
+	// Fisher-Yates.
+	for k := len(z.perm) - 1; k > 0; k-- {
+		j := rng.Int63n(int64(k) + 1)
+		z.perm[k], z.perm[j] = z.perm[j], z.perm[k]
+	}
+	return z
+}
+
+// page draws one page: the rank is the first whose cumulative weight
+// exceeds a uniform draw in [0, 1).
+func (z *synthZipf) page(rng *rand.Rand) uint64 {
+	u := rng.Float64()
+	k := sort.Search(len(z.cdf), func(i int) bool { return z.cdf[i] > u })
+	if k == len(z.cdf) { // rounding left the last sum just under 1
+		k--
+	}
+	return uint64(z.perm[k])
 }
 
 func gcd(a, b uint64) uint64 {

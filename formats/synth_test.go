@@ -1,17 +1,22 @@
 package formats
 
 import (
+	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
 func TestSynthPatterns(t *testing.T) {
-	for _, p := range []string{"seq", "stride", "random", "sparse", "btree"} {
+	for _, p := range []string{"seq", "stride", "random", "zipf", "sparse", "btree"} {
 		t.Run(p, func(t *testing.T) {
 			d1 := filepath.Join(t.TempDir(), "a")
 			d2 := filepath.Join(t.TempDir(), "b")
 			spec := SynthSpec{Pattern: p, Events: 5000, Files: 3, Seed: 7}
+			if p == "zipf" {
+				spec.Files = 1 // zipf reads one file
+			}
 			if err := Synth(d1, spec); err != nil {
 				t.Fatal(err)
 			}
@@ -29,7 +34,7 @@ func TestSynthPatterns(t *testing.T) {
 				}
 			}
 			r := readRows(t, d1)
-			if len(r.accesses) != 5000 || len(r.files) != 3 {
+			if len(r.accesses) != 5000 || len(r.files) != spec.Files {
 				t.Fatalf("%d accesses, %d files", len(r.accesses), len(r.files))
 			}
 			for i := 1; i < len(r.accesses); i++ {
@@ -75,6 +80,93 @@ func TestSynthSparseRunsShareMostOfTheSequence(t *testing.T) {
 	}
 	if frac := float64(same) / 4000; frac < 0.75 || frac > 0.95 {
 		t.Fatalf("runs share %.2f of positions, want about 0.81", frac)
+	}
+}
+
+// TestSynthZipf: zipf is deterministic for a seed, stays in the file, gives
+// the most frequent page about the share Zipf predicts (1/H(n, s)),
+// scatters the ranks over the file and refuses a bad exponent, naming the
+// flag.
+func TestSynthZipf(t *testing.T) {
+	const n, events, s = 1000, 200000, 0.9
+	spec := SynthSpec{Pattern: "zipf", Events: events, FilePages: n, ZipfS: s, Seed: 3}
+	d1, d2, d3 := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b"), filepath.Join(t.TempDir(), "c")
+	for _, d := range []string{d1, d2} {
+		if err := Synth(d, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := spec
+	other.Seed = 4
+	if err := Synth(d3, other); err != nil {
+		t.Fatal(err)
+	}
+	if errs := Verify(d1); len(errs) != 0 {
+		t.Fatalf("verify: %v", errs)
+	}
+	b1, b2, b3 := mustOpen(t, d1), mustOpen(t, d2), mustOpen(t, d3)
+	if b1.Manifest().Tables[AccessesFile] != b2.Manifest().Tables[AccessesFile] {
+		t.Fatal("two runs of one spec differ")
+	}
+	if b1.Manifest().Tables[AccessesFile] == b3.Manifest().Tables[AccessesFile] {
+		t.Fatal("seeds 3 and 4 give the same accesses")
+	}
+	r := readRows(t, d1)
+	if len(r.accesses) != events || len(r.files) != 1 || r.files[0].Size != n*synthPageSize {
+		t.Fatalf("%d accesses, files %+v", len(r.accesses), r.files)
+	}
+	count := make([]int, n)
+	for i, a := range r.accesses {
+		if a.FileID != 1 || a.FirstPage >= n || a.NPages != 1 || a.Kind != KindRead {
+			t.Fatalf("row %d: %+v", i, a)
+		}
+		count[a.FirstPage]++
+	}
+	h := 0.0
+	for k := 1; k <= n; k++ {
+		h += 1 / math.Pow(float64(k), s)
+	}
+	want := 1 / h
+	order := make([]int, n) // pages, most frequent first
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return count[b] - count[a] })
+	got := float64(count[order[0]]) / events
+	sigma := math.Sqrt(want * (1 - want) / events)
+	if math.Abs(got-want) > 5*sigma {
+		t.Fatalf("most frequent page %d holds %.4f of accesses, Zipf(%d, %g) predicts %.4f (±%.4f)", order[0], got, n, s, want, 5*sigma)
+	}
+	// The second rank's share is 2^-s of the first's.
+	if got2 := float64(count[order[1]]) / events; math.Abs(got2-want/math.Pow(2, s)) > 5*sigma {
+		t.Fatalf("second page holds %.4f, want %.4f", got2, want/math.Pow(2, s))
+	}
+	if slices.Equal(order[:10], []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+		t.Fatal("ranks 1..10 are pages 0..9: not scattered")
+	}
+
+	for _, bad := range []float64{-1, 10.5, math.NaN(), math.Inf(1)} {
+		err := Synth(filepath.Join(t.TempDir(), "x"), SynthSpec{Pattern: "zipf", Events: 10, FilePages: 10, ZipfS: bad})
+		if err == nil || !strings.Contains(err.Error(), "--zipf-s") {
+			t.Errorf("ZipfS %g: error %v, want one naming --zipf-s", bad, err)
+		}
+	}
+	if err := Synth(filepath.Join(t.TempDir(), "x"), SynthSpec{Pattern: "zipf", Events: 10, FilePages: 10, ZipfS: 10}); err != nil {
+		t.Errorf("ZipfS 10: %v", err)
+	}
+	if err := Synth(filepath.Join(t.TempDir(), "x"), SynthSpec{Pattern: "zipf", Events: 10, Files: 2}); err == nil || !strings.Contains(err.Error(), "--files") {
+		t.Errorf("zipf with 2 files: %v", err)
+	}
+	if err := Synth(filepath.Join(t.TempDir(), "x"), SynthSpec{Pattern: "zipf", Events: 10, FilePages: SynthZipfMaxPages + 1}); err == nil || !strings.Contains(err.Error(), "--file-pages") {
+		t.Errorf("zipf over SynthZipfMaxPages: %v", err)
+	}
+	// Defaults: 1048576 pages, s = 0.9.
+	dd := filepath.Join(t.TempDir(), "d")
+	if err := Synth(dd, SynthSpec{Pattern: "zipf", Events: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if b := mustOpen(t, dd); !strings.Contains(b.Manifest().Notes[0], "file_pages=1048576") || !strings.Contains(b.Manifest().Notes[0], "zipf_s=0.9") {
+		t.Fatalf("notes %q", b.Manifest().Notes)
 	}
 }
 

@@ -17,9 +17,9 @@ func Repair(dir string) (*formats.RepairReport, error) {
 // Synth writes a deterministic synthetic bundle (see formats.Synth).
 func Synth(dir string, spec formats.SynthSpec) error {
 	switch spec.Pattern {
-	case "seq", "stride", "random", "sparse", "btree", "launch":
+	case "seq", "stride", "random", "zipf", "sparse", "btree", "launch":
 	default:
-		return usageErr("--pattern %q: want seq, stride, random, sparse, btree or launch", spec.Pattern)
+		return usageErr("--pattern %q: want seq, stride, random, zipf, sparse, btree or launch", spec.Pattern)
 	}
 	if spec.Events < 0 {
 		return usageErr("--events %d: must not be negative", spec.Events)

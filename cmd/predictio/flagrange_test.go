@@ -303,6 +303,9 @@ func TestFlagRangesIssue15(t *testing.T) {
 		{[]string{"record", "--duration", "-5s", "-o", filepath.Join(t.TempDir(), "b"), "--", "true"}, "flag --duration -5s is out of range: want 0 (until the target ends) or 1ms to 8760h"},
 		{[]string{"replay", "--speed", "1e999", "/nonexistent"}, "flag --speed: want 0.001 to 1000000"},
 		{[]string{"trace", "synth", "-o", filepath.Join(t.TempDir(), "b"), "--pattern", "btree", "--stride", "1"}, "flag --stride 1 is out of range for --pattern btree"},
+		{[]string{"trace", "synth", "-o", filepath.Join(t.TempDir(), "b"), "--pattern", "zipf", "--files", "2"}, "flag --files 2 is out of range for --pattern zipf"},
+		{[]string{"trace", "synth", "-o", filepath.Join(t.TempDir(), "b"), "--pattern", "zipf", "--file-pages", "67108865"}, "flag --file-pages 67108865 is out of range for --pattern zipf"},
+		{[]string{"trace", "synth", "-o", filepath.Join(t.TempDir(), "b"), "--pattern", "zipf", "--zipf-s", "0"}, "flag --zipf-s 0 is out of range: want 1e-09 to 10"},
 	} {
 		_, stderr, code := cli(t, c.args...)
 		if code != 2 || !strings.Contains(stderr, c.want) {

@@ -491,27 +491,29 @@ func init() {
 	s10 := &traceSub{args: "no arguments"}
 	s10.command = command{
 		name:    "synth",
-		summary: "write a deterministic synthetic bundle: seq, stride, random, sparse (recurring, --run selects the run), btree (with hints) or launch (a program start: exec, opens, stats, readdir, mmap and faults with their protection, reads; service times)",
-		usage:   "predictio trace synth -o DIR --pattern seq|stride|random|sparse|btree|launch [--events N] [--files N] [--file-pages N] [--stride N] [--run N] [--seed N] [--think-ns N] [--service-ns N]",
+		summary: "write a deterministic synthetic bundle: seq, stride, random, zipf (one file, Zipf-weighted pages, --zipf-s the exponent), sparse (recurring, --run selects the run), btree (with hints) or launch (a program start: exec, opens, stats, readdir, mmap and faults with their protection, reads; service times)",
+		usage:   "predictio trace synth -o DIR --pattern seq|stride|random|zipf|sparse|btree|launch [--events N] [--files N] [--file-pages N] [--stride N] [--zipf-s S] [--run N] [--seed N] [--think-ns N] [--service-ns N]",
 		example: "predictio trace synth -o /var/tmp/rand --pattern random --events 100000 --seed 7",
 	}
 	s10.run = func(args []string) int {
 		fs := newFlagSet(&s10.command, "trace synth")
 		out := fs.String("o", "", "output bundle directory")
 		var spec formats.SynthSpec
-		fs.StringVar(&spec.Pattern, "pattern", "", "access pattern: seq, stride, random, sparse, btree or launch")
+		fs.StringVar(&spec.Pattern, "pattern", "", "access pattern: seq, stride, random, zipf, sparse, btree or launch")
 		fs.IntVar(&spec.Events, "events", 100000, "number of accesses")
 		fs.IntVar(&spec.Files, "files", 1, "number of files (launch: of libraries)")
-		fs.Uint64Var(&spec.FilePages, "file-pages", 0, "pages per file (0: events/files for seq, else 262144)")
+		fs.Uint64Var(&spec.FilePages, "file-pages", 0, "pages per file (0: events/files for seq, 1048576 for zipf, else 262144; zipf: at most 67108864)")
 		fs.Uint64Var(&spec.Stride, "stride", 0, "page step for --pattern stride (default 16), fanout for btree (default 64)")
+		fs.Float64Var(&spec.ZipfS, "zipf-s", 0.9, "Zipf exponent `S` of --pattern zipf, more than 0: the page of rank k has weight 1/k^S")
 		fs.IntVar(&spec.Run, "run", 0, "run of --pattern sparse or btree: runs share the sequence of --seed (sparse: 90% of it) and differ in the rest")
 		fs.Int64Var(&spec.Seed, "seed", 1, "random seed")
 		fs.Uint64Var(&spec.ThinkNS, "think-ns", 2000, "mean time between accesses in ns")
 		fs.Uint64Var(&spec.ServiceNS, "service-ns", 0, "give every access this service time in ns (end_ns = ts_ns + N; format 1.1); launch: default 20000")
 		limit(fs, "events", 1, 1_000_000_000)
 		limit(fs, "files", 1, 1<<20)
-		limit[uint64](fs, "file-pages", 1, 1<<40).orZero("events/files for seq, else 262144")
+		limit[uint64](fs, "file-pages", 1, 1<<40).orZero("events/files for seq, 1048576 for zipf, else 262144")
 		limit[uint64](fs, "stride", 1, 1<<40).orZero("16, or 64 for btree")
+		limit(fs, "zipf-s", 1e-9, 10.0)
 		limit(fs, "run", 0, 1_000_000)
 		limit[int64](fs, "seed", math.MinInt64, math.MaxInt64)
 		limit[uint64](fs, "think-ns", 1, 1_000_000_000)
@@ -526,6 +528,14 @@ func init() {
 		}
 		if spec.Pattern == "btree" && spec.Stride == 1 {
 			fmt.Fprintln(os.Stderr, "predictio trace synth: flag --stride 1 is out of range for --pattern btree: want 0 (fanout 64) or a fanout of 2 or more")
+			return 2
+		}
+		if spec.Pattern == "zipf" && spec.Files != 1 {
+			fmt.Fprintf(os.Stderr, "predictio trace synth: flag --files %d is out of range for --pattern zipf: want 1 (zipf reads one file)\n", spec.Files)
+			return 2
+		}
+		if spec.Pattern == "zipf" && spec.FilePages > formats.SynthZipfMaxPages {
+			fmt.Fprintf(os.Stderr, "predictio trace synth: flag --file-pages %d is out of range for --pattern zipf: want 0 (1048576) or 1 to %d\n", spec.FilePages, formats.SynthZipfMaxPages)
 			return 2
 		}
 		if err := trace.Synth(*out, spec); err != nil {
