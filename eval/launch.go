@@ -291,15 +291,9 @@ func newLaunchDaemon(ctx context.Context, bin, dir string, pr launchProgram) (*l
 	if out, err := exec.CommandContext(ctx, bin, "daemon", "-h").CombinedOutput(); err != nil && !strings.Contains(string(out), "-config") {
 		return nil, "needs `predictio daemon` (issue 12), which this predictio build lacks"
 	}
-	exe, err := exec.LookPath(pr.argv[0])
-	if err == nil {
-		exe, err = filepath.EvalSymlinks(exe)
-	}
-	if err == nil {
-		exe, err = filepath.Abs(exe)
-	}
+	exe, err := launchbench.Executable(pr.argv[0])
 	if err != nil {
-		return nil, "resolve " + pr.argv[0] + " for the daemon's profile: " + err.Error()
+		return nil, err.Error() + " for the daemon's profile"
 	}
 	profiles := filepath.Join(dir, "daemon-profiles-"+pr.id)
 	if err := os.RemoveAll(profiles); err != nil {

@@ -168,7 +168,7 @@ func (f fakeSuite) Plan(context.Context, *Context) (*Plan, error) {
 // plan has a mode the stored point lacks (a newer build's).
 func TestResumeMeasuresNewModes(t *testing.T) {
 	var runs int
-	x := &runner{o: Options{}, res: &Results{}, prog: newProgress(nil), done: map[string]*Point{},
+	x := &runner{o: Options{Out: t.TempDir()}, res: &Results{}, prog: newProgress(nil), done: map[string]*Point{},
 		ctx: &Context{Rounds: 2, Device: harness.Presets[0]}}
 	x.runSuite(context.Background(), fakeSuite{[]string{"baseline"}, &runs})
 	p := x.res.Suite("fake").Points[0]

@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"math/rand"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -63,6 +64,9 @@ const (
 
 var synthWall = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// SynthPatterns are the patterns Synth writes.
+var SynthPatterns = []string{"seq", "stride", "random", "zipf", "sparse", "btree", "launch"}
+
 func (s *SynthSpec) defaults() error {
 	if s.Pattern == "" {
 		s.Pattern = "seq"
@@ -113,7 +117,7 @@ func (s *SynthSpec) defaults() error {
 			s.ServiceNS = 20000
 		}
 	default:
-		return fmt.Errorf("synth: unknown pattern %q (want seq, stride, random, zipf, sparse, btree or launch)", s.Pattern)
+		return fmt.Errorf("synth: unknown pattern %q (want one of %s)", s.Pattern, strings.Join(SynthPatterns, ", "))
 	}
 	if s.Pattern == "btree" && s.Stride < 2 {
 		return fmt.Errorf("synth: btree fanout (Stride) %d must be at least 2", s.Stride)

@@ -1,6 +1,9 @@
 package trace
 
 import (
+	"slices"
+	"strings"
+
 	"github.com/predictio/predictio/formats"
 )
 
@@ -16,10 +19,8 @@ func Repair(dir string) (*formats.RepairReport, error) {
 
 // Synth writes a deterministic synthetic bundle (see formats.Synth).
 func Synth(dir string, spec formats.SynthSpec) error {
-	switch spec.Pattern {
-	case "seq", "stride", "random", "zipf", "sparse", "btree", "launch":
-	default:
-		return usageErr("--pattern %q: want seq, stride, random, zipf, sparse, btree or launch", spec.Pattern)
+	if !slices.Contains(formats.SynthPatterns, spec.Pattern) {
+		return usageErr("--pattern %q: want one of %s", spec.Pattern, strings.Join(formats.SynthPatterns, ", "))
 	}
 	if spec.Events < 0 {
 		return usageErr("--events %d: must not be negative", spec.Events)

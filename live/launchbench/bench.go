@@ -191,15 +191,9 @@ func (b *bench) prepare() error {
 				return fmt.Errorf("bench launch: set up %s: %w", name, err)
 			}
 		}
-		exe, err := exec.LookPath(p.Cmd[0])
-		if err == nil {
-			exe, err = filepath.EvalSymlinks(exe)
-		}
+		exe, err := Executable(p.Cmd[0])
 		if err != nil {
-			return fmt.Errorf("bench launch: resolve %s: %w", p.Cmd[0], err)
-		}
-		if exe, err = filepath.Abs(exe); err != nil {
-			return err
+			return fmt.Errorf("bench launch: %w", err)
 		}
 		for _, sn := range p.Sentinels {
 			expand(sn, dir) // resolves {py} now, not after a drop_caches

@@ -42,6 +42,22 @@ func (c DaemonConfig) Write(path string) error {
 	return nil
 }
 
+// Executable resolves a command name as the daemon keys its profiles: the
+// absolute path of the file it runs, symbolic links followed.
+func Executable(name string) (string, error) {
+	exe, err := exec.LookPath(name)
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err == nil {
+		exe, err = filepath.Abs(exe)
+	}
+	if err != nil {
+		return "", fmt.Errorf("resolve %s: %w", name, err)
+	}
+	return exe, nil
+}
+
 // Daemon is `predictio daemon` running in the foreground for a benchmark.
 type Daemon struct {
 	cmd *exec.Cmd
