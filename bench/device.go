@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -21,6 +22,12 @@ type DeviceConfig struct {
 	Duration time.Duration // total; each of the four device phases gets a quarter, then the host
 	Name     string        // profile name; default: the block device's name
 	Log      io.Writer
+	// Host, when set, are the host's costs to put in the profile instead
+	// of measuring them (MeasureHost). A caller measuring a throttled
+	// device measures them once without the throttle: a throttle slows
+	// the device, not the CPUs, and under one the uncached reads the host
+	// phase times differ by noise of the throttle's time slices.
+	Host *formats.HostCosts
 }
 
 // Sequential phase parameters: 1 MiB requests, 4 in flight (4 MiB of
@@ -32,9 +39,13 @@ const (
 
 // MeasureDevice measures a device profile with the io_uring engine and
 // O_DIRECT: QD1 4 KiB random-read latency, 4 KiB random-read bandwidth at
-// QD 32, and sequential read bandwidth with 1 MiB requests; then the
-// host's costs (MeasureHost).
-func MeasureDevice(c DeviceConfig) (*formats.DeviceProfile, error) {
+// QD 32, the curves between, and sequential read bandwidth with 1 MiB
+// requests; then the host's costs (MeasureHost, sized to the device's
+// measured rate), unless c.Host gives them. Each phase runs for a fixed
+// time, so that a slow or throttled device takes as long as a fast one
+// but for the host phase; ctx is checked between phases and their steps,
+// and a cancelled measurement returns ctx's error.
+func MeasureDevice(ctx context.Context, c DeviceConfig) (*formats.DeviceProfile, error) {
 	if c.Duration < 3*time.Millisecond {
 		return nil, fmt.Errorf("measure device: duration %v is too short", c.Duration)
 	}
@@ -47,55 +58,71 @@ func MeasureDevice(c DeviceConfig) (*formats.DeviceProfile, error) {
 	if err := PrepareScratch(c.Path, c.Size, c.Log); err != nil {
 		return nil, err
 	}
+	prof, err := measurePhases(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	prof.Host = c.Host
+	if c.Host != nil {
+		fmt.Fprintf(c.Log, "5/5: the host: given, not measured\n")
+	} else {
+		fmt.Fprintf(c.Log, "5/5: the host: cached and uncached reads, opens and prefetches through the kernel backend (about 10 s on this machine's disk) ...\n")
+		if prof.Host, err = MeasureHost(ctx, HostConfig{Path: c.Path, Size: c.Size, IOPS: prof.RandReadIOPS, Log: c.Log}); err != nil {
+			return nil, err
+		}
+	}
+	prof.Name = c.Name
+	if prof.Name == "" {
+		prof.Name = strings.TrimPrefix(prof.Device, "/dev/")
+	}
+	if prof.Name == "" {
+		prof.Name = "device"
+	}
+	return prof, nil
+}
+
+// measurePhases runs MeasureDevice's four device phases, a quarter of
+// c.Duration each, and returns the profile without its host costs.
+func measurePhases(ctx context.Context, c DeviceConfig) (*formats.DeviceProfile, error) {
 	phase := c.Duration / 4
 	p := Point{Path: c.Path, Size: c.Size, Backend: Uring, RW: "randread", Threads: 1, Duration: phase,
 		FixedBufs: true, RegisterFiles: true}
 	p.QD = 1
 	fmt.Fprintf(c.Log, "1/5: QD1 4 KiB random reads for %v ...\n", phase)
-	lat, err := Run(p)
+	lat, err := runStep(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("measure device latency: %w", err)
 	}
 	fmt.Fprintf(c.Log, "QD1 4 KiB random read: p50 %.1f us, p99 %.1f us (%.0f IOPS)\n", lat.P50us, lat.P99us, lat.IOPS)
 	p.QD = 32
 	fmt.Fprintf(c.Log, "2/5: QD32 4 KiB random reads for %v ...\n", phase)
-	bw, err := Run(p)
+	bw, err := runStep(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("measure device random bandwidth: %w", err)
 	}
 	fmt.Fprintf(c.Log, "QD32 4 KiB random read: %.0f IOPS, %.1f MiB/s\n", bw.IOPS, bw.MiBs)
 	each := phase / time.Duration(len(curveDepths)+len(syncThreads))
 	fmt.Fprintf(c.Log, "3/5: 4 KiB random reads at QD %v, then from %v threads of pread, %v each ...\n", curveDepths, syncThreads, each)
-	queue, err := queueCurve(p, each, lat, bw, c.Log)
+	queue, err := queueCurve(ctx, p, each, lat, bw, c.Log)
 	if err != nil {
 		return nil, err
 	}
-	syncQueue, err := syncCurve(p, each, c.Log)
+	syncQueue, err := syncCurve(ctx, p, each, c.Log)
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(c.Log, "4/5: sequential 1 MiB reads for %v ...\n", phase)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("measure device sequential bandwidth: %w", err)
+	}
 	seq, err := seqRead(c.Path, c.Size, phase)
 	if err != nil {
 		return nil, fmt.Errorf("measure device sequential bandwidth: %w", err)
 	}
 	fmt.Fprintf(c.Log, "sequential read, 1 MiB x %d: %.1f MiB/s\n", seqQD, seq/(1<<20))
-	fmt.Fprintf(c.Log, "5/5: the host: cached and uncached reads, opens and prefetches through the kernel backend (about 10 s) ...\n")
-	host, err := MeasureHost(c.Path, c.Size, c.Log)
-	if err != nil {
-		return nil, err
-	}
 	abs, _ := filepath.Abs(c.Path)
-	dev := blockDevice(c.Path)
-	name := c.Name
-	if name == "" {
-		name = strings.TrimPrefix(dev, "/dev/")
-	}
-	if name == "" {
-		name = "device"
-	}
 	return &formats.DeviceProfile{
-		Version: formats.DeviceProfileVersion, Name: name, Device: dev, Path: abs, Kernel: kernel(),
+		Version: formats.DeviceProfileVersion, Device: blockDevice(c.Path), Path: abs, Kernel: kernel(),
 		MeasuredAt:          time.Now().UTC().Truncate(time.Second),
 		ReadLatencyNS:       uint64(lat.P50us * 1e3),
 		ReadLatencyP99NS:    uint64(lat.P99us * 1e3),
@@ -109,8 +136,21 @@ func MeasureDevice(c DeviceConfig) (*formats.DeviceProfile, error) {
 		SeqQueueDepth:       seqQD,
 		Engine:              "io_uring O_DIRECT (predictio engine, fixed buffers and files)",
 		PhaseSeconds:        phase.Seconds(),
-		Host:                host,
 	}, nil
+}
+
+// runStep runs p until its time is up or ctx is done, and fails with
+// ctx's error in the second case.
+func runStep(ctx context.Context, p Point) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	p.Stop = ctx.Done()
+	r, err := Run(p)
+	if cerr := ctx.Err(); cerr != nil {
+		return Result{}, cerr
+	}
+	return r, err
 }
 
 // curveDepths are the queue depths measured between QD1 and QD32.
@@ -121,17 +161,17 @@ var syncThreads = []int{1, 2, 4, 8}
 
 // syncCurve measures 4 KiB random reads from each of syncThreads threads
 // of pread(2) (O_DIRECT), d each.
-func syncCurve(p Point, d time.Duration, log io.Writer) ([]formats.QueuePoint, error) {
+func syncCurve(ctx context.Context, p Point, d time.Duration, log io.Writer) ([]formats.QueuePoint, error) {
 	p.Backend, p.QD, p.Duration, p.FixedBufs, p.RegisterFiles = Psync, 1, d, false, false
-	return measureCurve(p, syncThreads, func(p *Point, n int) { p.Threads = n }, "%d threads of 4 KiB preads", log)
+	return measureCurve(ctx, p, syncThreads, func(p *Point, n int) { p.Threads = n }, "%d threads of 4 KiB preads", log)
 }
 
 // queueCurve measures 4 KiB random reads at each of curveDepths, d each,
 // and returns the curve from QD1 to QD32 with the two points measured
 // before (lat at QD1, bw at QD32).
-func queueCurve(p Point, d time.Duration, lat, bw Result, log io.Writer) ([]formats.QueuePoint, error) {
+func queueCurve(ctx context.Context, p Point, d time.Duration, lat, bw Result, log io.Writer) ([]formats.QueuePoint, error) {
 	p.Duration = d
-	mid, err := measureCurve(p, curveDepths, func(p *Point, qd int) { p.QD = qd }, "QD%d 4 KiB random read", log)
+	mid, err := measureCurve(ctx, p, curveDepths, func(p *Point, qd int) { p.QD = qd }, "QD%d 4 KiB random read", log)
 	if err != nil {
 		return nil, err
 	}
@@ -141,11 +181,11 @@ func queueCurve(p Point, d time.Duration, lat, bw Result, log io.Writer) ([]form
 // measureCurve runs p once for each n of ns, set applying n to it, and
 // returns a curve point (QD n) of each; what names a point in the log and
 // in errors.
-func measureCurve(p Point, ns []int, set func(*Point, int), what string, log io.Writer) ([]formats.QueuePoint, error) {
+func measureCurve(ctx context.Context, p Point, ns []int, set func(*Point, int), what string, log io.Writer) ([]formats.QueuePoint, error) {
 	var out []formats.QueuePoint
 	for _, n := range ns {
 		set(&p, n)
-		r, err := Run(p)
+		r, err := runStep(ctx, p)
 		if err != nil {
 			return nil, fmt.Errorf("measure device, %s: %w", fmt.Sprintf(what, n), err)
 		}

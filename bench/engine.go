@@ -43,6 +43,9 @@ type Point struct {
 	Threads  int           // worker threads, each with its own fd/context/ring
 	QD       int           // requests in flight per thread (psync: 1)
 	Duration time.Duration // measured time
+	// Stop, when closed, ends the run before Duration; its Result is
+	// then of the shorter time.
+	Stop <-chan struct{} `json:"-"`
 
 	FixedBufs     bool          // uring backends: registered buffers
 	RegisterFiles bool          // uring backends: registered files
@@ -341,7 +344,10 @@ func runThreads(p *Point, res *Result, extra func(), body func(i int, stop *atom
 	cpu0 := cpuNow()
 	t0 := time.Now()
 	close(startGate)
-	time.Sleep(p.Duration)
+	select {
+	case <-time.After(p.Duration):
+	case <-p.Stop:
+	}
 	stop.Store(true)
 	done.Wait()
 	elapsed := time.Since(t0)

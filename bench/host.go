@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -38,53 +39,79 @@ func median(xs []float64) float64 {
 // 0.2 s of one-page requests on a machine that issues 80 K a second.
 const prefetchBudget = 16384
 
+// HostConfig configures MeasureHost.
+type HostConfig struct {
+	Path string // the scratch file, cold
+	Size int64  // its size
+	// IOPS is the device's measured 4 KiB random-read rate (0: unknown,
+	// taken as fast): on a slower device the uncached reads and the
+	// prefetch points are fewer, so that the phase stays about 10 s long.
+	IOPS float64
+	Log  io.Writer
+}
+
+// hostSizes are how much of the device MeasureHost's steps read.
+type hostSizes struct {
+	coldReads int // uncached reads of each kind (buffered, O_DIRECT)
+	budget    int // pages each prefetch point requests
+	minRanges int // ranges each prefetch point requests, at least
+}
+
+// sizesFor sizes the host phase for a device reading iops 4 KiB pages a
+// second: at full size on this machine's disk (100 K IOPS) and above;
+// on a device too slow to read 2000 pages a second, about 2 s of its
+// reads for the uncached reads and a quarter second a prefetch pass.
+func sizesFor(iops float64) hostSizes {
+	s := hostSizes{coldReads: coldReads, budget: prefetchBudget, minRanges: 256}
+	if iops <= 0 {
+		return s
+	}
+	s.coldReads = min(s.coldReads, max(100, int(iops)))
+	s.budget = min(s.budget, max(16, int(iops/4)))
+	s.minRanges = min(s.minRanges, s.budget)
+	return s
+}
+
 // MeasureHost measures what this machine's CPUs cost a read served from
 // the page cache and a prefetch issued through the kernel backend
 // (backend.Kernel, as replay and the live runtime use it), on the scratch
-// file path of size bytes, which must be cold. Each prefetch point
-// requests distinct random ranges of the cold file, checks with cachestat
-// that the kernel really read them, and then requests them again, cached,
-// for the cost of a request that issues nothing. Needs Linux 6.5
-// (cachestat).
-func MeasureHost(path string, size int64, log io.Writer) (*formats.HostCosts, error) {
+// file c.Path, which must be cold. Each prefetch point requests distinct
+// random ranges of the cold file, checks with cachestat that the kernel
+// really read them, and then requests them again, cached, for the cost of
+// a request that issues nothing. ctx is checked between steps. Needs
+// Linux 6.5 (cachestat).
+func MeasureHost(ctx context.Context, c HostConfig) (*formats.HostCosts, error) {
+	log := c.Log
 	if log == nil {
 		log = io.Discard
 	}
+	path, size, sz := c.Path, c.Size, sizesFor(c.IOPS)
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
 		return nil, fmt.Errorf("measure host: read CPU affinity: %w", err)
 	}
 	h := &formats.HostCosts{CPUs: set.Count()}
 	var err error
-	if h.ColdReadNS, h.ColdReadDirectNS, err = measureColdRead(path, size); err != nil {
+	if h.ColdReadNS, h.ColdReadDirectNS, err = measureColdRead(path, size, sz.coldReads); err != nil {
 		return nil, fmt.Errorf("measure host: %w", err)
 	}
-	fmt.Fprintf(log, "uncached 4 KiB pread: %.1f us through the page cache, %.1f us with O_DIRECT\n", float64(h.ColdReadNS)/1e3, float64(h.ColdReadDirectNS)/1e3)
+	fmt.Fprintf(log, "uncached 4 KiB pread: %.1f us through the page cache, %.1f us with O_DIRECT (%d of each)\n",
+		float64(h.ColdReadNS)/1e3, float64(h.ColdReadDirectNS)/1e3, sz.coldReads)
 	if h.OpenNS, err = measureOpen(path); err != nil {
 		return nil, fmt.Errorf("measure host: %w", err)
 	}
 	fmt.Fprintf(log, "open, fstat and close of a cached path: %.1f us\n", float64(h.OpenNS)/1e3)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("measure host: %w", err)
+	}
 	if h.PrefetchWakeNS, h.SubmitWakeNS, h.AdviseNS, err = measureWake(path, size); err != nil {
 		return nil, fmt.Errorf("measure host: %w", err)
 	}
 	fmt.Fprintf(log, "a request to an idle kernel backend: issued after %.1f us; the submission took %.1f us; its FADVISE completed %.1f us after it was submitted\n",
 		float64(h.PrefetchWakeNS)/1e3, float64(h.SubmitWakeNS)/1e3, float64(h.AdviseNS)/1e3)
-	var last []policies.Range
-	for _, n := range prefetchPoints {
-		c, err := measurePrefetch(path, size, n)
-		if err != nil {
-			return nil, fmt.Errorf("measure host: prefetch %d-page ranges: %w", n, err)
-		}
-		fmt.Fprintf(log, "prefetch through the kernel backend, %d-page ranges: %.1f us a request", n, float64(c.perReq)/1e3)
-		if n == 1 {
-			h.PrefetchCachedNS, h.PrefetchVia = c.cachedNS, c.via
-			h.PrefetchBusyNS, h.BusySlowdown = c.busyNS, c.slowdown
-			fmt.Fprintf(log, " (%.1f us when cached; %.1f us with a busy thread alongside, whose steps took %.2fx as long)",
-				float64(c.cachedNS)/1e3, float64(c.busyNS)/1e3, c.slowdown)
-		}
-		fmt.Fprintln(log)
-		h.Prefetch = append(h.Prefetch, formats.PrefetchCost{Pages: n, NS: c.perReq})
-		last = c.ranges
+	last, err := measurePrefetches(ctx, c, sz, h)
+	if err != nil {
+		return nil, err
 	}
 	one, per, err := measureCachedRead(path, last)
 	if err != nil {
@@ -93,6 +120,33 @@ func MeasureHost(path string, size int64, log io.Writer) (*formats.HostCosts, er
 	h.CachedReadNS, h.CachedReadPageNS = one, per
 	fmt.Fprintf(log, "cached 4 KiB pread: %d ns, each further page %d ns\n", one, per)
 	return h, nil
+}
+
+// measurePrefetches measures each of prefetchPoints into h and returns
+// the last point's ranges, cached now.
+func measurePrefetches(ctx context.Context, c HostConfig, sz hostSizes, h *formats.HostCosts) ([]policies.Range, error) {
+	log := c.Log
+	if log == nil {
+		log = io.Discard
+	}
+	var last []policies.Range
+	for _, n := range prefetchPoints {
+		cost, err := measurePrefetch(ctx, c.Path, c.Size, n, sz)
+		if err != nil {
+			return nil, fmt.Errorf("measure host: prefetch %d-page ranges: %w", n, err)
+		}
+		fmt.Fprintf(log, "prefetch through the kernel backend, %d-page ranges: %.1f us a request", n, float64(cost.perReq)/1e3)
+		if n == 1 {
+			h.PrefetchCachedNS, h.PrefetchVia = cost.cachedNS, cost.via
+			h.PrefetchBusyNS, h.BusySlowdown = cost.busyNS, cost.slowdown
+			fmt.Fprintf(log, " (%.1f us when cached; %.1f us with a busy thread alongside, whose steps took %.2fx as long)",
+				float64(cost.cachedNS)/1e3, float64(cost.busyNS)/1e3, cost.slowdown)
+		}
+		fmt.Fprintln(log)
+		h.Prefetch = append(h.Prefetch, formats.PrefetchCost{Pages: n, NS: cost.perReq})
+		last = cost.ranges
+	}
+	return last, nil
 }
 
 // prefetchResult is one prefetch point.
@@ -172,10 +226,10 @@ func (p *prefetchRun) cold(size int64) (time.Duration, backend.Report, error) {
 // measurePrefetch times the kernel backend over distinct random n-page
 // ranges of the cold file path: alone, again with the pages cached, and
 // (n 1) cold again while a thread reads a cached page of the file.
-func measurePrefetch(path string, size int64, n uint32) (prefetchResult, error) {
+func measurePrefetch(ctx context.Context, path string, size int64, n uint32, sz hostSizes) (prefetchResult, error) {
 	ps := os.Getpagesize()
 	slots := int(size / int64(ps) / int64(n))
-	k := min(max(prefetchBudget/int(n), 256), slots-1)
+	k := min(max(sz.budget/int(n), sz.minRanges), slots-1)
 	if k < 16 {
 		return prefetchResult{}, fmt.Errorf("%s holds %d ranges, want at least 17", path, slots)
 	}
@@ -193,6 +247,9 @@ func measurePrefetch(path string, size int64, n uint32) (prefetchResult, error) 
 	var via string
 	want := uint64(k) * uint64(n)
 	for range prefetchRounds {
+		if err := ctx.Err(); err != nil {
+			return prefetchResult{}, err
+		}
 		d, r, err := p.cold(size)
 		if err != nil {
 			return prefetchResult{}, err
@@ -487,15 +544,16 @@ func measureOpen(path string) (uint64, error) {
 	return uint64(median(per)), nil
 }
 
-// coldReads is how many uncached pages measureColdRead reads.
+// coldReads is how many uncached pages of each kind measureColdRead
+// reads on a fast device.
 const coldReads = 2000
 
-// measureColdRead returns the median times of 4 KiB preads of distinct
+// measureColdRead returns the median times of n 4 KiB preads of distinct
 // random pages of the cold file path, one at a time, through the page
 // cache with readahead off for the descriptor (POSIX_FADV_RANDOM, so that
 // each reads its page alone), and with O_DIRECT, alternating, so that both
 // see the device in the same state.
-func measureColdRead(path string, size int64) (buffered, direct uint64, err error) {
+func measureColdRead(path string, size int64, n int) (buffered, direct uint64, err error) {
 	if err := evictRetry(path, size); err != nil {
 		return 0, 0, err
 	}
@@ -514,8 +572,8 @@ func measureColdRead(path string, size int64) (buffered, direct uint64, err erro
 	}
 	ps := os.Getpagesize()
 	pages := int(size / int64(ps))
-	if pages < 4*coldReads {
-		return 0, 0, fmt.Errorf("time uncached reads: %s holds %d pages, want %d", path, pages, 4*coldReads)
+	if pages < 4*n {
+		return 0, 0, fmt.Errorf("time uncached reads: %s holds %d pages, want %d", path, pages, 4*n)
 	}
 	buf, err := unix.Mmap(-1, 0, ps, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
@@ -524,7 +582,7 @@ func measureColdRead(path string, size int64) (buffered, direct uint64, err erro
 	defer unix.Munmap(buf)
 	var lb, ld []float64
 	perm := rand.Perm(pages)
-	for i := range coldReads {
+	for i := range n {
 		for j, fd := range []int{int(f.Fd()), int(d.Fd())} {
 			p := perm[2*i+j]
 			t0 := time.Now()

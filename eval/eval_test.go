@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/predictio/predictio/internal/testenv"
 )
@@ -301,6 +302,39 @@ func TestQuickDevices(t *testing.T) {
 	}
 	if res.Device.Check == nil {
 		t.Errorf("the run's own preset was not measured: %s", res.Device.CheckNote)
+	}
+}
+
+// TestDeviceCheckHDD measures the HDD preset (343 IOPS) as a run on it
+// does, quick: the check ends within 3 minutes (before the host phase was
+// sized to the device it read 245 K pages at 343 IOPS, 12 minutes),
+// respects the preset's limits, and its host costs were measured first,
+// without the throttle.
+func TestDeviceCheckHDD(t *testing.T) {
+	needRoot(t)
+	dir := testenv.ScratchDir(t, "eval-", "needs a disk-backed filesystem (not tmpfs): the check throttles the disk")
+	var log bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	x, err := newRunner(ctx, Options{Device: "hdd", Quick: true, EvictOnly: true,
+		Out: filepath.Join(dir, "out"), WorkDir: filepath.Join(dir, "work"), Progress: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.close()
+	d := x.res.Device
+	if d.Check == nil || d.Profile == nil || d.Profile.Host == nil {
+		t.Fatalf("no check: %s\n%s", d.CheckNote, log.String())
+	}
+	if !d.Check.WithinLimits || d.Check.RandReadIOPS > 1.1*343 || d.Check.RandReadIOPS < 100 {
+		t.Errorf("check %+v against %+v", *d.Check, d.Preset)
+	}
+	if h := d.Profile.Host; len(h.Prefetch) != 4 || h.ColdReadDirectNS == 0 || h.CachedReadNS == 0 {
+		t.Errorf("host costs %+v", *h)
+	}
+	l := log.String()
+	if i, j := strings.Index(l, "host's costs without a throttle"), strings.Index(l, "eval: device hdd: QD1"); i < 0 || j < i {
+		t.Errorf("the host's costs were not measured before the throttled check:\n%s", l)
 	}
 }
 

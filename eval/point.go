@@ -40,7 +40,7 @@ func (x *runner) runPoint(ctx context.Context, suite string, ps *PointSpec) *Poi
 		x.prog.skip(suite, ps, p.Rounds)
 		return p
 	}
-	if err := x.usePreset(ps); err != nil {
+	if err := x.usePreset(ctx, ps); err != nil {
 		p.Status, p.Reason, p.Cold = StatusNotRun, err.Error(), "not run"
 		for _, ms := range ps.Modes {
 			p.Modes = append(p.Modes, &ModeResult{Mode: ms.Name, Status: StatusNotRun, Reason: p.Reason})

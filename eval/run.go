@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/internal/harness"
 )
 
@@ -56,7 +57,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	if err != nil {
 		return nil, err
 	}
-	x, err := newRunner(o)
+	x, err := newRunner(ctx, o)
 	if err != nil {
 		return nil, err
 	}
@@ -92,9 +93,12 @@ type runner struct {
 	cur    *harness.Throttle // the throttle of the point being run
 	prog   *progress
 	ctx    *Context
+	// host are the host's costs, measured without a throttle, for the
+	// device checks of throttled presets.
+	host *formats.HostCosts
 }
 
-func newRunner(o Options) (*runner, error) {
+func newRunner(ctx context.Context, o Options) (*runner, error) {
 	if o.Out == "" {
 		return nil, errors.New("run eval: no output directory; give -o DIR")
 	}
@@ -129,7 +133,7 @@ func newRunner(o Options) (*runner, error) {
 	}
 	x.ctx = &Context{WorkDir: o.WorkDir, Quick: o.Quick, Rounds: rounds, Policies: o.Policies, DropCaches: !o.EvictOnly,
 		Device: preset, Predictio: o.Predictio, Log: x.prog.logf}
-	if err := x.setupDevice(preset); err != nil {
+	if err := x.setupDevice(ctx, preset); err != nil {
 		return nil, err
 	}
 	return x, nil

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/predictio/predictio/bench"
@@ -204,7 +207,9 @@ func benchDevice(c *command, args []string) int {
 	if size < 64<<20 || size%(1<<20) != 0 {
 		return fail(2, fmt.Errorf("bench device: --size %s must be a multiple of 1 MiB and at least 64 MiB", *sizeStr))
 	}
-	p, err := bench.MeasureDevice(bench.DeviceConfig{Path: *file, Size: size, Duration: *dur, Name: *name, Log: os.Stderr})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	p, err := bench.MeasureDevice(ctx, bench.DeviceConfig{Path: *file, Size: size, Duration: *dur, Name: *name, Log: os.Stderr})
 	if err != nil {
 		return fail(1, fmt.Errorf("bench device: %w", err))
 	}

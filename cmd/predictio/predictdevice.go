@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -157,7 +158,7 @@ func measureNow(path string, stderr io.Writer) (*bench.CachedProfile, error) {
 		return nil, fmt.Errorf("--measure-device measures with %s, which is not on %s; run 'predictio bench device --file FILE' with FILE on %s", defaultScratch, want, want)
 	}
 	fmt.Fprintf(stderr, "predictio: no device profile of %s cached; measuring it now with %s (about 30 s)\n", want, defaultScratch)
-	p, err := bench.MeasureDevice(bench.DeviceConfig{Path: defaultScratch, Size: 1 << 30, Duration: 30 * time.Second, Log: stderr})
+	p, err := bench.MeasureDevice(context.Background(), bench.DeviceConfig{Path: defaultScratch, Size: 1 << 30, Duration: 30 * time.Second, Log: stderr})
 	if err != nil {
 		return nil, fmt.Errorf("measure device %s: %w", want, err)
 	}
