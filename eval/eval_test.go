@@ -295,6 +295,10 @@ func TestQuickDevices(t *testing.T) {
 		if metric(t, sq, "baseline", "rows") != 1<<10 || sq.DevicePreset != d {
 			t.Errorf("%s: %+v", sq.ID, sq)
 		}
+		// The daemon, learned from scans of other keys, runs the scan.
+		if metric(t, sq, "daemon", "rows") != 1<<10 || metric(t, sq, "daemon", "daemon_read_pages") < 100 {
+			t.Errorf("%s: the daemon read %v pages", sq.ID, metric(t, sq, "daemon", "daemon_read_pages"))
+		}
 	}
 	if len(res.OtherDevices) != 1 || res.OtherDevices[0].Preset.Name != "sata-ssd" || res.OtherDevices[0].Check == nil ||
 		!strings.Contains(res.OtherDevices[0].Throttle, "cgroup") {

@@ -117,7 +117,7 @@ func (launchSuite) Plan(ctx context.Context, c *Context) (*Plan, error) {
 			why = trainProfile(ctx, c, dir, pol, files)
 		}
 		ps.Modes = append(ps.Modes, ModeSpec{Name: "predictio", NotRun: why, Run: wallRun(lr, dir, pol)})
-		ps.Modes = append(ps.Modes, daemonMode(ctx, c, dir, pr, files))
+		ps.Modes = append(ps.Modes, daemonMode(ctx, c, daemonWorkload{id: pr.id, dir: dir, argv: pr.argv, files: files}))
 		for _, spec := range c.Policies {
 			argv, why := lr.command([]string{spec}, "", pr.argv)
 			ps.Modes = append(ps.Modes, ModeSpec{Name: spec, NotRun: why, Run: wallRun(lr, dir, argv)})
@@ -232,25 +232,42 @@ func launchFiles(ctx context.Context, c *Context, pr launchProgram) ([]string, s
 	return files, ""
 }
 
-// launchDaemon is the daemon of the launch suite's daemon mode for one
-// program: its own configuration, profiles and status socket in the
-// suite's directory, metrics off.
+// launchDaemon is the daemon of a daemon mode for one workload: its own
+// configuration, profiles and status socket in the suite's directory,
+// metrics off.
 type launchDaemon struct {
 	bin, config, socket, log string
 	cur                      *launchbench.Daemon
 }
 
+// daemonWorkload is what a daemon mode measures: the command argv, run in
+// dir (the daemon's files go into state, default dir), and the commands the daemon learns the program from first (nil:
+// argv itself, 3 times), each after files are made cold; parse, when set,
+// reads the command's output into the sample, as the point's other modes
+// do.
+type daemonWorkload struct {
+	id, dir, state string
+	argv           []string
+	train          [][]string
+	files          []string
+	parse          func([]byte, *Sample) error
+}
+
 // daemonMode is the paper's way of running PredictIO: `predictio daemon`
 // already running when the program starts, with no per-command start-up.
-// It learns the program from 3 cold launches first; before each measured
-// run the daemon is started ahead of the eviction (an idle daemon holds
-// none of the launch's pages), and it is stopped after the run, once it
-// has learned the launch.
-func daemonMode(ctx context.Context, c *Context, dir string, pr launchProgram, files []string) ModeSpec {
+// It learns the program from 3 cold runs first; before each measured run
+// the daemon is started ahead of the eviction (an idle daemon holds none
+// of the workload's pages), and it is stopped after the run, once it has
+// learned it.
+func daemonMode(ctx context.Context, c *Context, w daemonWorkload) ModeSpec {
 	m := ModeSpec{Name: "daemon"}
-	d, why := newLaunchDaemon(ctx, c.Predictio, dir, pr)
+	state := w.state
+	if state == "" {
+		state = w.dir
+	}
+	d, why := newLaunchDaemon(ctx, c.Predictio, state, w.id, w.argv[0])
 	if why == "" {
-		why = d.train(ctx, c, dir, pr.argv, files)
+		why = d.train(ctx, c, w)
 	}
 	if why != "" {
 		m.NotRun = why
@@ -269,38 +286,45 @@ func daemonMode(ctx context.Context, c *Context, dir string, pr launchProgram, f
 	}
 	m.Run = func(ctx context.Context, _ *RunInfo) (*Sample, error) {
 		read0 := d.cur.ReadBytes()
-		el, _, err := timed(ctx, dir, pr.argv)
+		el, out, err := timed(ctx, w.dir, w.argv)
 		if err != nil {
 			return nil, err
 		}
-		return &Sample{Metrics: map[string]float64{
+		s := &Sample{Metrics: map[string]float64{
 			"wall_s": el.Seconds(),
-			// What the daemon read from storage during the launch: its prefetching.
+			// What the daemon read from storage during the run: its prefetching.
 			"daemon_read_pages": float64(d.cur.ReadBytes()-read0) / 4096,
-		}}, nil
+		}}
+		if w.parse != nil {
+			if err := w.parse(out, s); err != nil {
+				return nil, err
+			}
+		}
+		return s, nil
 	}
 	return m
 }
 
-// newLaunchDaemon writes the daemon's configuration for pr, or says why
-// the daemon mode cannot run.
-func newLaunchDaemon(ctx context.Context, bin, dir string, pr launchProgram) (*launchDaemon, string) {
+// newLaunchDaemon writes the configuration of a daemon learning the
+// program name (workload id) into dir, or says why the daemon mode cannot
+// run.
+func newLaunchDaemon(ctx context.Context, bin, dir, id, name string) (*launchDaemon, string) {
 	if bin == "" {
 		return nil, "needs `predictio daemon` (no predictio binary)"
 	}
 	if out, err := exec.CommandContext(ctx, bin, "daemon", "-h").CombinedOutput(); err != nil && !strings.Contains(string(out), "-config") {
 		return nil, "needs `predictio daemon` (issue 12), which this predictio build lacks"
 	}
-	exe, err := launchbench.Executable(pr.argv[0])
+	exe, err := launchbench.Executable(name)
 	if err != nil {
 		return nil, err.Error() + " for the daemon's profile"
 	}
-	profiles := filepath.Join(dir, "daemon-profiles-"+pr.id)
+	profiles := filepath.Join(dir, "daemon-profiles-"+id)
 	if err := os.RemoveAll(profiles); err != nil {
 		return nil, err.Error()
 	}
-	d := &launchDaemon{bin: bin, config: filepath.Join(dir, "daemon-"+pr.id+".toml"),
-		socket: filepath.Join(dir, "daemon-"+pr.id+".sock"), log: filepath.Join(dir, "daemon.log")}
+	d := &launchDaemon{bin: bin, config: filepath.Join(dir, "daemon-"+id+".toml"),
+		socket: filepath.Join(dir, "daemon-"+id+".sock"), log: filepath.Join(dir, "daemon.log")}
 	cfg := launchbench.DaemonConfig{ProfileDir: profiles, Socket: d.socket, Programs: []string{exe}, Launches: 3}
 	if err := cfg.Write(d.config); err != nil {
 		return nil, err.Error()
@@ -308,21 +332,25 @@ func newLaunchDaemon(ctx context.Context, bin, dir string, pr launchProgram) (*l
 	return d, ""
 }
 
-// train makes 3 cold launches with the daemon running, so that it has
-// learned the program (issue 12: learned from at most 3 launches), and
-// checks that it stored a profile; it returns why the mode cannot run, or
-// "".
-func (d *launchDaemon) train(ctx context.Context, c *Context, dir string, argv, files []string) string {
+// train makes 3 cold runs of w's training commands with the daemon
+// running, so that it has learned the program (issue 12: learned from at
+// most 3 launches), and checks that it stored a profile; it returns why
+// the mode cannot run, or "".
+func (d *launchDaemon) train(ctx context.Context, c *Context, w daemonWorkload) string {
 	dm, err := launchbench.StartDaemon(d.bin, d.config, d.socket, d.log)
 	if err != nil {
 		return "train the daemon: " + err.Error()
 	}
 	defer dm.Stop()
 	for i := range 3 {
-		if _, err := harness.MakeCold(files, harness.ColdOptions{DropCaches: c.DropCaches}); err != nil {
+		argv := w.argv
+		if w.train != nil {
+			argv = w.train[i%len(w.train)]
+		}
+		if _, err := harness.MakeCold(w.files, harness.ColdOptions{DropCaches: c.DropCaches}); err != nil {
 			return "train the daemon: " + err.Error()
 		}
-		if _, _, err := timed(ctx, dir, argv); err != nil {
+		if _, _, err := timed(ctx, w.dir, argv); err != nil {
 			return fmt.Sprintf("train the daemon (launch %d): %v", i+1, err)
 		}
 		time.Sleep(100 * time.Millisecond)
