@@ -58,9 +58,10 @@ type hostSizes struct {
 }
 
 // sizesFor sizes the host phase for a device reading iops 4 KiB pages a
-// second: at full size on this machine's disk (100 K IOPS) and above;
-// on a device too slow to read 2000 pages a second, about 2 s of its
-// reads for the uncached reads and a quarter second a prefetch pass.
+// second: each prefetch pass requests a quarter second of its reads
+// (the full prefetchBudget from 65 536 IOPS up, at least 16 pages), and
+// below 2000 IOPS the uncached reads are about 2 s of them (at least 100
+// of each kind).
 func sizesFor(iops float64) hostSizes {
 	s := hostSizes{coldReads: coldReads, budget: prefetchBudget, minRanges: 256}
 	if iops <= 0 {

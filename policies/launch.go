@@ -121,13 +121,20 @@ type LaunchStep struct {
 }
 
 // Plan returns the profile's files in first-access order (the earliest
-// first access over its launches), each with the union of the pages its
-// launches touched. It is computed once; AddLaunch recomputes it.
+// first access over its launches), each with the pages that recur among
+// the launches that touched it: those at least half of them touched
+// (Recurring; every page when one or two did). So when launches read
+// different parts of one file (a database queried at other keys), what
+// only one of them read is not prefetched, while the pages each reads
+// are; a file only one launch touched (a new input, a library replaced
+// since) keeps all its pages. It is computed once; AddLaunch recomputes
+// it.
 func (p *LaunchProfile) Plan() []LaunchStep {
 	if p.plan != nil || len(p.Files) == 0 {
 		return p.plan
 	}
 	steps := make([]LaunchStep, len(p.Files))
+	per := make([][][]Range, len(p.Files)) // each file's launches' ranges
 	for i := range steps {
 		steps[i] = LaunchStep{File: &p.Files[i], Index: uint32(i), FirstNS: math.MaxUint64, Sequential: true}
 	}
@@ -137,16 +144,16 @@ func (p *LaunchProfile) Plan() []LaunchStep {
 			s.Seen++
 			s.FirstNS = min(s.FirstNS, t.FirstNS)
 			s.Kinds |= t.Kinds
-			s.Ranges = append(s.Ranges, t.Ranges...)
+			per[t.File] = append(per[t.File], t.Ranges)
 			s.Sequential = s.Sequential && readsForward(t.Ranges)
 		}
 	}
 	out := steps[:0]
-	for _, s := range steps {
+	for i, s := range steps {
 		if s.Seen == 0 {
 			continue
 		}
-		s.Ranges = mergeRanges(slices.Clone(s.Ranges))
+		s.Ranges = recurringRanges(per[i], Recurring(s.Seen))
 		out = append(out, s)
 	}
 	slices.SortStableFunc(out, func(a, b LaunchStep) int {
@@ -233,6 +240,58 @@ func readsForward(rs []Range) bool {
 }
 
 // mergeRanges sorts rs and merges overlapping and adjacent ranges, in
+// Recurring is how many of the n launches that touched a file must have
+// touched a page of it for a launch profile to prefetch the page: half of
+// them, rounded up, and at least one.
+func Recurring(n int) int { return max((n+1)/2, 1) }
+
+// recurringRanges returns the pages at least need of the launches'
+// ranges (one slice per launch) cover, sorted and disjoint.
+func recurringRanges(launches [][]Range, need int) []Range {
+	if need <= 1 {
+		var all []Range
+		for _, rs := range launches {
+			all = append(all, rs...)
+		}
+		return mergeRanges(all)
+	}
+	type edge struct {
+		at uint64
+		d  int
+	}
+	var edges []edge
+	for _, rs := range launches {
+		for _, r := range mergeRanges(slices.Clone(rs)) { // a launch counts once a page
+			edges = append(edges, edge{r.First, 1}, edge{r.First + uint64(r.N), -1})
+		}
+	}
+	slices.SortFunc(edges, func(a, b edge) int { return cmp.Compare(a.at, b.at) })
+	var out []Range
+	n, from := 0, uint64(0)
+	for i := 0; i < len(edges); {
+		at := edges[i].at
+		if n >= need && at > from {
+			out = appendSpan(out, from, at)
+		}
+		for ; i < len(edges) && edges[i].at == at; i++ {
+			n += edges[i].d
+		}
+		from = at
+	}
+	return mergeRanges(out)
+}
+
+// appendSpan appends the pages [from, to) as ranges of at most
+// math.MaxUint32 pages.
+func appendSpan(out []Range, from, to uint64) []Range {
+	for from < to {
+		n := min(to-from, math.MaxUint32)
+		out = append(out, Range{First: from, N: uint32(n)})
+		from += n
+	}
+	return out
+}
+
 // place.
 func mergeRanges(rs []Range) []Range {
 	if len(rs) < 2 {

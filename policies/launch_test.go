@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -72,6 +73,44 @@ func TestLaunchRecorderOrderAndRanges(t *testing.T) {
 	}
 	if p.Pages() != 11 {
 		t.Errorf("pages %d, want 11", p.Pages())
+	}
+}
+
+// TestPlanRecurring: three launches that query a database at different
+// keys share its header and interior pages; the plan holds those, not
+// what one launch read, while a file only one launch touched keeps all
+// its pages. With two launches the plan is their union.
+func TestPlanRecurring(t *testing.T) {
+	files := map[uint32]LaunchFile{1: lf("/db", 1), 2: lf("/input", 2)}
+	p := &LaunchProfile{Program: lf("/usr/bin/sqlite3", 9)}
+	scans := [][]Event{
+		{acc(1000, 1, formats.KindRead, 0, 10), acc(2000, 1, formats.KindRead, 100, 10)},
+		{acc(1000, 1, formats.KindRead, 0, 10), acc(2000, 1, formats.KindRead, 200, 10), acc(3000, 2, formats.KindRead, 0, 4)},
+		{acc(1000, 1, formats.KindRead, 0, 5), acc(2000, 1, formats.KindRead, 300, 10), acc(2500, 1, formats.KindRead, 105, 2)},
+	}
+	for i, evs := range scans {
+		recordLaunch(t, p, files, evs, 3)
+		want := map[int][]Range{0: {{0, 10}, {100, 10}}, 1: {{0, 10}, {100, 10}, {200, 10}}, 2: {{0, 10}, {105, 2}}}[i]
+		if got := p.Plan()[0].Ranges; !reflect.DeepEqual(got, want) {
+			t.Errorf("after %d launches /db ranges %v, want %v", i+1, got, want)
+		}
+	}
+	for _, s := range p.Plan() {
+		if s.File.Path == "/input" && !reflect.DeepEqual(s.Ranges, []Range{{0, 4}}) {
+			t.Errorf("/input ranges %v, want all of its one launch's", s.Ranges)
+		}
+	}
+}
+
+func TestRecurringRangesSplitsLongSpans(t *testing.T) {
+	big := Range{First: 10, N: math.MaxUint32}
+	got := recurringRanges([][]Range{{big, {First: 10 + math.MaxUint32, N: 5}}, {{First: 0, N: math.MaxUint32}, {First: math.MaxUint32, N: 100}}}, 2)
+	var n uint64
+	for _, r := range got {
+		n += uint64(r.N)
+	}
+	if got[0].First != 10 || n != math.MaxUint32+5 {
+		t.Errorf("ranges %v: %d pages from %d, want %d from 10", got, n, got[0].First, uint64(math.MaxUint32)+5)
 	}
 }
 

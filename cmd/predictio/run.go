@@ -62,7 +62,7 @@ func runRun(c *command, args []string) int {
 	model := fs.String("model", "", "markov model `FILE` (predictio train markov); default: trained from the profile's launches")
 	be := fs.String("backend", "kernel", "prefetch backend: kernel (FADVISE into the page cache), kmod (the predictio module) or none (count and discard: the noop run)")
 	out := fs.String("o", "", "also record the run into `BUNDLE`")
-	keep := fs.Int("keep", live.DefaultKeep, "launches a profile keeps (its prefetch is their union)")
+	keep := fs.Int("keep", live.DefaultKeep, "launches a profile keeps (its prefetch: the pages at least half of those touching a file read)")
 	limit(fs, "keep", 1, policies.MaxLaunches)
 	refresh := fs.Duration("refresh", time.Hour, "a full profile learns again once its newest launch is this old; 0: every run learns (and is traced)")
 	limit(fs, "refresh", time.Second, 8760*time.Hour).orZero("every run")
