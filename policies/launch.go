@@ -123,7 +123,8 @@ type LaunchStep struct {
 // Plan returns the profile's files in first-access order (the earliest
 // first access over its launches), each with the pages that recur among
 // the launches that touched it: those at least half of them touched
-// (Recurring; every page when one or two did). So when launches read
+// (Recurring; every page when one or two did, and every page of a file
+// reached through a mapping, whose recorded pages vary with timing). So when launches read
 // different parts of one file (a database queried at other keys), what
 // only one of them read is not prefetched, while the pages each reads
 // are; a file only one launch touched (a new input, a library replaced
@@ -153,7 +154,11 @@ func (p *LaunchProfile) Plan() []LaunchStep {
 		if s.Seen == 0 {
 			continue
 		}
-		s.Ranges = recurringRanges(per[i], Recurring(s.Seen))
+		need := Recurring(s.Seen)
+		if mapped(s.Kinds) {
+			need = 1
+		}
+		s.Ranges = recurringRanges(per[i], need)
 		out = append(out, s)
 	}
 	slices.SortStableFunc(out, func(a, b LaunchStep) int {
@@ -240,6 +245,15 @@ func readsForward(rs []Range) bool {
 }
 
 // mergeRanges sorts rs and merges overlapping and adjacent ranges, in
+// mapped reports whether a launch reached a file's pages through a
+// mapping (faults, fault-around, exec or mmap). Which of those pages a
+// launch records differs from launch to launch with the timing of the
+// kernel's fault-around and readahead, so a mapped file keeps the union of
+// its launches' pages.
+func mapped(kinds uint32) bool {
+	return Has(kinds, formats.KindFault) || Has(kinds, formats.KindMap) || Has(kinds, formats.KindExec) || Has(kinds, formats.KindMmap)
+}
+
 // Recurring is how many of the n launches that touched a file must have
 // touched a page of it for a launch profile to prefetch the page: half of
 // them, rounded up, and at least one.

@@ -79,7 +79,8 @@ func TestLaunchRecorderOrderAndRanges(t *testing.T) {
 // TestPlanRecurring: three launches that query a database at different
 // keys share its header and interior pages; the plan holds those, not
 // what one launch read, while a file only one launch touched keeps all
-// its pages. With two launches the plan is their union.
+// its pages, as does a mapped file. With two launches the plan is their
+// union.
 func TestPlanRecurring(t *testing.T) {
 	files := map[uint32]LaunchFile{1: lf("/db", 1), 2: lf("/input", 2)}
 	p := &LaunchProfile{Program: lf("/usr/bin/sqlite3", 9)}
@@ -99,6 +100,16 @@ func TestPlanRecurring(t *testing.T) {
 		if s.File.Path == "/input" && !reflect.DeepEqual(s.Ranges, []Range{{0, 4}}) {
 			t.Errorf("/input ranges %v, want all of its one launch's", s.Ranges)
 		}
+	}
+	// A mapped library's faults differ from launch to launch with the
+	// timing of fault-around: its plan is the union.
+	lib := map[uint32]LaunchFile{3: lf("/libc", 3)}
+	q := &LaunchProfile{Program: lf("/usr/bin/python3", 8)}
+	for i := range uint64(3) {
+		recordLaunch(t, q, lib, []Event{acc(1000, 3, formats.KindFault, 16*i, 16)}, 3)
+	}
+	if got := q.Plan()[0].Ranges; !reflect.DeepEqual(got, []Range{{0, 48}}) {
+		t.Errorf("mapped /libc ranges %v, want the union [0, 48)", got)
 	}
 }
 
