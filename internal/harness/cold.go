@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -86,17 +87,35 @@ func MakeCold(paths []string, o ColdOptions) (ColdCheck, error) {
 	}
 	c, unmapped, err := countResident(files)
 	// A file no process maps that is cached again was read by another
-	// process since (every process start reads ld.so.cache): evict it
-	// again, twice at most.
-	for i := 0; i < 2 && err == nil && len(unmapped) > 0; i++ {
+	// process since (every process start reads ld.so.cache), or has pages
+	// still being read in, which eviction skips (a prefetch queued behind
+	// a device throttle: 32 pages of a database, 2026-12-02): evict it
+	// again, at once and then every 50 ms while the residue keeps falling
+	// (within 200 ms), for up to residueWait.
+	deadline, fell := time.Now().Add(residueWait), time.Now()
+	for i := 0; err == nil && len(unmapped) > 0; i++ {
+		if i >= 2 && (time.Now().After(deadline) || time.Since(fell) > 200*time.Millisecond) {
+			break
+		}
+		if i > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
 		if err := evict(unmapped); err != nil {
 			return ColdCheck{}, err
 		}
+		was := c.Resident
 		c, unmapped, err = countResident(files)
+		if c.Resident < was {
+			fell = time.Now()
+		}
 	}
 	c.Method = method + ", " + c.Method
 	return c, err
 }
+
+// residueWait bounds how long MakeCold evicts again the pages of files no
+// process maps that stay cached.
+const residueWait = 2 * time.Second
 
 func evict(files []string) error {
 	for _, f := range files {
