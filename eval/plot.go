@@ -137,9 +137,51 @@ func spread(s Series, j int) struct{ Low, High float64 } {
 	return struct{ Low, High float64 }{s.Y[j] - s.Lo[j], s.Hi[j] - s.Y[j]}
 }
 
+// Bar chart geometry: a bar is at most maxBar wide and at least minBar;
+// a category's group fills at most groupFill of its share of the axis;
+// the axis gets what the figure's width leaves after plotMargin.
+const (
+	maxBar     = 10 * vg.Millimeter // about 28 pt
+	minBar     = vg.Length(6)
+	groupFill  = 0.8
+	plotMargin = 3 * vg.Centimeter
+)
+
+// width is the figure's width: 16 cm, or more for a bar chart of many
+// categories, so that each bar is at least minBar wide.
+func (f *Figure) width() vg.Length {
+	w := 16 * vg.Centimeter
+	if f.Categories == nil {
+		return w
+	}
+	need := vg.Length(len(f.Categories)*max(len(f.Series), 1))*minBar/groupFill + plotMargin
+	return max(w, need)
+}
+
+// rotated reports whether a bar chart's category labels are drawn
+// slanted: they are too long to stand side by side.
+func (f *Figure) rotated() bool {
+	total := 0
+	for _, c := range f.Categories {
+		total += len(c)
+	}
+	return f.Categories != nil && total*6 > int((f.width()-plotMargin)/vg.Points(1))
+}
+
+// share is each category's part of a bar chart's x axis.
+func (f *Figure) share() vg.Length {
+	return (f.width() - plotMargin) / vg.Length(max(len(f.Categories), 1))
+}
+
+// barWidth is the width of one bar: its group fills groupFill of its
+// share, within minBar and maxBar.
+func (f *Figure) barWidth() vg.Length {
+	return min(maxBar, max(minBar, f.share()*groupFill/vg.Length(max(len(f.Series), 1))))
+}
+
 func (f *Figure) bars(p *plot.Plot) error {
-	n := len(f.Series)
-	w := vg.Points(math.Max(6, 60/float64(max(n, 1))))
+	n := max(len(f.Series), 1)
+	w := f.barWidth()
 	for i, s := range f.Series {
 		vals := make(plotter.Values, len(f.Categories))
 		for j := range vals {
@@ -161,6 +203,10 @@ func (f *Figure) bars(p *plot.Plot) error {
 		}
 	}
 	p.NominalX(f.Categories...)
+	if f.rotated() {
+		p.X.Tick.Label.Rotation = math.Pi / 6
+		p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = draw.XRight, draw.YCenter
+	}
 	p.X.Min, p.X.Max = -0.6, float64(len(f.Categories))-0.4
 	p.Y.Min = math.Min(0, p.Y.Min)
 	return nil
@@ -197,7 +243,10 @@ func writeFigure(dir string, f *Figure) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	width, height := 16*vg.Centimeter, 10*vg.Centimeter
+	width, height := f.width(), 10*vg.Centimeter
+	if f.rotated() {
+		height += 2 * vg.Centimeter
+	}
 	var svg []byte
 	for _, ext := range []string{".svg", ".png"} {
 		var c vg.CanvasWriterTo

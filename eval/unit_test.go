@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/vg"
+
 	"github.com/predictio/predictio/internal/harness"
 )
 
@@ -185,5 +188,30 @@ func TestResumeMeasuresNewModes(t *testing.T) {
 	p = x.res.Suite("fake").Points[0]
 	if runs != 4 || p.Mode("daemon") == nil {
 		t.Fatalf("a point lacking the plan's daemon mode: %d runs, modes %+v", runs, p.Modes)
+	}
+}
+
+// TestBarGroupsFit: a bar chart of nine points of four modes (the devices
+// suite) keeps each point's bars inside its share of the axis, and slants
+// labels that would overlap; before, the bars of one point ran into the
+// next and the labels into each other.
+func TestBarGroupsFit(t *testing.T) {
+	f := &Figure{Series: make([]Series, 4)}
+	for _, d := range []string{"this", "sata-ssd", "hdd"} {
+		f.Categories = append(f.Categories, "launch-python3/"+d, "sqlite-2^14/"+d, "llm-no-mmap/"+d)
+	}
+	p := plot.New()
+	if err := f.bars(p); err != nil {
+		t.Fatal(err)
+	}
+	if w, share := f.barWidth(), f.share(); 4*w > share || w < minBar {
+		t.Errorf("a bar %v, a group %v wide, its share %v", w, 4*w, share)
+	}
+	if !f.rotated() || p.X.Tick.Label.Rotation == 0 {
+		t.Error("nine long labels are not slanted")
+	}
+	short := &Figure{Categories: []string{"a", "b"}, Series: make([]Series, 2)}
+	if short.rotated() || short.width() != 16*vg.Centimeter {
+		t.Errorf("two short labels: rotated %v, width %v", short.rotated(), short.width())
 	}
 }
