@@ -74,11 +74,14 @@ func buildDoc(pdir string, res *Results) (*doc, error) {
 	return d, nil
 }
 
+// noCommit says why a run's commit is unknown and what to do.
+const noCommit = "the binary carries no VCS stamp and ran outside its clone: build it with go build -buildvcs=true"
+
 func introParas(res *Results) []string {
 	m := res.Machine
 	commit := m.Commit
 	if commit == "" {
-		commit = "unknown"
+		commit = "unknown (" + noCommit + ")"
 	}
 	if m.Dirty {
 		commit += " (with uncommitted changes)"

@@ -62,6 +62,9 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		return nil, err
 	}
 	defer x.close()
+	if x.res.Machine.Commit == "" {
+		x.prog.logf("eval: warning: the points will record no commit: %s", noCommit)
+	}
 	x.prog.planSuites(sel, o.Quick, x.res.Device.Preset)
 	for _, s := range sel {
 		if err := ctx.Err(); err != nil {

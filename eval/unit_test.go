@@ -215,3 +215,16 @@ func TestBarGroupsFit(t *testing.T) {
 		t.Errorf("two short labels: rotated %v, width %v", short.rotated(), short.width())
 	}
 }
+
+// TestUnknownCommit: a report of a binary without its commit says how to
+// build one with it.
+func TestUnknownCommit(t *testing.T) {
+	res := &Results{}
+	if got := strings.Join(introParas(res), "\n"); !strings.Contains(got, "-buildvcs=true") {
+		t.Errorf("intro without a commit:\n%s", got)
+	}
+	res.Machine.Commit = "0cdc65f"
+	if got := strings.Join(introParas(res), "\n"); strings.Contains(got, "-buildvcs") || !strings.Contains(got, "0cdc65f") {
+		t.Errorf("intro with a commit:\n%s", got)
+	}
+}
