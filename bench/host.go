@@ -82,11 +82,10 @@ func sizesFor(iops float64) hostSizes {
 // a request that issues nothing. ctx is checked between steps. Needs
 // Linux 6.5 (cachestat).
 func MeasureHost(ctx context.Context, c HostConfig) (*formats.HostCosts, error) {
-	log := c.Log
-	if log == nil {
-		log = io.Discard
+	if c.Log == nil {
+		c.Log = io.Discard
 	}
-	path, size, sz := c.Path, c.Size, sizesFor(c.IOPS)
+	path, size, sz, log := c.Path, c.Size, sizesFor(c.IOPS), c.Log
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
 		return nil, fmt.Errorf("measure host: read CPU affinity: %w", err)
@@ -123,13 +122,10 @@ func MeasureHost(ctx context.Context, c HostConfig) (*formats.HostCosts, error) 
 	return h, nil
 }
 
-// measurePrefetches measures each of prefetchPoints into h and returns
-// the last point's ranges, cached now.
+// measurePrefetches measures each of prefetchPoints into h (c.Log set)
+// and returns the last point's ranges, cached now.
 func measurePrefetches(ctx context.Context, c HostConfig, sz hostSizes, h *formats.HostCosts) ([]policies.Range, error) {
 	log := c.Log
-	if log == nil {
-		log = io.Discard
-	}
 	var last []policies.Range
 	for _, n := range prefetchPoints {
 		cost, err := measurePrefetch(ctx, c.Path, c.Size, n, sz)

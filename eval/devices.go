@@ -162,11 +162,7 @@ func devicesSQLite(ctx context.Context, c *Context) (*PointSpec, error) {
 		}
 		train = append(train, sqlitedb.ScanArgs("sqlite3", db, tq))
 	}
-	dir := c.workPath("devices")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	modes = append(modes, daemonMode(ctx, c, daemonWorkload{id: "sqlite3", dir: dir, argv: argv, train: train, files: []string{db}, parse: checkCount(n)}))
+	modes = append(modes, daemonMode(ctx, c, daemonWorkload{id: "sqlite3", dir: c.workPath("devices"), argv: argv, train: train, files: []string{db}, parse: checkCount(n)}))
 	return &PointSpec{ID: id, Files: []string{db}, Est: sqliteEst(c, n), Modes: modes}, nil
 }
 
@@ -189,9 +185,6 @@ func devicesLLM(ctx context.Context, c *Context) (*PointSpec, error) {
 	lr := probeRun(ctx, c.Predictio)
 	modes := []liveMode{{name: "baseline", alone: true}, {name: "noop", policies: []string{"tensor"}, backend: "none"}, {name: "predictio", policies: []string{"tensor"}}}
 	files := []string{path, filepath.Join(dir, "node_modules", "@node-llama-cpp")}
-	if err := os.MkdirAll(c.workPath("devices"), 0o755); err != nil {
-		return nil, err
-	}
 	specs := liveModeSpecs(lr, dir, cmd.Args, modes, nil, parseLoad)
 	// A model is loaded again as it was: the daemon learns the same load.
 	specs = append(specs, daemonMode(ctx, c, daemonWorkload{id: "llm-" + lm.id, dir: dir, state: c.workPath("devices"), argv: cmd.Args, files: files, parse: parseLoad}))

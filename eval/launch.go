@@ -241,10 +241,10 @@ type launchDaemon struct {
 }
 
 // daemonWorkload is what a daemon mode measures: the command argv, run in
-// dir (the daemon's files go into state, default dir), and the commands the daemon learns the program from first (nil:
-// argv itself, 3 times), each after files are made cold; parse, when set,
-// reads the command's output into the sample, as the point's other modes
-// do.
+// dir (the daemon's files go into state, default dir), and the commands
+// the daemon learns the program from first (nil: argv itself, 3 times),
+// each after files are made cold; parse, when set, reads the command's
+// output into the sample, as the point's other modes do.
 type daemonWorkload struct {
 	id, dir, state string
 	argv           []string
@@ -318,6 +318,9 @@ func newLaunchDaemon(ctx context.Context, bin, dir, id, name string) (*launchDae
 	exe, err := launchbench.Executable(name)
 	if err != nil {
 		return nil, err.Error() + " for the daemon's profile"
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err.Error()
 	}
 	profiles := filepath.Join(dir, "daemon-profiles-"+id)
 	if err := os.RemoveAll(profiles); err != nil {

@@ -187,11 +187,15 @@ func TestPresets(t *testing.T) {
 // (unthrottled they take a few ms here; the throttle lets about a tenth
 // of a second's budget through at once). It checks the cgroup's own
 // counters too, and that Close removes the cgroup.
-func TestThrottle(t *testing.T) {
+// hddThrottle makes the HDD preset's throttle on a scratch directory's
+// disk, or skips the test without root (cgroups) or where the kernel has
+// no cgroup I/O throttling.
+func hddThrottle(t *testing.T, prefix string) (*Throttle, string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create cgroups")
 	}
-	dir := testenv.ScratchDir(t, "harness-throttle-", "needs a disk-backed filesystem for a block device to throttle")
+	dir := testenv.ScratchDir(t, prefix, "needs a disk-backed filesystem for a block device to throttle")
 	hdd, _ := PresetByName("hdd")
 	th, err := NewThrottle(hdd, dir)
 	if err != nil {
@@ -200,6 +204,11 @@ func TestThrottle(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
+	return th, dir
+}
+
+func TestThrottle(t *testing.T) {
+	th, dir := hddThrottle(t, "harness-throttle-")
 	cg := th.Dir
 	defer th.Close()
 	f := filepath.Join(dir, "data")
@@ -275,18 +284,7 @@ func TestThisMachine(t *testing.T) {
 // MakeCold evicts them again once they are read (it reported 32 pages of
 // a database resident after a daemon's prefetch on the HDD preset).
 func TestMakeColdWaitsForReadsInFlight(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create cgroups")
-	}
-	dir := testenv.ScratchDir(t, "harness-inflight-", "needs a disk-backed filesystem for a block device to throttle")
-	hdd, _ := PresetByName("hdd")
-	th, err := NewThrottle(hdd, dir)
-	if err != nil {
-		if strings.Contains(err.Error(), "no cgroup I/O throttling") {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	th, dir := hddThrottle(t, "harness-inflight-")
 	defer th.Close()
 	f := filepath.Join(dir, "data")
 	testenv.WritePattern(t, f, 16<<20)
