@@ -181,12 +181,6 @@ func TestPresets(t *testing.T) {
 	}
 }
 
-// TestThrottle puts this process under the hdd preset (343 IOPS) on the
-// scratch directory's disk and checks that cold O_DIRECT 4 KiB reads go
-// through the cgroup and are limited: 300 reads cannot finish in 0.4 s
-// (unthrottled they take a few ms here; the throttle lets about a tenth
-// of a second's budget through at once). It checks the cgroup's own
-// counters too, and that Close removes the cgroup.
 // hddThrottle makes the HDD preset's throttle on a scratch directory's
 // disk, or skips the test without root (cgroups) or where the kernel has
 // no cgroup I/O throttling.
@@ -207,6 +201,12 @@ func hddThrottle(t *testing.T, prefix string) (*Throttle, string) {
 	return th, dir
 }
 
+// TestThrottle puts this process under the hdd preset (343 IOPS) on the
+// scratch directory's disk and checks that cold O_DIRECT 4 KiB reads go
+// through the cgroup and are limited: 300 reads cannot finish in 0.4 s
+// (unthrottled they take a few ms here; the throttle lets about a tenth
+// of a second's budget through at once). It checks the cgroup's own
+// counters too, and that Close removes the cgroup.
 func TestThrottle(t *testing.T) {
 	th, dir := hddThrottle(t, "harness-throttle-")
 	cg := th.Dir
