@@ -409,10 +409,37 @@ func TestQuickLLM(t *testing.T) {
 	}
 }
 
+// TestExpectedScalesWithRounds checks that --list and the ETA scale a
+// suite's expected time (measured at the default rounds) by --rounds.
+func TestExpectedScalesWithRounds(t *testing.T) {
+	p, _ := presetForTest("this")
+	info := Suites()[0].Info()
+	def := expected(info, false, p, 0)
+	if def <= 0 {
+		t.Fatalf("%s: expected time %v", info.Name, def)
+	}
+	if got := expected(info, false, p, DefaultRounds); got != def {
+		t.Errorf("at the default rounds: %v, want %v", got, def)
+	}
+	if got, want := expected(info, false, p, 2*DefaultRounds), 2*def; got != want {
+		t.Errorf("at %d rounds: %v, want %v", 2*DefaultRounds, got, want)
+	}
+	q := expected(info, true, p, 0)
+	if got, want := expected(info, true, p, 2*DefaultQuickRounds), 2*q; got != want {
+		t.Errorf("quick at %d rounds: %v, want %v", 2*DefaultQuickRounds, got, want)
+	}
+	var b5, b10 bytes.Buffer
+	List(&b5, false, p, 0)
+	List(&b10, false, p, 2*DefaultRounds)
+	if b5.String() == b10.String() {
+		t.Errorf("--list prints the same expected times at %d rounds as at the default", 2*DefaultRounds)
+	}
+}
+
 func TestListAndSelect(t *testing.T) {
 	var b bytes.Buffer
 	p, _ := presetForTest("hdd")
-	List(&b, false, p)
+	List(&b, false, p, 0)
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	if len(lines) != len(Suites())+1 {
 		t.Fatalf("--list printed %d lines for %d suites:\n%s", len(lines), len(Suites()), b.String())

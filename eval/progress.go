@@ -44,15 +44,12 @@ func (p *progress) logf(format string, args ...any) {
 	fmt.Fprintf(p.w, format+"\n", args...)
 }
 
-func (p *progress) planSuites(ss []Suite, quick bool, dev harness.Preset) {
+func (p *progress) planSuites(ss []Suite, quick bool, dev harness.Preset, rounds int) {
 	var total time.Duration
 	var names []string
 	for _, s := range ss {
 		info := s.Info()
-		var d time.Duration
-		if info.Expected != nil {
-			d = info.Expected(quick, dev)
-		}
+		d := expected(info, quick, dev, rounds)
 		p.pending[info.Name] = d
 		total += d
 		names = append(names, info.Name)

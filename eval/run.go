@@ -65,7 +65,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	if x.res.Machine.Commit == "" {
 		x.prog.logf("eval: warning: the points will record no commit: %s", noCommit)
 	}
-	x.prog.planSuites(sel, o.Quick, x.res.Device.Preset)
+	x.prog.planSuites(sel, o.Quick, x.res.Device.Preset, x.ctx.Rounds)
 	for _, s := range sel {
 		if err := ctx.Err(); err != nil {
 			break
@@ -196,9 +196,7 @@ func values[K comparable, V any](m map[K]V) []V {
 func (x *runner) runSuite(ctx context.Context, s Suite) {
 	info := s.Info()
 	sr := &SuiteResult{Name: info.Name, Figures: info.Figures, Measures: info.Measures, Needs: info.Needs}
-	if info.Expected != nil {
-		sr.ExpectedS = info.Expected(x.o.Quick, x.ctx.Device).Seconds()
-	}
+	sr.ExpectedS = expected(info, x.o.Quick, x.ctx.Device, x.ctx.Rounds).Seconds()
 	x.replaceSuite(sr)
 	start := time.Now()
 	defer func() { sr.ElapsedS = time.Since(start).Seconds() }()

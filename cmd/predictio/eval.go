@@ -17,7 +17,7 @@ func init() {
 		name:    "eval",
 		summary: "run the PredictIO paper's evaluation: real workloads cold, alternated over rounds, on this or an emulated device, into a report with plots",
 		usage: "predictio eval [--suite NAME|all]... [--policy SPEC]... [--device this|sata-ssd|hdd] [--rounds N] [--quick] -o DIR\n" +
-			"       predictio eval --list [--quick] [--device PRESET]",
+			"       predictio eval --list [--quick] [--device PRESET] [--rounds N]",
 		example: "predictio eval --list\n" +
 			"predictio eval --suite readahead,control --quick -o /var/tmp/eval-quick\n" +
 			"predictio eval --suite all --device sata-ssd -o /var/tmp/eval-sata",
@@ -52,7 +52,7 @@ func runEval(c *command, args []string) int {
 		return fail(2, fmt.Errorf("eval: --device: %w", err))
 	}
 	if *list {
-		eval.List(os.Stdout, *quick, preset)
+		eval.List(os.Stdout, *quick, preset, *rounds)
 		return 0
 	}
 	if *out == "" {
