@@ -36,12 +36,16 @@ func expected(info Info, quick bool, dev harness.Preset, rounds int) time.Durati
 		return 0
 	}
 	d := info.Expected(quick, dev)
-	def := DefaultRounds
+	if rounds <= 0 {
+		return d
+	}
+	return d * time.Duration(rounds) / time.Duration(defaultRounds(quick))
+}
+
+// defaultRounds is the rounds per mode when none are given.
+func defaultRounds(quick bool) int {
 	if quick {
-		def = DefaultQuickRounds
+		return DefaultQuickRounds
 	}
-	if rounds > 0 && rounds != def {
-		d = d * time.Duration(rounds) / time.Duration(def)
-	}
-	return d
+	return DefaultRounds
 }

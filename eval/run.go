@@ -125,10 +125,7 @@ func newRunner(ctx context.Context, o Options) (*runner, error) {
 	}
 	rounds := o.Rounds
 	if rounds <= 0 {
-		rounds = DefaultRounds
-		if o.Quick {
-			rounds = DefaultQuickRounds
-		}
+		rounds = defaultRounds(o.Quick)
 	}
 	x := &runner{o: o, done: map[string]*Point{}, prog: newProgress(o.Progress), others: map[string]*harness.Throttle{}}
 	if err := x.resume(preset); err != nil {
