@@ -244,38 +244,58 @@ func checkCounters(t *testing.T, r *Run) {
 	}
 }
 
-// TestDirectOracle: with the oracle, demand misses are close to zero and
-// counters add up.
+// deviceThink returns a think time at which a prefetcher can keep ahead
+// of tr's reads on this device: twice the baseline's stall per read (the
+// device's service time at queue depth 1), and at least minNS. With
+// less, a prefetch can be late however well it is made: the seq trace at
+// 20 µs per 16 KiB read asks for some 800 MB/s, several times what a
+// bandwidth-capped cloud disk delivers (CI's gave about 90 MB/s).
+func deviceThink(t *testing.T, tr *trace, root string, minNS uint64) uint64 {
+	t.Helper()
+	r := replayMem(t, tr, Options{Root: root, Backend: BackendDirect, Timing: TimingASAP, CachePages: 16384}).Runs[0]
+	perRead := uint64(max(r.StallNS, 0)) / uint64(max(tr.ops, 1))
+	return max(minNS, 2*perRead)
+}
+
+// TestDirectOracle: with the oracle, demand misses are close to zero,
+// most prefetches are in time and counters add up. The think time is
+// set from the device (deviceThink), so that "in time" asks of the
+// backend what the device can give.
 func TestDirectOracle(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		tr   *trace
+		name  string
+		pages uint64
+		runs  [][2]uint64
 	}{
-		{"seq", memTrace(2048, seqRuns(2048, 4), 20_000)},
-		{"sparse", memTrace(8192, sparseRuns(8192, 1500, 2), 20_000)},
+		{"seq", 2048, seqRuns(2048, 4)},
+		{"sparse", 8192, sparseRuns(8192, 1500, 2)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := materialized(t, tc.tr)
-			distinct := distinctPages(tc.tr)
-			// Whether a prefetch beats its demand depends on the service
-			// goroutine getting a CPU within the 20 µs think time, which a
-			// loaded machine (other test packages run in parallel) may
+			probe := memTrace(tc.pages, tc.runs, 20_000)
+			root := materialized(t, probe)
+			think := deviceThink(t, probe, root, 20_000)
+			tr := memTrace(tc.pages, tc.runs, think)
+			t.Logf("think time %v per read", time.Duration(think))
+			distinct := distinctPages(tr)
+			// Whether a prefetch beats its demand also depends on the
+			// service goroutine getting a CPU within the think time, which
+			// a loaded machine (other test packages run in parallel) may
 			// deny: up to three attempts, and one must come close to zero
-			// misses. A backend that prefetches nothing misses every page
-			// in all three.
+			// misses with half the pages or more used in time. A backend
+			// that prefetches nothing misses every page in all three.
 			var base, orc *Run
 			for attempt := 1; ; attempt++ {
-				rep := replayMem(t, tc.tr, Options{Root: root, Backend: BackendDirect, Timing: TimingRecorded,
+				rep := replayMem(t, tr, Options{Root: root, Backend: BackendDirect, Timing: TimingRecorded,
 					CachePages: 16384, Runs: []string{Baseline, "oracle:n=256"}})
 				base, orc = rep.Runs[0], rep.Runs[1]
 				t.Logf("attempt %d: baseline: wall %v stall %v misses %d; oracle: wall %v stall %v misses %d, %v, counters %+v", attempt,
 					time.Duration(base.WallNS), time.Duration(base.StallNS), base.DemandMisses, time.Duration(orc.WallNS), time.Duration(orc.StallNS),
 					orc.DemandMisses, orc.Counts, orc.Counters)
-				if orc.DemandMisses <= distinct/20+2 {
+				if orc.DemandMisses <= distinct/20+2 && orc.UsedInTime >= distinct/2 {
 					break
 				}
 				if attempt == 3 {
-					t.Fatalf("oracle demand misses %d of %d distinct pages in each of 3 attempts; want close to zero (baseline %d)", orc.DemandMisses, distinct, base.DemandMisses)
+					t.Fatalf("oracle demand misses %d, used in time %d of %d distinct pages in the last of 3 attempts; want misses close to zero (baseline %d) and half or more used in time", orc.DemandMisses, orc.UsedInTime, distinct, base.DemandMisses)
 				}
 			}
 			if orc.DemandHits+orc.DemandMisses+orc.Late+orc.DemandWaits != orc.Pages {
@@ -290,9 +310,6 @@ func TestDirectOracle(t *testing.T) {
 			// (used in time) or in flight (late).
 			if got := orc.UsedInTime + orc.Late + orc.DemandMisses; got != distinct {
 				t.Errorf("used in time %d + late %d + misses %d = %d, want the %d distinct pages", orc.UsedInTime, orc.Late, orc.DemandMisses, got, distinct)
-			}
-			if orc.UsedInTime < distinct/2 {
-				t.Errorf("oracle: %d of %d distinct pages used in time", orc.UsedInTime, distinct)
 			}
 		})
 	}
