@@ -28,6 +28,7 @@ func (s *Stats) add(o Stats) {
 	r.WaitEnters += q.WaitEnters
 	r.Wakeups += q.Wakeups
 	r.FlushEnters += q.FlushEnters
+	r.Interrupted += q.Interrupted
 	r.Submitted += q.Submitted
 	r.Reaped += q.Reaped
 	r.Registers += q.Registers

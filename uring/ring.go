@@ -172,8 +172,8 @@ type Ring struct {
 	cqes       []CQE
 
 	stats struct {
-		enters, submitEnters, waitEnters, wakeups, flushes atomic.Uint64
-		submitted, reaped, registers                       atomic.Uint64
+		enters, submitEnters, waitEnters, wakeups, flushes, eintr atomic.Uint64
+		submitted, reaped, registers                              atomic.Uint64
 	}
 }
 
@@ -181,14 +181,15 @@ type Ring struct {
 // the Ring made, retries after EINTR included. It equals SubmitEnters +
 // WaitEnters + Wakeups + FlushEnters except that a wakeup folded into
 // SubmitAndWait's wait is counted in both WaitEnters and Wakeups (so with
-// SQPOLL the sum can exceed Enters), and EINTR retries are counted only in
-// Enters. Registers counts io_uring_register calls.
+// SQPOLL the sum can exceed Enters), and EINTR retries are counted in
+// Interrupted, not in the four. Registers counts io_uring_register calls.
 type Stats struct {
 	Enters       uint64 // all io_uring_enter calls
 	SubmitEnters uint64 // enters that only submitted (no SQPOLL)
 	WaitEnters   uint64 // enters with IORING_ENTER_GETEVENTS and min_complete > 0
 	Wakeups      uint64 // enters to wake a sleeping SQPOLL thread (IORING_SQ_NEED_WAKEUP)
 	FlushEnters  uint64 // enters by Reap to flush CQ overflow or run task work
+	Interrupted  uint64 // enters that failed with EINTR (a signal, such as Go's preemption) and were retried
 	Submitted    uint64 // SQEs published to the kernel
 	Reaped       uint64 // CQEs consumed
 	Registers    uint64 // io_uring_register calls
@@ -333,6 +334,7 @@ func (r *Ring) Stats() Stats {
 		WaitEnters:   r.stats.waitEnters.Load(),
 		Wakeups:      r.stats.wakeups.Load(),
 		FlushEnters:  r.stats.flushes.Load(),
+		Interrupted:  r.stats.eintr.Load(),
 		Submitted:    r.stats.submitted.Load(),
 		Reaped:       r.stats.reaped.Load(),
 		Registers:    r.stats.registers.Load(),
@@ -399,6 +401,7 @@ func (r *Ring) enter(toSubmit, minComplete, flags uint32) (int, error) {
 			n, _, errno = unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(toSubmit), uintptr(minComplete), uintptr(flags), 0, 0)
 		}
 		if errno == unix.EINTR {
+			r.stats.eintr.Add(1)
 			continue
 		}
 		if errno != 0 {

@@ -203,10 +203,10 @@ func TestReadKnownBytes(t *testing.T) {
 			if s.Submitted != 4*qd || s.Reaped != 4*qd {
 				t.Errorf("stats submitted %d reaped %d, want %d each", s.Submitted, s.Reaped, 4*qd)
 			}
-			if s.Enters != s.SubmitEnters+s.WaitEnters+s.Wakeups+s.FlushEnters {
+			if s.Enters != s.SubmitEnters+s.WaitEnters+s.Wakeups+s.FlushEnters+s.Interrupted {
 				// Wakeups folded into a wait enter are counted in both.
 				if !r.SQPoll() {
-					t.Errorf("enters %d != submit %d + wait %d + wakeups %d + flush %d", s.Enters, s.SubmitEnters, s.WaitEnters, s.Wakeups, s.FlushEnters)
+					t.Errorf("enters %d != submit %d + wait %d + wakeups %d + flush %d + interrupted %d", s.Enters, s.SubmitEnters, s.WaitEnters, s.Wakeups, s.FlushEnters, s.Interrupted)
 				}
 			}
 			if !r.SQPoll() && s.SubmitEnters < 4 {
