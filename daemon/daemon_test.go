@@ -425,9 +425,9 @@ func TestDaemonReload(t *testing.T) {
 // runs as its own process, learning no program; over a 3 s window its
 // CPU time must be at most 5 ms plus 1 ms for each exec of the machine it
 // saw and ignored (other processes' execs: this machine is shared; on an
-// idle one the bound is 5 ms). An ignored exec costs the daemon 0.4-0.55
-// ms here, the more on a loaded machine (470-535 µs with the other
-// packages' tests beside this one, 128-320 execs per window), so up to
+// idle one the bound is 5 ms). An ignored exec cost the daemon 470-535
+// µs of CPU with the other packages' tests beside this one (128-320 execs
+// per window, the CI rehearsal of 2026-12-02), so up to
 // three windows are measured and one must be within its bound; a daemon
 // that polls exceeds the 5 ms in all three.
 func TestDaemonIdleCPU(t *testing.T) {
