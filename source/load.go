@@ -12,7 +12,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/predictio/predictio/bpf"
 )
@@ -249,10 +248,11 @@ func loadPrograms(spec *ebpf.CollectionSpec, coll *ebpf.Collection, kernel *btf.
 // openRings opens the readers of the events and opens rings.
 func (s *Source) openRings() error {
 	var err error
-	if s.events, err = ringbuf.NewReader(s.coll.Maps[bpf.RecordMapEvents]); err != nil {
+	blocking := s.cfg.Latency == LowLatency
+	if s.events, err = newRing(s.coll.Maps[bpf.RecordMapEvents], blocking); err != nil {
 		return fmt.Errorf("open events ring: %w", err)
 	}
-	if s.opens, err = ringbuf.NewReader(s.coll.Maps[bpf.RecordMapOpens]); err != nil {
+	if s.opens, err = newRing(s.coll.Maps[bpf.RecordMapOpens], blocking); err != nil {
 		return fmt.Errorf("open opens ring: %w", err)
 	}
 	return nil

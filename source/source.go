@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
 	"github.com/predictio/predictio/formats"
@@ -126,8 +125,8 @@ type Source struct {
 	links  []attached
 	files  *fileTable
 
-	events    *ringbuf.Reader
-	opens     *ringbuf.Reader
+	events    *ring
+	opens     *ring
 	opensMark atomic.Uint64 // all open events submitted before this monotonic time are processed
 	flushAt   atomic.Uint64 // when flushOpens last asked the opens reader to catch up
 	paused    atomic.Bool   // Pause: the access programs are detached
