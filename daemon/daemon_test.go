@@ -182,7 +182,7 @@ func runProg(t *testing.T, prog, mode string, files []string, env ...string) str
 }
 
 // waitFor polls cond for up to 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
@@ -432,19 +432,7 @@ func TestDaemonReload(t *testing.T) {
 // that polls exceeds the 5 ms in all three.
 func TestDaemonIdleCPU(t *testing.T) {
 	requireDaemon(t)
-	dir := t.TempDir()
-	bin := buildPredictio(t)
-	cfg := filepath.Join(dir, "d.toml")
-	sock := filepath.Join(dir, "s")
-	os.WriteFile(cfg, []byte(fmt.Sprintf("profile_dir = %q\nsocket = %q\nmetrics = \"\"\n[learn]\nprograms = [\"nothing\"]\n",
-		filepath.Join(dir, "p"), sock)), 0o644)
-	cmd := exec.Command(bin, "daemon", "--config", cfg)
-	cmd.Stderr = io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
-	waitFor(t, "the daemon's socket", func() bool { _, err := QueryStatus(sock); return err == nil })
+	cmd, sock := startIdleDaemon(t)
 	time.Sleep(500 * time.Millisecond)
 	for window := 1; ; window++ {
 		used, execs := idleWindow(t, sock, cmd.Process.Pid, 3*time.Second)
@@ -458,6 +446,59 @@ func TestDaemonIdleCPU(t *testing.T) {
 			t.Fatalf("idle daemon used more CPU than its bound in each of 3 windows of 3 s; want at most 5 ms plus 1 ms per exec seen")
 		}
 	}
+}
+
+// startIdleDaemon starts a daemon that learns no program and waits until
+// it answers on its status socket.
+func startIdleDaemon(t testing.TB) (*exec.Cmd, string) {
+	t.Helper()
+	dir := t.TempDir()
+	bin := buildPredictio(t)
+	cfg := filepath.Join(dir, "d.toml")
+	sock := filepath.Join(dir, "s")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("profile_dir = %q\nsocket = %q\nmetrics = \"\"\n[learn]\nprograms = [\"nothing\"]\n",
+		filepath.Join(dir, "p"), sock)), 0o644)
+	cmd := exec.Command(bin, "daemon", "--config", cfg)
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
+	waitFor(t, "the daemon's socket", func() bool { _, err := QueryStatus(sock); return err == nil })
+	return cmd, sock
+}
+
+// BenchmarkDaemonExecCPU measures the daemon's CPU per exec of a program
+// it does not learn (/bin/true): the cost every process on the machine
+// pays for a daemon that runs. PREDICTIO_BIN selects the binary, for A/B
+// runs (docs/BENCHMARKS.md).
+func BenchmarkDaemonExecCPU(b *testing.B) {
+	requireDaemon(b)
+	cmd, sock := startIdleDaemon(b)
+	time.Sleep(500 * time.Millisecond)
+	pid := cmd.Process.Pid
+	s0, err := QueryStatus(sock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c0 := procCPU(b, pid)
+	b.ResetTimer()
+	for range b.N {
+		if err := exec.Command("/bin/true").Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	time.Sleep(300 * time.Millisecond) // the daemon handles the last execs
+	c1 := procCPU(b, pid)
+	s1, err := QueryStatus(sock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if seen := s1.Counts.Execs - s0.Counts.Execs; seen < uint64(b.N) {
+		b.Fatalf("the daemon saw %d of %d execs", seen, b.N)
+	}
+	b.ReportMetric(float64(c1-c0)/1e3/float64(b.N), "daemon-µs/exec")
 }
 
 // idleWindow returns the CPU time the daemon pid used over d, and the
@@ -481,7 +522,7 @@ func idleWindow(t *testing.T, sock string, pid int, d time.Duration) (time.Durat
 // procCPU returns the CPU time of a process's threads, in nanoseconds
 // (the first field of each /proc/PID/task/TID/schedstat): /proc/PID/stat
 // counts in 10 ms ticks, coarser than the bounds checked.
-func procCPU(t *testing.T, pid int) time.Duration {
+func procCPU(t testing.TB, pid int) time.Duration {
 	t.Helper()
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
