@@ -9,11 +9,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/apache/arrow-go/v18/parquet"
-	"github.com/apache/arrow-go/v18/parquet/compress"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/formats/parquet"
 )
 
 // ExportedTable is one Parquet file written by ExportParquet.
@@ -81,59 +79,35 @@ func exportTable(b *formats.Bundle, name, dst string) (rows int64, err error) {
 		}
 	}()
 	conv := newExportSchema(name, t.Schema())
-	props := parquet.NewWriterProperties(parquetProps(conv.schema)...)
-	fw, err := pqarrow.NewFileWriter(conv.schema, f, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	fw, err := parquet.NewWriter(f, conv.schema, parquet.Options{RowGroupRows: parquetRowGroupRows, CreatedBy: "predictio"})
 	if err != nil {
 		return 0, err
 	}
 	for i := 0; i < t.NumBatches(); i++ {
 		rec, err := t.Batch(i)
 		if err != nil {
-			fw.Close()
 			return rows, err // formats names the file and the batch
 		}
 		if rec, err = conv.convert(rec); err != nil {
-			fw.Close()
 			return rows, fmt.Errorf("batch %d: %w", i, err)
 		}
-		if n, _ := fw.RowGroupNumRows(); n >= parquetRowGroupRows {
-			fw.NewBufferedRowGroup()
-		}
-		err = fw.WriteBuffered(rec)
+		err = fw.Write(rec)
 		rows += rec.NumRows()
 		rec.Release()
 		if err != nil {
-			fw.Close()
-			return rows, fmt.Errorf("write batch %d: %w", i, err)
+			return rows, fmt.Errorf("batch %d: %w", i, err)
 		}
 	}
-	if err := fw.Close(); err != nil { // closes f too
+	if err := fw.Close(); err != nil {
+		return rows, err
+	}
+	if err := f.Close(); err != nil {
 		return rows, err
 	}
 	if err := os.Rename(tmp, dst); err != nil {
 		return rows, err
 	}
 	return rows, nil
-}
-
-// parquetProps chooses zstd and, per column, the encoding that suits it:
-// dictionary for strings and small enums, delta for the integer columns
-// (timestamps and pages grow steadily, so deltas compress well).
-func parquetProps(sc *arrow.Schema) []parquet.WriterProperty {
-	props := []parquet.WriterProperty{
-		parquet.WithCompression(compress.Codecs.Zstd),
-		parquet.WithDictionaryDefault(false),
-		parquet.WithCreatedBy("predictio"),
-	}
-	for _, f := range sc.Fields() {
-		switch f.Type.ID() {
-		case arrow.UINT64, arrow.INT64, arrow.UINT32, arrow.INT32:
-			props = append(props, parquet.WithEncodingFor(f.Name, parquet.Encodings.DeltaBinaryPacked))
-		case arrow.STRING, arrow.DICTIONARY, arrow.UINT8, arrow.INT8:
-			props = append(props, parquet.WithDictionaryFor(f.Name, true))
-		}
-	}
-	return props
 }
 
 // exportSchema is the schema of an exported table: the bundle's, without
