@@ -168,12 +168,8 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	}
 	r.res.Program = prog
 	r.prog = progFile
-	tr := os.Getenv("PREDICTIO_RUN_TRACE") != ""
-	mark := func(s string) {
-		if tr {
-			fmt.Fprintf(os.Stderr, "%8.3f ms %s\n", float64(time.Since(t0))/1e6, s)
-		}
-	}
+	r.t0, r.trace = t0, os.Getenv("PREDICTIO_RUN_TRACE") != ""
+	mark, tr := r.mark, r.trace
 	mark("resolved")
 	r.loadProfile()
 	mark("profile")
@@ -214,7 +210,9 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	r.res.Startup = time.Since(t0)
 	r.wait(ctx)
 	end := time.Now()
+	mark("exited")
 	r.finish()
+	mark("finished")
 	r.res.Shutdown = time.Since(end)
 	return r.res, nil
 }
@@ -240,6 +238,16 @@ type runner struct {
 	release  func()
 	ob       *effect.Observer
 	stage2   *adapters.Stage
+	t0       time.Time
+	trace    bool // PREDICTIO_RUN_TRACE: mark prints the stages' times
+}
+
+// mark prints the time since Run started and what was reached, with
+// PREDICTIO_RUN_TRACE set in the environment.
+func (r *runner) mark(what string) {
+	if r.trace {
+		fmt.Fprintf(os.Stderr, "%8.3f ms %s\n", float64(time.Since(r.t0))/1e6, what)
+	}
 }
 
 // resolveProgram finds the command's executable like exec.Command and
@@ -611,8 +619,10 @@ func (r *runner) finish() {
 	if r.src != nil {
 		r.src.Stop()
 		r.res.Source = r.src.Stats()
+		r.mark("source stopped")
 	}
 	r.learn()
+	r.mark("learned")
 	if r.sink != nil {
 		if err := r.sink.close(); err != nil {
 			r.warn(fmt.Sprintf("write -o %s: %v", r.cfg.Output, err))
@@ -627,6 +637,7 @@ func (r *runner) finish() {
 	} else if r.src != nil {
 		r.src.Close()
 	}
+	r.mark("source closed")
 	r.res.Loop = r.loop.Stats()
 	if r.stage2 != nil {
 		st := r.stage2.Stats()
@@ -641,6 +652,7 @@ func (r *runner) finish() {
 		r.res.Effect = e
 		go r.ob.Close() // detaching waits for RCU: not on the way out
 	}
+	r.mark("adapters closed")
 	r.closeLoop()
 }
 
