@@ -23,7 +23,7 @@ import (
 func waitSocket[R any](t *testing.T, path string, res chan R) {
 	t.Helper()
 	for i := 0; i < 3000; i++ {
-		if st, err := os.Stat(path); err == nil && st.Mode()&os.ModeSocket != 0 {
+		if st, err := os.Stat(path); err == nil && st.Mode()&os.ModeSocket != 0 && connects(path) {
 			return
 		}
 		select {
@@ -33,6 +33,19 @@ func waitSocket[R any](t *testing.T, path string, res chan R) {
 		}
 	}
 	t.Fatalf("hint socket %s never appeared", path)
+}
+
+// connects reports whether a datagram socket connects to path: bind(2)
+// creates the socket's file before the socket can be found through it, so
+// a connect in between fails with ECONNREFUSED (seen on a slow emulated
+// 6.1 VM).
+func connects(path string) bool {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	return unix.Connect(fd, &unix.SockaddrUnix{Name: path}) == nil
 }
 
 // sendRaw sends b to the socket, with forged credentials when uid != 0

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -133,12 +134,23 @@ func manifestCounters(t testing.TB, bundle string) (counters, []string) {
 func waitSocketFile(t testing.TB, sock string) {
 	t.Helper()
 	for range 3000 {
-		if st, err := os.Stat(sock); err == nil && st.Mode()&os.ModeSocket != 0 {
+		if st, err := os.Stat(sock); err == nil && st.Mode()&os.ModeSocket != 0 && dialable(sock) {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("hint socket %s never appeared", sock)
+}
+
+// dialable reports whether a datagram socket connects to sock: bind(2)
+// creates the file before the socket can be found through it.
+func dialable(sock string) bool {
+	c, err := net.Dial("unixgram", sock)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // burst drives a hintburst sender (tracetest's Go helper or
