@@ -476,41 +476,39 @@ func BenchmarkDaemonExecCPU(b *testing.B) {
 	requireDaemon(b)
 	cmd, sock := startIdleDaemon(b)
 	time.Sleep(500 * time.Millisecond)
-	pid := cmd.Process.Pid
-	s0, err := QueryStatus(sock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c0 := procCPU(b, pid)
 	b.ResetTimer()
-	for range b.N {
-		if err := exec.Command("/bin/true").Run(); err != nil {
-			b.Fatal(err)
+	used, seen := daemonCost(b, sock, cmd.Process.Pid, func() {
+		for range b.N {
+			if err := exec.Command("/bin/true").Run(); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
-	b.StopTimer()
-	time.Sleep(300 * time.Millisecond) // the daemon handles the last execs
-	c1 := procCPU(b, pid)
-	s1, err := QueryStatus(sock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if seen := s1.Counts.Execs - s0.Counts.Execs; seen < uint64(b.N) {
+		b.StopTimer()
+		time.Sleep(300 * time.Millisecond) // the daemon handles the last execs
+	})
+	if seen < uint64(b.N) {
 		b.Fatalf("the daemon saw %d of %d execs", seen, b.N)
 	}
-	b.ReportMetric(float64(c1-c0)/1e3/float64(b.N), "daemon-µs/exec")
+	b.ReportMetric(float64(used)/1e3/float64(b.N), "daemon-µs/exec")
 }
 
 // idleWindow returns the CPU time the daemon pid used over d, and the
 // execs of other processes it saw meanwhile (from its status socket).
 func idleWindow(t *testing.T, sock string, pid int, d time.Duration) (time.Duration, uint64) {
 	t.Helper()
+	return daemonCost(t, sock, pid, func() { time.Sleep(d) })
+}
+
+// daemonCost returns the CPU time the daemon pid used while f ran, and
+// the execs of other processes it saw meanwhile.
+func daemonCost(t testing.TB, sock string, pid int, f func()) (time.Duration, uint64) {
+	t.Helper()
 	s0, err := QueryStatus(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c0 := procCPU(t, pid)
-	time.Sleep(d)
+	f()
 	c1 := procCPU(t, pid)
 	s1, err := QueryStatus(sock)
 	if err != nil {

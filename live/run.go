@@ -169,7 +169,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	r.res.Program = prog
 	r.prog = progFile
 	r.t0, r.trace = t0, os.Getenv("PREDICTIO_RUN_TRACE") != ""
-	mark, tr := r.mark, r.trace
+	mark := r.mark
 	mark("resolved")
 	r.loadProfile()
 	mark("profile")
@@ -188,7 +188,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	markov := r.startMarkov(rest)
 	sr := <-srcDone
 	mark("source open")
-	if tr && sr.src != nil {
+	if r.trace && sr.src != nil {
 		for _, p := range sr.src.Startup() {
 			fmt.Fprintf(os.Stderr, "   %s %v\n", p.Name, p.Wall)
 		}

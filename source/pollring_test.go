@@ -19,11 +19,11 @@ import (
 func testRing(t *testing.T) (m *ebpf.Map, submit func(v uint64, quiet bool)) {
 	t.Helper()
 	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.RingBuf, MaxEntries: 4096})
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		t.Skipf("create ring buffer map: the kernel has no BPF ring buffers (Linux 5.8): %v", err)
+	}
 	if err != nil {
-		if errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, os.ErrPermission) {
-			t.Skipf("create ring buffer map (needs CAP_BPF, Linux 5.8): %v", err)
-		}
-		t.Fatal(err)
+		t.Fatalf("create ring buffer map: %v", err)
 	}
 	t.Cleanup(func() { m.Close() })
 	prog := func(flags int64) *ebpf.Program {
@@ -45,7 +45,7 @@ func testRing(t *testing.T) (m *ebpf.Map, submit func(v uint64, quiet bool)) {
 			},
 		})
 		if err != nil {
-			t.Skipf("load ring buffer writer (needs CAP_BPF): %v", err)
+			t.Fatalf("load ring buffer writer: %v", err)
 		}
 		t.Cleanup(func() { p.Close() })
 		return p
@@ -61,6 +61,17 @@ func testRing(t *testing.T) (m *ebpf.Map, submit func(v uint64, quiet bool)) {
 			t.Errorf("run ring buffer writer: %v", err)
 		}
 	}
+}
+
+// openRing opens a reader of m, closed when the test ends.
+func openRing(t *testing.T, m *ebpf.Map, blocking bool) *ring {
+	t.Helper()
+	r, err := newRing(m, blocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }
 
 // readAsync starts one ReadInto and returns what it returns.
@@ -119,11 +130,7 @@ func expect(t *testing.T, done <-chan error, want error) {
 // and Close each end its wait.
 func TestRingPolls(t *testing.T) {
 	m, submit := testRing(t)
-	r, err := newRing(m, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := openRing(t, m, false)
 
 	done := readAsync(r)
 	waitState(t, "IO wait")
@@ -160,10 +167,7 @@ func TestRingPolls(t *testing.T) {
 
 func TestRingPollsClose(t *testing.T) {
 	m, _ := testRing(t)
-	r, err := newRing(m, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := openRing(t, m, false)
 	done := readAsync(r)
 	waitState(t, "IO wait")
 	r.Close()
@@ -174,11 +178,7 @@ func TestRingPollsClose(t *testing.T) {
 // epoll_wait, on the thread it runs on.
 func TestRingBlocks(t *testing.T) {
 	m, submit := testRing(t)
-	r, err := newRing(m, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := openRing(t, m, true)
 	done := readAsync(r)
 	waitState(t, "syscall")
 	submit(20, false)

@@ -3,7 +3,6 @@ package parquet
 import (
 	"encoding/binary"
 	"fmt"
-	"math/bits"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -112,12 +111,18 @@ func (c *column) intType(t arrow.DataType) {
 	if w == 64 {
 		c.phys, c.narrow = typeInt64, false
 	}
-	// UINT_8..UINT_64 are 11..14, INT_8..INT_64 15..18.
-	c.converted = 11 + int32(bits.TrailingZeros(uint(w))-3)
-	if c.signed {
-		c.converted += 4
-	}
+	c.converted = convertedInt(w, c.signed)
 	c.dict = w == 8 && !c.list
+}
+
+// convertedInt is the converted type of a w-bit integer: UINT_8, UINT_16,
+// UINT_32, UINT_64 are 11-14, INT_8 to INT_64 15-18.
+func convertedInt(w int, signed bool) int32 {
+	c := map[int]int32{8: 11, 16: 12, 32: 13, 64: 14}[w]
+	if signed {
+		c += 4
+	}
+	return c
 }
 
 // add appends rows [from, to) of a, the batch's column.
@@ -133,8 +138,9 @@ func (c *column) add(a arrow.Array, from, to int) error {
 	}
 	if s, ok := a.(*array.String); ok {
 		for i := from; i < to; i++ {
-			c.plain = binary.LittleEndian.AppendUint32(c.plain, uint32(len(s.Value(i))))
-			c.plain = append(c.plain, s.Value(i)...)
+			v := s.Value(i)
+			c.plain = binary.LittleEndian.AppendUint32(c.plain, uint32(len(v)))
+			c.plain = append(c.plain, v...)
 		}
 		c.levels += to - from
 		return nil
@@ -156,35 +162,28 @@ func (c *column) add(a arrow.Array, from, to int) error {
 func appendInts(dst []int64, a arrow.Array, from, to int) []int64 {
 	switch a := a.(type) {
 	case *array.Uint8:
-		for _, v := range a.Uint8Values()[from:to] {
-			dst = append(dst, int64(v))
-		}
+		return widen(dst, a.Uint8Values()[from:to])
 	case *array.Int8:
-		for _, v := range a.Int8Values()[from:to] {
-			dst = append(dst, int64(v))
-		}
+		return widen(dst, a.Int8Values()[from:to])
 	case *array.Uint16:
-		for _, v := range a.Uint16Values()[from:to] {
-			dst = append(dst, int64(v))
-		}
+		return widen(dst, a.Uint16Values()[from:to])
 	case *array.Int16:
-		for _, v := range a.Int16Values()[from:to] {
-			dst = append(dst, int64(v))
-		}
+		return widen(dst, a.Int16Values()[from:to])
 	case *array.Uint32:
-		for _, v := range a.Uint32Values()[from:to] {
-			dst = append(dst, int64(v))
-		}
+		return widen(dst, a.Uint32Values()[from:to])
 	case *array.Int32:
-		for _, v := range a.Int32Values()[from:to] {
-			dst = append(dst, int64(v))
-		}
+		return widen(dst, a.Int32Values()[from:to])
 	case *array.Uint64:
-		for _, v := range a.Uint64Values()[from:to] {
-			dst = append(dst, int64(v))
-		}
+		return widen(dst, a.Uint64Values()[from:to])
 	case *array.Int64:
-		dst = append(dst, a.Int64Values()[from:to]...)
+		return append(dst, a.Int64Values()[from:to]...)
+	}
+	return dst
+}
+
+func widen[T ~int8 | ~uint8 | ~int16 | ~uint16 | ~int32 | ~uint32 | ~uint64](dst []int64, v []T) []int64 {
+	for _, x := range v {
+		dst = append(dst, int64(x))
 	}
 	return dst
 }

@@ -111,7 +111,7 @@ func (w *Writer) Write(rec arrow.RecordBatch) error {
 	if w.err != nil {
 		return w.err
 	}
-	if !rec.Schema().Equal(w.schema) && !sameFields(rec.Schema(), w.schema) {
+	if !sameFields(rec.Schema(), w.schema) {
 		return errors.New("write parquet: the batch's schema differs from the file's")
 	}
 	n := int(rec.NumRows())
@@ -267,9 +267,6 @@ func (w *Writer) Close() error {
 	}
 	return w.err
 }
-
-// Rows is the number of rows written so far.
-func (w *Writer) Rows() int64 { return w.total + int64(w.rows) }
 
 // footer encodes the FileMetaData.
 func (w *Writer) footer() ([]byte, error) {
