@@ -16,15 +16,16 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	BenchMapCounters    = "counters"
-	BenchMapEvents      = "events"
-	BenchProgBenchEmit  = "bench_emit"
-	BenchVarBenchDev    = "bench_dev"
-	BenchVarBenchIno    = "bench_ino"
-	BenchVarBenchTgid   = "bench_tgid"
-	BenchVarPerTrigger  = "per_trigger"
-	BenchVarWakeWindow  = "wake_window"
-	BenchVarWakeupBytes = "wakeup_bytes"
+	BenchMapCounters      = "counters"
+	BenchMapEvents        = "events"
+	BenchProgBenchEmit    = "bench_emit"
+	BenchVarBenchDev      = "bench_dev"
+	BenchVarBenchIno      = "bench_ino"
+	BenchVarBenchTgid     = "bench_tgid"
+	BenchVarPerTrigger    = "per_trigger"
+	BenchVarReaderPolling = "reader_polling"
+	BenchVarWakeWindow    = "wake_window"
+	BenchVarWakeupBytes   = "wakeup_bytes"
 )
 
 // LoadBench returns the embedded CollectionSpec for Bench.
@@ -84,12 +85,13 @@ type BenchMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type BenchVariableSpecs struct {
-	BenchDev    *ebpf.VariableSpec `ebpf:"bench_dev"`
-	BenchIno    *ebpf.VariableSpec `ebpf:"bench_ino"`
-	BenchTgid   *ebpf.VariableSpec `ebpf:"bench_tgid"`
-	PerTrigger  *ebpf.VariableSpec `ebpf:"per_trigger"`
-	WakeWindow  *ebpf.VariableSpec `ebpf:"wake_window"`
-	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	BenchDev      *ebpf.VariableSpec `ebpf:"bench_dev"`
+	BenchIno      *ebpf.VariableSpec `ebpf:"bench_ino"`
+	BenchTgid     *ebpf.VariableSpec `ebpf:"bench_tgid"`
+	PerTrigger    *ebpf.VariableSpec `ebpf:"per_trigger"`
+	ReaderPolling *ebpf.VariableSpec `ebpf:"reader_polling"`
+	WakeWindow    *ebpf.VariableSpec `ebpf:"wake_window"`
+	WakeupBytes   *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // BenchObjects contains all objects after they have been loaded into the kernel.
@@ -127,12 +129,13 @@ func (m *BenchMaps) Close() error {
 //
 // It can be passed to LoadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type BenchVariables struct {
-	BenchDev    *ebpf.Variable `ebpf:"bench_dev"`
-	BenchIno    *ebpf.Variable `ebpf:"bench_ino"`
-	BenchTgid   *ebpf.Variable `ebpf:"bench_tgid"`
-	PerTrigger  *ebpf.Variable `ebpf:"per_trigger"`
-	WakeWindow  *ebpf.Variable `ebpf:"wake_window"`
-	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
+	BenchDev      *ebpf.Variable `ebpf:"bench_dev"`
+	BenchIno      *ebpf.Variable `ebpf:"bench_ino"`
+	BenchTgid     *ebpf.Variable `ebpf:"bench_tgid"`
+	PerTrigger    *ebpf.Variable `ebpf:"per_trigger"`
+	ReaderPolling *ebpf.Variable `ebpf:"reader_polling"`
+	WakeWindow    *ebpf.Variable `ebpf:"wake_window"`
+	WakeupBytes   *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // BenchPrograms contains all programs after they have been loaded into the kernel.

@@ -81,6 +81,11 @@ const volatile __u64 wakeup_bytes = 256 << 10;
 // wake_window) forces the wakeup; user space sets it to what all CPUs
 // can add between two samples of one (QUERY_EVERY records each).
 const volatile __u64 wake_window = 2 * QUERY_EVERY * (8 + 104);
+// reader_polling is set by user space while a low-latency reader polls the
+// ring on its own (events are coming densely): submit then wakes nobody,
+// which spares the traced thread a wakeup per record (irq_work, a self-IPI:
+// on a virtual machine an APIC write that exits to the host).
+volatile __u32 reader_polling = 0;
 
 static __always_inline void count(__u32 slot)
 {
@@ -94,11 +99,13 @@ static __always_inline void count(__u32 slot)
 // wakeup_bytes: the fill is sampled every QUERY_EVERY records of a CPU
 // (bpf_ringbuf_query costs as much as reserving a record here), and a
 // sample within the window after the threshold forces one wakeup. A
-// crossing the samples miss is caught by the reader's poll.
+// crossing the samples miss is caught by the reader's poll. In low-latency
+// mode it wakes the reader (the kernel's adaptive default: only a reader
+// that has caught up), unless the reader is polling.
 static __always_inline void submit(void *rec)
 {
 	if (wakeup_bytes == 0) {
-		bpf_ringbuf_submit(rec, 0);
+		bpf_ringbuf_submit(rec, reader_polling ? BPF_RB_NO_WAKEUP : 0);
 		return;
 	}
 	__u64 flag = BPF_RB_NO_WAKEUP;

@@ -128,6 +128,7 @@ const (
 	RecordVarDenyActive        = "deny_active"
 	RecordVarExecAll           = "exec_all"
 	RecordVarExecTargetsActive = "exec_targets_active"
+	RecordVarReaderPolling     = "reader_polling"
 	RecordVarSelfTgid          = "self_tgid"
 	RecordVarStopped           = "stopped"
 	RecordVarTargetFlags       = "target_flags"
@@ -225,6 +226,7 @@ type RecordVariableSpecs struct {
 	DenyActive        *ebpf.VariableSpec `ebpf:"deny_active"`
 	ExecAll           *ebpf.VariableSpec `ebpf:"exec_all"`
 	ExecTargetsActive *ebpf.VariableSpec `ebpf:"exec_targets_active"`
+	ReaderPolling     *ebpf.VariableSpec `ebpf:"reader_polling"`
 	SelfTgid          *ebpf.VariableSpec `ebpf:"self_tgid"`
 	Stopped           *ebpf.VariableSpec `ebpf:"stopped"`
 	TargetFlags       *ebpf.VariableSpec `ebpf:"target_flags"`
@@ -293,6 +295,7 @@ type RecordVariables struct {
 	DenyActive        *ebpf.Variable `ebpf:"deny_active"`
 	ExecAll           *ebpf.Variable `ebpf:"exec_all"`
 	ExecTargetsActive *ebpf.Variable `ebpf:"exec_targets_active"`
+	ReaderPolling     *ebpf.Variable `ebpf:"reader_polling"`
 	SelfTgid          *ebpf.Variable `ebpf:"self_tgid"`
 	Stopped           *ebpf.Variable `ebpf:"stopped"`
 	TargetFlags       *ebpf.Variable `ebpf:"target_flags"`

@@ -248,12 +248,31 @@ func loadPrograms(spec *ebpf.CollectionSpec, coll *ebpf.Collection, kernel *btf.
 // openRings opens the readers of the events and opens rings.
 func (s *Source) openRings() error {
 	var err error
-	blocking := s.cfg.Latency == LowLatency
-	if s.events, err = newRing(s.coll.Maps[bpf.RecordMapEvents], blocking); err != nil {
+	events, opens := ringPolled, ringPolled
+	if s.cfg.Latency == LowLatency {
+		events, opens = ringBlocking, ringBlocking
+		if v := s.coll.Variables["reader_polling"]; v != nil {
+			events = ringAdaptive
+		}
+	}
+	if s.events, err = newRing(s.coll.Maps[bpf.RecordMapEvents], events, s.setPolling); err != nil {
 		return fmt.Errorf("open events ring: %w", err)
 	}
-	if s.opens, err = newRing(s.coll.Maps[bpf.RecordMapOpens], blocking); err != nil {
+	if s.opens, err = newRing(s.coll.Maps[bpf.RecordMapOpens], opens, nil); err != nil {
 		return fmt.Errorf("open opens ring: %w", err)
+	}
+	return nil
+}
+
+// setPolling sets the programs' reader_polling flag (bpf/record.h): while
+// it is set they submit events without waking the reader.
+func (s *Source) setPolling(on bool) error {
+	v := uint32(0)
+	if on {
+		v = 1
+	}
+	if err := s.coll.Variables["reader_polling"].Set(v); err != nil {
+		return fmt.Errorf("set reader_polling: %w", err)
 	}
 	return nil
 }

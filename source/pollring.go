@@ -27,25 +27,42 @@ import (
 //
 // A LowLatency reader runs on its own real-time thread, which the kernel
 // wakes itself: there a wakeup through the poller would add a second
-// thread's wakeup to every event's latency.
+// thread's wakeup to every event's latency. The events ring's LowLatency
+// reader is adaptive (lowring.go): it polls while events are dense.
 type ring struct {
 	*ringbuf.Reader
 	f     *os.File // a duplicate of the ring's fd, in the poller; nil: blocking
 	rc    syscall.RawConn
+	low   *lowWait    // ringAdaptive's wait
 	final atomic.Bool // SetDeadline was called: ReadInto no longer waits
 }
 
-// newRing opens the reader of the ring buffer m.
-func newRing(m *ebpf.Map, blocking bool) (*ring, error) {
+// ringMode is how a ring's reader waits for records.
+type ringMode int
+
+const (
+	ringPolled   ringMode = iota // in the Go runtime's poller (Batched)
+	ringBlocking                 // in cilium/ebpf's epoll_wait (LowLatency opens)
+	ringAdaptive                 // lowWait (LowLatency events)
+)
+
+// newRing opens the reader of the ring buffer m. setFlag sets the
+// programs' reader_polling flag (ringAdaptive only).
+func newRing(m *ebpf.Map, mode ringMode, setFlag func(bool) error) (*ring, error) {
 	rd, err := ringbuf.NewReader(m)
 	if err != nil {
 		return nil, err
 	}
 	r := &ring{Reader: rd}
-	if blocking {
+	switch mode {
+	case ringBlocking:
 		return r, nil
+	case ringAdaptive:
+		r.low, err = newLowWait(m.FD(), setFlag)
+	default:
+		err = r.poll(m)
 	}
-	if err := r.poll(m); err != nil {
+	if err != nil {
 		rd.Close()
 		return nil, err
 	}
@@ -83,6 +100,9 @@ func (r *ring) poll(m *ebpf.Map) error {
 // ReadInto reads the next record as ringbuf.Reader.ReadInto does: it
 // waits until one is submitted with a wakeup, or Flush, or SetDeadline.
 func (r *ring) ReadInto(rec *ringbuf.Record) error {
+	if r.low != nil {
+		return r.readAdaptive(rec)
+	}
 	if r.f == nil {
 		return r.Reader.ReadInto(rec)
 	}
@@ -112,9 +132,12 @@ func (r *ring) wait() error {
 	return nil
 }
 
-// wake wakes a reader parked in the poller.
+// wake wakes a reader parked in the poller or in its lowWait.
 func (r *ring) wake() {
-	if r.f != nil {
+	switch {
+	case r.low != nil:
+		r.low.kick()
+	case r.f != nil:
 		r.f.SetReadDeadline(time.Unix(1, 0))
 	}
 }
@@ -131,7 +154,7 @@ func (r *ring) Flush() error {
 // is empty, instead of waiting (only a deadline now or in the past is
 // used: the readers' final drain).
 func (r *ring) SetDeadline(t time.Time) {
-	if r.f == nil {
+	if r.f == nil && r.low == nil {
 		r.Reader.SetDeadline(t)
 		return
 	}
@@ -144,6 +167,10 @@ func (r *ring) Close() error {
 	err := r.Reader.Close()
 	if r.f != nil {
 		r.f.Close()
+	}
+	if r.low != nil {
+		r.low.kick()
+		r.low.close()
 	}
 	return err
 }

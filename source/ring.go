@@ -168,10 +168,10 @@ func (p *pipeline) read() {
 				// After a dense delivery, nap: also when behind, so a
 				// real-time reader never takes a whole CPU from the
 				// traced program.
-				nap := low && b.n >= denseBatch
+				dense := low && b.n >= denseBatch
 				b = p.hand(b)
-				if nap {
-					napNow()
+				if dense {
+					nap(napTime)
 				}
 			}
 			continue
@@ -213,13 +213,6 @@ const (
 	// (~1 ms at 200 K events/s), not every 4096 (~20 ms).
 	lowBatch = 256
 )
-
-// napNow sleeps napTime on the calling thread (a real-time thread has no
-// timer slack, so it wakes on time).
-func napNow() {
-	ts := unix.NsecToTimespec(int64(napTime))
-	_ = unix.Nanosleep(&ts, nil)
-}
 
 // take returns an empty batch: a free one, or a new one while fewer than
 // nBatches exist (so a short trace does not pay for 26 MiB of them), or
