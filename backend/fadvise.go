@@ -52,8 +52,8 @@ func newFadviser(depth int, done func(fadviseSlot, error)) (*fadviser, error) {
 
 func (a *fadviser) inflight() int { return len(a.slots) - len(a.free) }
 
-// submit issues one FADVISE(WILLNEED) of n bytes at off, waiting for a
-// completion first when every slot is busy.
+// submit queues one FADVISE(WILLNEED) of n bytes at off, waiting for a
+// completion first when every slot is busy. flush submits what is queued.
 func (a *fadviser) submit(fd int, off, n uint64, s fadviseSlot) error {
 	for len(a.free) == 0 {
 		if err := a.wait(1); err != nil {
@@ -75,6 +75,14 @@ func (a *fadviser) submit(fd int, off, n uint64, s fadviseSlot) error {
 	a.slots[i], a.busy[i] = s, true
 	sqe.PrepFadvise(int32(fd), off, uint32(n), unix.FADV_WILLNEED)
 	sqe.UserData = i
+	return nil
+}
+
+// flush submits the queued requests.
+func (a *fadviser) flush() error {
+	if a.ring.SQReady() == 0 {
+		return nil
+	}
 	_, err := a.ring.Submit()
 	return err
 }

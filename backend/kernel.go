@@ -187,10 +187,16 @@ func (b *Kernel) service() {
 		t0 := time.Now()
 		b.advise(r)
 		b.busyNS.Add(uint64(time.Since(t0)))
-		if b.ring != nil {
-			if err := b.ring.poll(); err != nil {
-				b.ringFailed(err)
-			}
+		if b.ring == nil {
+			continue
+		}
+		// One submission for the requests queued together.
+		err := b.ring.poll()
+		if err == nil && len(b.ch) == 0 {
+			err = b.ring.flush()
+		}
+		if err != nil {
+			b.ringFailed(err)
 		}
 	}
 }
