@@ -13,7 +13,8 @@
 # kernel backend); physical; noop1/tree1/tree5 (--latency 1ms/5ms); bare
 # (run --backend none, no policy); tree-old (tree with the binary $OLD, for
 # an A/B of two commits); daemon (predictio daemon with its defaults: a
-# followed program's events every 1 ms) and daemon20 (follow_poll 20 ms),
+# followed program's events every 1 ms), daemon20 (follow_poll 20 ms) and
+# daemon02 (follow_poll 200 µs),
 # each started after the cache is dropped and
 # stopped after the command; before the first round it learned one launch
 # of the program over another key range, so it follows the program and its
@@ -29,6 +30,7 @@
 #   go run ./internal/gen/workload sqlite -o /var/tmp/adbig/ycsb-rowid.db -layout rowid
 #   go run ./internal/gen/workload lmdb -o /var/tmp/adbig/lmdb-env
 #   go run ./internal/gen/workload lmdb-scanner -o /var/tmp/adbig
+# ROWS sets the sqlite scans' length (default 16384).
 # Run it on a quiet machine: every figure is a wall-clock time.
 set -uo pipefail
 P=${P:-./predictio}
@@ -37,7 +39,7 @@ OUT=${OUT:-/var/tmp/predictio-adapters-ab}
 mkdir -p $OUT
 DB=/var/tmp/adbig/ycsb-wr.db
 DBR=/var/tmp/adbig/ycsb-rowid.db
-Q="SELECT sum(length(field0)) FROM (SELECT field0 FROM usertable WHERE ycsb_key >= 'user0000200000' ORDER BY ycsb_key LIMIT 16384);"
+Q="SELECT sum(length(field0)) FROM (SELECT field0 FROM usertable WHERE ycsb_key >= 'user0000200000' ORDER BY ycsb_key LIMIT ${ROWS:-16384});"
 cold() { sync; echo 3 > /proc/sys/vm/drop_caches; fincore -nb "$@" | awk '{s+=$1} END {print s+0}'; }
 t() { local s=$(date +%s%N); "$@" > $OUT/last.out 2>&1; local rc=$?; echo "$(( ($(date +%s%N) - s) / 1000 )) $rc"; }
 QL="SELECT sum(length(field0)) FROM (SELECT field0 FROM usertable WHERE ycsb_key >= 'user0000300000' ORDER BY ycsb_key LIMIT 2048);"
@@ -91,10 +93,11 @@ run1() { # workload mode
 	tree1) pre=($P run --no-profile --latency 1ms --policy tree --) ;;
 	tree5) pre=($P run --no-profile --latency 5ms --policy tree --) ;;
 	bare) pre=($P run --no-profile --backend none --) ;;
-	daemon|daemon20) pre=() ;;
+	daemon|daemon20|daemon02) pre=() ;;
 	esac
 	local poll=1ms
 	[ $m = daemon20 ] && poll=20ms
+	[ $m = daemon02 ] && poll=200us
 	case $m in daemon*) learned $m-$w $poll $w ;; esac
 	local resid=$(cold $files)
 	case $m in daemon*) dstart $m-$w $poll; resid="$resid+$(fincore -nb $files | awk '{s+=$1} END {print s+0}')" ;; esac
