@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,9 +65,12 @@ type lowWait struct {
 	backoff  time.Duration // the next bounded wait; 0: block
 	woken    time.Time     // when the kernel last woke the reader
 	dense    int           // wakeups in a row within denseGap
-	spells   int           // polling spells so far (tests)
 	kicked   atomic.Bool   // Flush, SetDeadline or Close since the last read
 	evs      [2]unix.EpollEvent
+
+	mu      sync.Mutex // close against a wait under way
+	waiting bool
+	closed  bool
 }
 
 // newLowWait makes the wait of an adaptive ring whose map fd is fd.
@@ -84,7 +88,7 @@ func newLowWait(fd int, setFlag func(bool) error) (*lowWait, error) {
 	for _, f := range []int{fd, wake} {
 		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(f)}
 		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, f, &ev); err != nil {
-			w.close()
+			w.closeFDs()
 			return nil, fmt.Errorf("add ring to epoll: %w", err)
 		}
 	}
@@ -154,44 +158,91 @@ func (w *lowWait) idle() error {
 		w.dense = 0
 	} else if w.dense++; w.dense >= denseWakes && w.setFlag(true) == nil {
 		w.polling, w.quiet, w.backoff, w.dense = true, 0, 0, 0
-		w.spells++
 	}
 	w.woken = now
 	return nil
 }
 
+// errWaitClosed is wait's error once close was called.
+var errWaitClosed = fmt.Errorf("ringbuffer: wait: %w", ringbuf.ErrClosed)
+
 // wait waits up to timeout ms (-1: no limit) and reports whether the ring
 // woke it (not a timeout or the eventfd).
 func (w *lowWait) wait(timeout int) (bool, error) {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return false, errWaitClosed
+	}
+	w.waiting = true
+	w.mu.Unlock()
+	n, err := w.epollWait(timeout)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.waiting = false
+	if w.closed {
+		// close left the descriptors to this wait.
+		w.closeFDs()
+		return false, errWaitClosed
+	}
+	if err != nil {
+		return false, fmt.Errorf("ringbuffer: wait: %w", err)
+	}
+	ring := false
+	for _, ev := range w.evs[:n] {
+		if int(ev.Fd) == w.wake {
+			var b [8]byte
+			_, _ = unix.Read(w.wake, b[:])
+		} else {
+			ring = true
+		}
+	}
+	return ring, nil
+}
+
+// epollWait is epoll_wait(2), retried on EINTR.
+func (w *lowWait) epollWait(timeout int) (int, error) {
 	for {
 		n, err := unix.EpollWait(w.ep, w.evs[:], timeout)
-		if err == unix.EINTR {
-			continue
+		if err != unix.EINTR {
+			return n, err
 		}
-		if err != nil {
-			return false, fmt.Errorf("ringbuffer: wait: %w", ringbuf.ErrClosed)
-		}
-		ring := false
-		for _, ev := range w.evs[:n] {
-			if int(ev.Fd) == w.wake {
-				var b [8]byte
-				_, _ = unix.Read(w.wake, b[:])
-			} else {
-				ring = true
-			}
-		}
-		return ring, nil
 	}
 }
 
-// kick ends a wait under way.
+// kick ends a wait under way (none after close).
 func (w *lowWait) kick() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.kickLocked()
+	}
+}
+
+func (w *lowWait) kickLocked() {
 	w.kicked.Store(true)
 	b := [8]byte{1}
 	_, _ = unix.Write(w.wake, b[:])
 }
 
+// close releases the descriptors, or, while a wait is under way, kicks it
+// and leaves them to it: closing the eventfd now would take its pending
+// event out of the epoll set before the wait saw it.
 func (w *lowWait) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	w.closed = true
+	if w.waiting {
+		w.kickLocked()
+		return
+	}
+	w.closeFDs()
+}
+
+func (w *lowWait) closeFDs() {
 	unix.Close(w.wake)
 	unix.Close(w.ep)
 }

@@ -169,7 +169,6 @@ func (r *ring) Close() error {
 		r.f.Close()
 	}
 	if r.low != nil {
-		r.low.kick()
 		r.low.close()
 	}
 	return err

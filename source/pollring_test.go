@@ -384,3 +384,12 @@ func processCPU(t *testing.T) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+func TestRingAdaptiveClose(t *testing.T) {
+	m, _ := testRingFlags(t)
+	r := openRing(t, m, ringAdaptive, func(bool) error { return nil })
+	done := readAsync(r)
+	waitState(t, "syscall")
+	r.Close()
+	expect(t, done, ringbuf.ErrClosed)
+}
