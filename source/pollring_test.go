@@ -20,47 +20,13 @@ import (
 // is refused.
 func testRing(t *testing.T) (m *ebpf.Map, submit func(v uint64, quiet bool)) {
 	t.Helper()
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.RingBuf, MaxEntries: 4096})
-	if errors.Is(err, ebpf.ErrNotSupported) {
-		t.Skipf("create ring buffer map: the kernel has no BPF ring buffers (Linux 5.8): %v", err)
-	}
-	if err != nil {
-		t.Fatalf("create ring buffer map: %v", err)
-	}
-	t.Cleanup(func() { m.Close() })
-	prog := func(flags int64) *ebpf.Program {
-		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-			Type:    ebpf.SocketFilter,
-			License: "GPL",
-			Instructions: asm.Instructions{
-				// The record's value is the socket buffer's length.
-				asm.LoadMem(asm.R2, asm.R1, 0, asm.Word),
-				asm.StoreMem(asm.RFP, -8, asm.R2, asm.DWord),
-				asm.LoadMapPtr(asm.R1, m.FD()),
-				asm.Mov.Reg(asm.R2, asm.RFP),
-				asm.Add.Imm(asm.R2, -8),
-				asm.Mov.Imm(asm.R3, 8),
-				asm.Mov.Imm(asm.R4, int32(flags)),
-				asm.FnRingbufOutput.Call(),
-				asm.Mov.Imm(asm.R0, 0),
-				asm.Return(),
-			},
-		})
-		if err != nil {
-			t.Fatalf("load ring buffer writer: %v", err)
-		}
-		t.Cleanup(func() { p.Close() })
-		return p
-	}
+	m, write := testRingFlags(t)
 	const noWakeup, forceWakeup = 1, 2 // BPF_RB_NO_WAKEUP, BPF_RB_FORCE_WAKEUP
-	loud, silent := prog(forceWakeup), prog(noWakeup)
 	return m, func(v uint64, quiet bool) {
-		p := loud
 		if quiet {
-			p = silent
-		}
-		if _, err := p.Run(&ebpf.RunOptions{Data: make([]byte, v)}); err != nil {
-			t.Errorf("run ring buffer writer: %v", err)
+			write(v, noWakeup)
+		} else {
+			write(v, forceWakeup)
 		}
 	}
 }
