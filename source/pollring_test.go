@@ -211,8 +211,9 @@ func (a *adaptiveRing) next(t *testing.T, d time.Duration, what string) uint64 {
 	return 0
 }
 
-// testRingFlags is testRing with the flags of each write chosen by the
-// caller (0, BPF_RB_NO_WAKEUP or BPF_RB_FORCE_WAKEUP).
+// testRingFlags makes a ring buffer map and a writer of one 8-byte record
+// per call, submitted with the caller's flags (0, BPF_RB_NO_WAKEUP or
+// BPF_RB_FORCE_WAKEUP). It skips where the kernel has no ring buffers.
 func testRingFlags(t *testing.T) (*ebpf.Map, func(v uint64, flags int64)) {
 	t.Helper()
 	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.RingBuf, MaxEntries: 4096})
