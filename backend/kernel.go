@@ -190,9 +190,11 @@ func (b *Kernel) service() {
 		if b.ring == nil {
 			continue
 		}
-		// One submission for the requests queued together.
+		// One submission for the requests queued together, at most
+		// maxBatch FADVISEs, so that a steady stream does not hold the
+		// first ones back.
 		err := b.ring.poll()
-		if err == nil && len(b.ch) == 0 {
+		if err == nil && (len(b.ch) == 0 || b.ring.ring.SQReady() >= maxBatch) {
 			err = b.ring.flush()
 		}
 		if err != nil {
@@ -200,6 +202,10 @@ func (b *Kernel) service() {
 		}
 	}
 }
+
+// maxBatch bounds the FADVISEs the service goroutine queues before it
+// submits them.
+const maxBatch = 16
 
 // ringFailed counts a ring-level failure; the pages of requests the ring
 // lost are settled by drain's caller never completing them, so the ring is
