@@ -64,7 +64,8 @@ type lowWait struct {
 	quiet    int           // empty looks in a row while polling
 	backoff  time.Duration // the next bounded wait; 0: block
 	woken    time.Time     // when the kernel last woke the reader
-	dense    int           // wakeups in a row within denseGap
+	dense    int           // wakeups in a row within gap
+	gap      time.Duration // denseGap (tests on slow machines widen it)
 	kicked   atomic.Bool   // Flush, SetDeadline or Close since the last read
 	evs      [2]unix.EpollEvent
 
@@ -84,7 +85,7 @@ func newLowWait(fd int, setFlag func(bool) error) (*lowWait, error) {
 		unix.Close(ep)
 		return nil, fmt.Errorf("create eventfd: %w", err)
 	}
-	w := &lowWait{ep: ep, wake: wake, setFlag: setFlag}
+	w := &lowWait{ep: ep, wake: wake, setFlag: setFlag, gap: denseGap}
 	for _, f := range []int{fd, wake} {
 		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(f)}
 		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, f, &ev); err != nil {
@@ -154,7 +155,7 @@ func (w *lowWait) idle() error {
 		return err
 	}
 	now := time.Now()
-	if now.Sub(w.woken) >= denseGap {
+	if now.Sub(w.woken) >= w.gap {
 		w.dense = 0
 	} else if w.dense++; w.dense >= denseWakes && w.setFlag(true) == nil {
 		w.polling, w.quiet, w.backoff, w.dense = true, 0, 0, 0
