@@ -61,6 +61,9 @@ type Report struct {
 	// times): what the host model's issuer costs stand for. The kernel and
 	// kmod backends count them; the others leave them 0.
 	BusyNS, AcquireNS, Acquires uint64
+	// OpenNS is the part of AcquireNS opening files (Opens of them, one
+	// per file prefetched from); the rest re-checks paths.
+	OpenNS, Opens uint64
 	// AdviseNS is the time from submitting each io_uring FADVISE to
 	// reaping its completion, summed over Advised of them (the kernel
 	// backend): the kernel's io-wq workers run them after the submission,

@@ -94,6 +94,9 @@ func TestKernelPrefetches(t *testing.T) {
 		if rep.Acquires != 3 || rep.AcquireNS == 0 || rep.BusyNS < rep.AcquireNS {
 			t.Errorf("via %s: %d acquires in %d ns, busy %d ns; want 3, in a part of the busy time", rep.Via, rep.Acquires, rep.AcquireNS, rep.BusyNS)
 		}
+		if rep.Opens != 1 || rep.OpenNS == 0 || rep.OpenNS > rep.AcquireNS {
+			t.Errorf("via %s: %d opens in %d ns of %d ns acquiring; want 1, in a part of it", rep.Via, rep.Opens, rep.OpenNS, rep.AcquireNS)
+		}
 		// Resident now: FADVISE has completed, so the pages are in the
 		// cache (in flight or read).
 		for _, r := range [][2]uint64{{16, 64}, {100, 8}, {200, 8}} {

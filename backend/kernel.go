@@ -109,9 +109,14 @@ func (q *queue) settle(n uint64) { q.inflight.Add(-int64(n)) }
 // to do (and the file is released).
 func (q *queue) open(r kreq) (fd int, n uint64) {
 	t0 := time.Now()
-	fd, size, err := r.f.acquire(r.check)
-	q.acquireNS.Add(uint64(time.Since(t0)))
+	fd, size, opened, err := r.f.acquire(r.check)
+	d := uint64(time.Since(t0))
+	q.acquireNS.Add(d)
 	q.acquires.Add(1)
+	if opened {
+		q.openNS.Add(d)
+		q.opens.Add(1)
+	}
 	if err != nil {
 		q.settle(r.n)
 		q.refuse(r.n, err)

@@ -197,32 +197,33 @@ func (f *File) Err() error {
 }
 
 // acquire opens the file if needed, re-checks its path when check is set,
-// and returns its descriptor and size. The descriptor stays open until the
-// matching release. A failure is sticky: a changed file is never reopened.
-func (f *File) acquire(check bool) (fd int, size uint64, err error) {
+// and returns its descriptor and size, and whether it opened the file. The
+// descriptor stays open until the matching release. A failure is sticky: a
+// changed file is never reopened.
+func (f *File) acquire(check bool) (fd int, size uint64, opened bool, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.retired {
-		return -1, 0, fmt.Errorf("prefetch %s: %w", f.ref, ErrRetired)
+		return -1, 0, false, fmt.Errorf("prefetch %s: %w", f.ref, ErrRetired)
 	}
 	if f.err != nil {
-		return -1, 0, f.err
+		return -1, 0, false, f.err
 	}
 	if f.file == nil {
 		file, size, err := f.openChecked(0)
 		if err != nil {
 			f.err = err
-			return -1, 0, err
+			return -1, 0, true, err
 		}
-		f.file, f.size = file, size
+		f.file, f.size, opened = file, size, true
 	} else if check {
 		if err := f.checkPath(); err != nil {
 			f.err = err
-			return -1, 0, err
+			return -1, 0, false, err
 		}
 	}
 	f.users++
-	return int(f.file.Fd()), f.size, nil
+	return int(f.file.Fd()), f.size, opened, nil
 }
 
 // release ends an acquire; the last one after retirement closes the file.

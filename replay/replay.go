@@ -160,12 +160,15 @@ type Run struct {
 
 	// BackendBusyNS is the time the kernel or kmod backend spent on
 	// requests, BackendAcquireNS the part opening files and re-checking
-	// their paths, BackendAcquires how many times (backend.Report); the
+	// their paths, BackendAcquires how many times, and BackendOpenNS the
+	// part of it opening files, BackendOpens of them (backend.Report); the
 	// predicted column's model reports its own as backend_busy_ns and
 	// backend_open_ns.
 	BackendBusyNS    uint64 `json:"backend_busy_ns,omitempty"`
 	BackendAcquireNS uint64 `json:"backend_acquire_ns,omitempty"`
 	BackendAcquires  uint64 `json:"backend_acquires,omitempty"`
+	BackendOpenNS    uint64 `json:"backend_open_ns,omitempty"`
+	BackendOpens     uint64 `json:"backend_opens,omitempty"`
 	// BackendAdviseNS is the kernel backend's time from submitting its
 	// io_uring FADVISEs to reaping them, over BackendAdvised of them.
 	BackendAdviseNS uint64 `json:"backend_advise_ns,omitempty"`
