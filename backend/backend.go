@@ -70,6 +70,12 @@ type Report struct {
 	// and the service goroutine reaps between requests, so it is an upper
 	// bound of when their reads were issued.
 	AdviseNS, Advised uint64
+	// PipelineNS is the time from Submit of each FADVISE's request to the
+	// FADVISE's completion, summed over Advised of them: the whole delay
+	// between a policy's request and its read reaching the device (the
+	// queue, the service goroutine and the kernel's io-wq), as the host
+	// model's advise delay stands for it.
+	PipelineNS uint64
 	// Via says how prefetches were executed.
 	Via string
 	// Warnings name failures and refusals, with the first error of each.

@@ -16,6 +16,7 @@ type counters struct {
 	dropped, rejected, failures, inflightMax, throttled            atomic.Uint64
 	droppedPages, refusedPages, refused, stalePages                atomic.Uint64
 	busyNS, acquireNS, acquires, openNS, opens, adviseNS, advised  atomic.Uint64
+	pipelineNS                                                     atomic.Uint64
 	firstErr                                                       atomic.Pointer[error]
 	firstRefusal                                                   atomic.Pointer[error]
 }
@@ -89,7 +90,7 @@ func (c *counters) report(via string) Report {
 	r := Report{Stats: c.Stats(), PagesDropped: c.droppedPages.Load(), PagesRefused: c.refusedPages.Load(), PagesStale: c.stalePages.Load(), Via: via,
 		BusyNS: c.busyNS.Load(), AcquireNS: c.acquireNS.Load(), Acquires: c.acquires.Load(),
 		OpenNS: c.openNS.Load(), Opens: c.opens.Load(),
-		AdviseNS: c.adviseNS.Load(), Advised: c.advised.Load()}
+		AdviseNS: c.adviseNS.Load(), Advised: c.advised.Load(), PipelineNS: c.pipelineNS.Load()}
 	if e := c.firstErr.Load(); e != nil {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("%d prefetch failures, first: %v", r.Stats.Failures, *e))
 	}

@@ -16,6 +16,7 @@ type fadviseSlot struct {
 	f        *File
 	first, n uint64
 	at       time.Time // submitted
+	sub      time.Time // when its request was submitted to the backend
 }
 
 // fadviser issues FADVISE(WILLNEED) through one io_uring with plain

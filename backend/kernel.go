@@ -19,8 +19,9 @@ import (
 type kreq struct {
 	f     *File
 	first uint64
-	n     uint64 // pages as requested, before clipping at end of file
-	check bool   // the first range of its request: re-check the path first
+	n     uint64    // pages as requested, before clipping at end of file
+	check bool      // the first range of its request: re-check the path first
+	sub   time.Time // when Submit queued it
 }
 
 // queue is the bounded request queue of the kernel and kmod backends:
@@ -79,12 +80,12 @@ func (q *queue) Submit(req *policies.Request) error {
 		return nil
 	}
 	q.noteInFlight(uint64(q.inflight.Add(int64(total))))
-	first := true
+	first, now := true, time.Now()
 	for _, r := range req.Ranges {
 		if r.N == 0 {
 			continue
 		}
-		q.ch <- kreq{f: f, first: r.First, n: uint64(r.N), check: first}
+		q.ch <- kreq{f: f, first: r.First, n: uint64(r.N), check: first, sub: now}
 		first = false
 	}
 	return nil
@@ -150,6 +151,7 @@ type Kernel struct {
 	ringErr error
 	limits  map[uint64]adviseLimit // by device
 	vec     []byte
+	sub     time.Time // when the request being advised was submitted
 }
 
 // NewKernel starts a kernel backend over reg.
@@ -226,7 +228,9 @@ func (b *Kernel) ringFailed(err error) {
 
 // completed is the ring's completion callback.
 func (b *Kernel) completed(s fadviseSlot, err error) {
-	b.adviseNS.Add(uint64(time.Since(s.at)))
+	now := time.Now()
+	b.adviseNS.Add(uint64(now.Sub(s.at)))
+	b.pipelineNS.Add(uint64(now.Sub(s.sub)))
 	b.advised.Add(1)
 	b.settle(s.n)
 	if err != nil {
@@ -239,6 +243,7 @@ func (b *Kernel) completed(s fadviseSlot, err error) {
 
 // advise filters the cached pages of r and reads the rest ahead.
 func (b *Kernel) advise(r kreq) {
+	b.sub = r.sub
 	fd, n := b.open(r)
 	if n == 0 {
 		return
@@ -333,7 +338,7 @@ func (b *Kernel) advise1(f *File, fd int, first, n uint64) error {
 	ps := uint64(b.ps)
 	if b.ring != nil {
 		f.hold()
-		err := b.ring.submit(fd, first*ps, n*ps, fadviseSlot{f: f, first: first, n: n})
+		err := b.ring.submit(fd, first*ps, n*ps, fadviseSlot{f: f, first: first, n: n, sub: b.sub})
 		if err == nil {
 			return nil
 		}

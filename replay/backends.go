@@ -38,7 +38,7 @@ func (r *Replayer) startBackend(st *runState, name string, files []*openFile) (f
 		run.Counters, run.PagesDropped, run.Via, run.Warnings = rep.Stats, rep.PagesDropped, rep.Via, rep.Warnings
 		run.BackendBusyNS, run.BackendAcquireNS, run.BackendAcquires = rep.BusyNS, rep.AcquireNS, rep.Acquires
 		run.BackendOpenNS, run.BackendOpens = rep.OpenNS, rep.Opens
-		run.BackendAdviseNS, run.BackendAdvised = rep.AdviseNS, rep.Advised
+		run.BackendAdviseNS, run.BackendAdvised, run.BackendPipelineNS = rep.AdviseNS, rep.Advised, rep.PipelineNS
 		r.effectCounts(run)
 		return err
 	}, nil

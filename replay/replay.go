@@ -173,6 +173,10 @@ type Run struct {
 	// io_uring FADVISEs to reaping them, over BackendAdvised of them.
 	BackendAdviseNS uint64 `json:"backend_advise_ns,omitempty"`
 	BackendAdvised  uint64 `json:"backend_advised,omitempty"`
+	// BackendPipelineNS is the time from each FADVISE's request to its
+	// completion, summed over BackendAdvised (backend.Report.PipelineNS):
+	// what the predicted column's advise delay stands for.
+	BackendPipelineNS uint64 `json:"backend_pipeline_ns,omitempty"`
 	// Via says how the backend executed prefetches.
 	Via      string                `json:"prefetch_via,omitempty"`
 	Counters policies.BackendStats `json:"counters"`
