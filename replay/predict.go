@@ -96,8 +96,13 @@ func (r *Replayer) Predict(rep *Report, pred Prediction) error {
 	}
 	cfg.Env = r.policyEnv()
 	paths := map[uint32]string{}
+	var dirs []simulate.DirFile
 	for _, f := range r.t.used() {
 		paths[f.ID] = r.paths[f.idx]
+		dirs = append(dirs, simulate.DirFile{ID: f.ID, Path: r.paths[f.idx], Size: f.Size})
+	}
+	if cfg.Device.Host != nil {
+		cfg.Dirs = simulate.NewDirs(dirs, ps)
 	}
 	ra := simulate.ReadaheadOnThisMachine(paths, pred.DevicePath)
 	cfg.Env.FileRA = ra.FileRA

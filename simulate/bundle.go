@@ -143,6 +143,16 @@ func (in *Input) Paths() map[uint32]string {
 	return m
 }
 
+// Dirs indexes the directories of the bundle's files for the host model
+// (Config.Dirs).
+func (in *Input) Dirs() *Dirs {
+	fs := make([]DirFile, 0, len(in.Files))
+	for _, f := range in.Files {
+		fs = append(fs, DirFile{ID: f.ID, Path: f.Path, Size: f.Size})
+	}
+	return NewDirs(fs, in.PageSize)
+}
+
 // Source streams the bundle's events. With DeferReferenceCheck, Run
 // checks the rows' file references as it reads them.
 func (in *Input) Source() (Source, error) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 
 	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/policies"
@@ -132,7 +133,8 @@ const (
 type issueItem struct {
 	file     uint32
 	first, n uint64
-	at       int64 // when it was requested
+	at       int64 // when the backend can start on it: requested, and awake
+	req      int64 // when it was requested
 }
 
 // issuer is a lane's model of the kernel backend: one service goroutine
@@ -148,6 +150,8 @@ type issuer struct {
 	ranges   int             // ranges queued
 	opened   map[uint32]bool // files the backend has opened
 	woken    bool            // a request of the access being served woke it
+	adv      advised         // issued ranges the kernel has not run yet
+	rng      *rand.Rand      // adviseDelay's draws, seeded: runs repeat
 }
 
 // idle reports whether the backend has nothing to do at t.
@@ -160,11 +164,12 @@ func (s *issuer) queue(file uint32, first, n uint64, at int64) bool {
 	if s.ranges+1 > issueQueueRanges || s.pages+n > s.maxPages {
 		return false
 	}
+	req := at
 	if s.idle(at) {
 		at += s.host.WakeNS
 		s.woken = true
 	}
-	s.q = append(s.q, issueItem{file: file, first: first, n: n, at: at})
+	s.q = append(s.q, issueItem{file: file, first: first, n: n, at: at, req: req})
 	s.pages += n
 	s.ranges++
 	return true
@@ -190,8 +195,10 @@ func (l *lane) advance(t int64) {
 		s.head++
 		s.pages -= it.n
 		s.ranges--
+		l.land(start)
 		s.free = l.issue(it, start)
 	}
+	l.land(t)
 	if s.head == len(s.q) {
 		s.q, s.head = s.q[:0], 0
 	} else if s.head > 1024 && s.head > len(s.q)/2 {
@@ -220,7 +227,7 @@ func (l *lane) issue(it issueItem, start int64) int64 {
 	flush := func() {
 		if runLen > 0 {
 			at += cost(h.issueNS(runLen))
-			l.prefetchRun(it.file, runStart, runLen, at)
+			l.prefetchRun(it.file, runStart, runLen, at, it.req)
 			runLen, issued = 0, true
 		}
 	}
@@ -243,18 +250,112 @@ func (l *lane) issue(it issueItem, start int64) int64 {
 	return at
 }
 
-// prefetchRun reads pages [first, first+n) of file ahead from the device,
-// the request issued at at; its pages are ready AdviseDelayNS after the
-// device read would have them. (The read is not submitted that much
-// later: the device's slots model requests in time order, and one
-// submitted ahead of the demands behind it would hold a slot they need.)
-func (l *lane) prefetchRun(file uint32, first, n uint64, at int64) {
-	done := l.dev.submit(at, n) + l.iss.host.AdviseDelayNS
-	l.st.PagesRead += n
+// pending is a range the backend has issued whose FADVISE the kernel has
+// not run yet: at is when an io-wq worker runs it.
+type pending struct {
+	file     uint32
+	first, n uint64
+	at       int64
+}
+
+// advised is the issued ranges waiting for the kernel, a min-heap by at:
+// each waits its own delay, so they land out of issue order, as io-wq's
+// workers run them.
+type advised []pending
+
+func (h *advised) push(p pending) {
+	*h = append(*h, p)
+	a := *h
+	for i := len(a) - 1; i > 0; {
+		j := (i - 1) / 2
+		if a[j].at <= a[i].at {
+			break
+		}
+		a[i], a[j] = a[j], a[i]
+		i = j
+	}
+}
+
+func (h *advised) pop() pending {
+	a := *h
+	top := a[0]
+	n := len(a) - 1
+	a[0] = a[n]
+	*h = a[:n]
+	a = a[:n]
+	for i := 0; ; {
+		j := 2*i + 1
+		if j >= n {
+			break
+		}
+		if k := j + 1; k < n && a[k].at < a[j].at {
+			j = k
+		}
+		if a[i].at <= a[j].at {
+			break
+		}
+		a[i], a[j] = a[j], a[i]
+		i = j
+	}
+	return top
+}
+
+// prefetchRun hands pages [first, first+n) of file, requested at req and
+// issued at at, to the
+// kernel: its io-wq runs the FADVISE after a delay (adviseDelay), and only
+// then do the pages enter the cache and their read reach the device. A
+// demand that comes first reads its pages itself, and the FADVISE skips
+// them, as force_page_cache_ra skips cached pages.
+func (l *lane) prefetchRun(file uint32, first, n uint64, at, req int64) {
 	l.st.Requests++
-	l.st.Prefetched += n
-	for p := first; p < first+n; p++ {
-		l.cache.insert(file, p, done, flagPrefetched)
+	p := pending{file: file, first: first, n: n, at: at + l.adviseDelay()}
+	l.st.PipelineNS += p.at - req
+	l.iss.adv.push(p)
+}
+
+// adviseDelay draws how long after its submission the kernel runs a
+// FADVISE: exponentially distributed with mean AdviseDelayNS (an io-wq
+// worker wakes and waits for a CPU; the delays replay measures spread
+// about as an exponential's do).
+func (l *lane) adviseDelay() int64 {
+	m := l.iss.host.AdviseDelayNS
+	if m <= 0 {
+		return 0
+	}
+	d := int64(l.iss.rng.ExpFloat64() * float64(m))
+	l.st.AdviseDelayNS += d
+	return d
+}
+
+// land runs the FADVISEs due by t: the absent pages of each are read from
+// the device, in contiguous runs.
+func (l *lane) land(t int64) {
+	adv := &l.iss.adv
+	for len(*adv) > 0 && (*adv)[0].at <= t {
+		p := adv.pop()
+		var runStart, runLen uint64
+		read := func() {
+			if runLen > 0 {
+				done := l.dev.submit(p.at, runLen)
+				l.st.PagesRead += runLen
+				l.st.Prefetched += runLen
+				for q := runStart; q < runStart+runLen; q++ {
+					l.cache.insert(p.file, q, done, flagPrefetched)
+				}
+				runLen = 0
+			}
+		}
+		for q := p.first; q < p.first+p.n; q++ {
+			if l.cache.lookup(p.file, q) >= 0 {
+				read()
+				continue
+			}
+			if runLen == 0 {
+				runStart = q
+			}
+			runLen++
+		}
+		read()
 	}
 }
 
@@ -315,23 +416,62 @@ func (s *Simulator) hostNote() string {
 }
 
 // paths is a lane's model of the path lookups a cold run starts without
-// (replay drops dentries and inodes): a file's lookup is warm once the
-// program or the backend has opened or stat'ed it. A lookup that is warm
-// costs Host.OpenNS at most; a cold one what the program's recorded cold
-// opens cost, on average, so far.
+// (replay drops dentries, inodes and the block device's cache): a file's
+// lookup is warm once the program or the backend has opened or stat'ed
+// it. A lookup that is warm costs Host.OpenNS at most; a cold one what the
+// program's recorded cold opens cost, on average, so far. With
+// Config.Dirs it also models each directory's blocks: cached once the
+// program has read the directory or looked a name up in it, or the
+// backend has opened a file in it. The backend's open of a file in a
+// directory not yet cached waits for its blocks from the device (queued
+// behind its own prefetches), and the program's read of a small
+// directory the backend cached costs Host.OpenNS at most.
 type paths struct {
 	warm              map[uint32]int64 // when a file's lookup became warm
 	coldSum, coldOpen int64            // recorded service of the program's cold opens
+	dirs              *Dirs            // nil: directories not modelled
+	dirWarm           []int64          // by directory: when its blocks are cached; math.MaxInt64 never
+}
+
+// initDirs starts the directory model of dirs, every directory cold.
+func (p *paths) initDirs(dirs *Dirs) {
+	if dirs == nil {
+		return
+	}
+	p.dirs = dirs
+	p.dirWarm = make([]int64, dirs.Len())
+	for i := range p.dirWarm {
+		p.dirWarm[i] = math.MaxInt64
+	}
+}
+
+// dirCached marks directory i cached from t on (i < 0: unknown).
+func (p *paths) dirCached(i int32, t int64) {
+	if i >= 0 && t < p.dirWarm[i] {
+		p.dirWarm[i] = t
+	}
 }
 
 // lookup returns the service time of the program's metadata row of kind k
 // on file at now, recorded svc: shorter when the backend made its lookup
-// warm first.
+// (or, for a readdir, its small directory) warm first.
 func (l *lane) lookup(file uint32, k formats.AccessKind, now, svc int64) int64 {
-	if k != formats.KindOpen && k != formats.KindStat {
+	p := &l.paths
+	switch k {
+	case formats.KindReaddir:
+		if p.dirs == nil {
+			return svc
+		}
+		i := p.dirs.selfOf(file)
+		if i >= 0 && p.dirWarm[i] <= now && p.dirs.small(i) {
+			return min(svc, l.host.OpenNS)
+		}
+		p.dirCached(i, now+svc)
+		return svc
+	case formats.KindOpen, formats.KindStat:
+	default:
 		return svc
 	}
-	p := &l.paths
 	if w, ok := p.warm[file]; ok && w <= now {
 		return min(svc, l.host.OpenNS)
 	}
@@ -340,22 +480,42 @@ func (l *lane) lookup(file uint32, k formats.AccessKind, now, svc int64) int64 {
 		p.coldOpen++
 	}
 	p.warm[file] = now + svc
+	if p.dirs != nil {
+		p.dirCached(p.dirs.parentOf(file), now+svc)
+	}
 	return svc
 }
 
 // openCost is what the backend's open of file at t costs: a warm lookup's
-// Host.OpenNS, or a cold one's estimate; the lookup is warm afterwards.
+// Host.OpenNS, or a cold one's estimate, after the blocks of its directory
+// where they are not cached (Config.Dirs); the lookup is warm afterwards.
 func (l *lane) openCost(file uint32, t int64) int64 {
 	p := &l.paths
 	if w, ok := p.warm[file]; ok && w <= t {
 		return l.host.OpenNS
 	}
+	at := t
+	if p.dirs != nil {
+		if i := p.dirs.parentOf(file); i >= 0 {
+			switch w := p.dirWarm[i]; {
+			case w == math.MaxInt64:
+				for range p.dirs.lookupReads(i) {
+					at = l.dev.submitSync(at, 1)
+					l.st.BackendDirReads++
+				}
+			case w > at: // being read: wait for it
+				at = w
+			}
+			p.dirCached(i, at)
+		}
+	}
 	c := l.host.OpenNS
 	if p.coldOpen > 0 {
 		c = max(c, p.coldSum/p.coldOpen)
 	}
-	p.warm[file] = t + c
-	return c
+	at += c
+	p.warm[file] = at
+	return at - t
 }
 
 // submitWake charges, from now, the submission that woke the backend

@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -61,6 +62,9 @@ type Config struct {
 	// InFlight bounds the pages the backend model (Device.Host) holds
 	// queued, as replay --inflight does; 0 means 8192.
 	InFlight int
+	// Dirs, with the host model, models the directory blocks that path
+	// lookups read (NewDirs); nil leaves them out.
+	Dirs *Dirs
 }
 
 func (c *Config) pageSize() int {
@@ -113,7 +117,20 @@ type Stats struct {
 	PagesDropped  uint64 `json:"pages_dropped,omitempty"`
 	BackendBusyNS int64  `json:"backend_busy_ns,omitempty"`
 	BackendOpenNS int64  `json:"backend_open_ns,omitempty"`
-	ServiceNS     int64  `json:"recorded_service_ns"`
+	// BackendDirReads counts the directory blocks the modelled backend
+	// read from the device to open files (Config.Dirs), inside
+	// BackendOpenNS.
+	BackendDirReads uint64 `json:"backend_dir_reads,omitempty"`
+	// AdviseDelayNS is the modelled delay between the backend's issuing
+	// each request and the kernel's running its FADVISE (Host), summed
+	// over Requests.
+	AdviseDelayNS int64 `json:"advise_delay_ns,omitempty"`
+	// PipelineNS is, summed over Requests, the modelled time from a
+	// policy's request to the kernel's running its FADVISE: the
+	// backend's queue, wake-up and work, and the advise delay (replay's
+	// backend_pipeline_ns is the measured one).
+	PipelineNS int64 `json:"backend_pipeline_ns,omitempty"`
+	ServiceNS  int64 `json:"recorded_service_ns"`
 	// WallNS is the simulated makespan: from the first event to the end of
 	// the last thread's last operation, think plus service time, each
 	// counted once.
@@ -504,8 +521,9 @@ func (s *Simulator) newLane(name, spec string) (*lane, error) {
 	if h := s.cfg.Device.Host; h != nil {
 		l.host, l.missNS = h, h.MissNS
 		if spec != "" {
-			l.iss = &issuer{host: h, maxPages: uint64(cmp.Or(s.cfg.InFlight, issueQueuePages)), opened: map[uint32]bool{}}
+			l.iss = &issuer{host: h, maxPages: uint64(cmp.Or(s.cfg.InFlight, issueQueuePages)), opened: map[uint32]bool{}, rng: rand.New(rand.NewPCG(1, 2))}
 			l.paths.warm = map[uint32]int64{}
+			l.paths.initDirs(s.cfg.Dirs)
 		}
 	}
 	build := s.cfg.Build

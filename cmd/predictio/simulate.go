@@ -151,6 +151,9 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 		return failErr(err)
 	}
 	cfg.Device, cfg.Calibrated = choice.device, choice.calibrated
+	if cfg.Device.Host != nil {
+		cfg.Dirs = in.Dirs() // the host model's path lookups
+	}
 	if dev.preset == "" {
 		ra := simulate.ReadaheadOnThisMachine(paths, choice.path)
 		cfg.Env.FileRA = ra.FileRA
