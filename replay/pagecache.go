@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/predictio/predictio/formats"
 )
 
 // ErrNotCold means a cold run could not start because the bundle's files
@@ -33,6 +35,9 @@ func (d *pageCacheDemand) demand(w *worker, o *op) error {
 		n = f.size - off
 	}
 	if o.fault {
+		if o.kind == formats.KindMap && w.r.rp.obs == nil {
+			return d.mapRow(w, f, o, n)
+		}
 		// Touch one byte of every page so that the kernel takes a real
 		// fault (or finds the page mapped by fault-around), through the
 		// recorded mapping where there is one.
@@ -59,6 +64,51 @@ func (d *pageCacheDemand) demand(w *worker, o *op) error {
 			}
 			done += m
 		}
+	}
+	return nil
+}
+
+// mapRow replays a map row, n bytes from its first page: its pages were
+// cached and up to date when the program's fault mapped them around the
+// faulting page (the kernel maps no other), so the program touched them
+// later for free. Replay touches only those it finds uncached (one
+// mincore for the row), lest it fault, map and wait for reads in flight
+// where the program did not. A run with the effect observer touches them
+// all: the observer classifies a prefetched page at its first demand
+// lookup, and a page never looked up would count as wasted.
+func (d *pageCacheDemand) mapRow(w *worker, f *openFile, o *op, n uint64) error {
+	ps := uint64(d.ps)
+	mem, first, err := f.mapped(o, o.page, d.ps)
+	if err != nil {
+		return err
+	}
+	start := (o.page - first) * ps
+	if start >= uint64(len(mem)) {
+		return nil // past the mapping's end: the file shrank
+	}
+	end := min(start+n, uint64(len(mem)))
+	pages := int((end - start + ps - 1) / ps)
+	if cap(w.vec) < pages {
+		w.vec = make([]byte, pages)
+	}
+	vec := w.vec[:pages]
+	if mincore(mem[start:end], vec) != nil {
+		clear(vec)
+	}
+	for i := range vec {
+		if vec[i]&1 == 0 {
+			w.sink += mem[start+uint64(i)*ps]
+		}
+	}
+	// Pages past this mapping (a row longer than the recorded range) go
+	// through the file's other mappings.
+	for p := end - start; p < n; p += ps {
+		page := o.page + p/ps
+		m, mf, err := f.mapped(o, page, d.ps)
+		if err != nil {
+			return err
+		}
+		w.sink += m[(page-mf)*ps]
 	}
 	return nil
 }

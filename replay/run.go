@@ -22,6 +22,7 @@ type worker struct {
 	r     *runState
 	th    *thread
 	buf   []byte
+	vec   []byte // mincore's, for map rows
 	sink  byte
 	lat   []int64 // per demand access
 	stall int64

@@ -18,7 +18,13 @@
 #     (backend_busy_ns) and modelled (predicted_backend_busy_ns).
 #
 # and, per workload, replay's recorded-against-replayed comparison per kind
-# of operation (service and think time; summary.fidelity).
+# of operation (service and think time; summary.fidelity). With PAIRED > 0
+# it also replays every recording PAIRED times (baseline only) and prints
+# the paired errors (|median replay of recording i - recorded wall i| /
+# recorded wall i) and the median of those replays against the median of
+# the recordings: the recordings of one program spread by several percent
+# (python3: 165-222 ms), so replaying the first alone measures that
+# recording's luck as much as replay.
 #
 #   sudo scripts/replay-fidelity.sh [WORKLOAD...]   # default: all four
 #
@@ -42,6 +48,8 @@
 #   PROFILE   a device profile (predictio bench device -o FILE); default: the
 #             cached profile of the device holding the files (measure it
 #             first: predictio bench device --duration 30s)
+#   PAIRED    replays of each recording for the paired table (default 3;
+#             0 leaves it out)
 #   RESIDUE   --max-residue (default 0.3: the libraries every process maps
 #             stay cached, as they did when the program was recorded)
 #   SQLITE_DB a database to scan (default: /var/tmp/adbig/ycsb-wr.db if it
@@ -54,6 +62,7 @@ ROUNDS=${ROUNDS:-5}
 WORK=${WORK:-/var/tmp/predictio-fidelity}
 POLICY=${POLICY:-oracle}
 RESIDUE=${RESIDUE:-0.3}
+PAIRED=${PAIRED:-3}
 [ -x "$P" ] || { echo "replay-fidelity: build predictio first: go build -o predictio ./cmd/predictio" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "replay-fidelity: needs root (recording uses eBPF, cold runs drop caches)" >&2; exit 1; }
 mkdir -p "$WORK"
@@ -136,6 +145,7 @@ workload() {
 }
 
 timing=("| workload | recorded wall (first) | recorded wall (median of $ROUNDS, min–max) | the program untraced (median of $ROUNDS, min–max) | replay wall (median of $ROUNDS, min–max) | error vs first | error vs recorded median | error vs the program |" "|---|---|---|---|---|---|---|---|")
+paired=("| workload | recorded walls (ms) | replay walls, median of $PAIRED each (ms) | paired error, median (min-max) | median of replays vs median of recordings |" "|---|---|---|---|---|")
 prediction=("| workload | run | measured replay wall (median) | predicted wall | prediction error | measured speedup | predicted speedup | backend busy, measured (median) | predicted |" "|---|---|---|---|---|---|---|---|---|")
 kinds=()
 calibrated=""
@@ -163,6 +173,22 @@ for name in ${@:-sqlite python grep threads}; do
 	pmed=$(printf '%s\n' "${plain[@]}" | median)
 	spread="$(printf '%s\n' "${walls[@]}" | sort -n | head -1) $(printf '%s\n' "${walls[@]}" | sort -n | tail -1)"
 	pspread="$(printf '%s\n' "${plain[@]}" | sort -n | head -1) $(printf '%s\n' "${plain[@]}" | sort -n | tail -1)"
+	if [ "$PAIRED" -gt 0 ]; then
+		pw=()
+		for i in $(seq 1 "$ROUNDS"); do
+			"$P" replay --ab baseline --repeat "$PAIRED" --drop-caches --max-residue "$RESIDUE" --json "$WORK/$name-$i.bundle" > "$WORK/$name-$i-baseline.json"
+			pw+=("$(json "$WORK/$name-$i-baseline.json" "[p for p in d['summary']['policies'] if p['policy']=='baseline'][0]['wall_ns']['median']")")
+		done
+		paired+=("$(python3 - "$name" "${walls[*]}" "${pw[*]}" <<'EOF'
+import sys, statistics as st
+name, rec, rep = sys.argv[1], [float(x) for x in sys.argv[2].split()], [float(x) for x in sys.argv[3].split()]
+errs = sorted(abs(p - r) / r * 100 for r, p in zip(rec, rep))
+ms = lambda xs: ", ".join(f"{x/1e6:.1f}" for x in xs)
+mr, mp = st.median(rec), st.median(rep)
+print(f"| {name} | {ms(rec)} | {ms(rep)} | {st.median(errs):.1f}% ({errs[0]:.1f}-{errs[-1]:.1f}%) | {mp/1e6:.1f} vs {mr/1e6:.1f} ms: {abs(mp-mr)/mr*100:.1f}% |")
+EOF
+)")
+	fi
 	out=$WORK/$name-replay.json
 	"$P" replay --ab "baseline,$POLICY" --repeat "$ROUNDS" --drop-caches --max-residue "$RESIDUE" "${pred[@]}" --json "$WORK/$name-1.bundle" > "$out"
 	rows=$(python3 - "$name" "$first" "$med" "$out" "$pmed" $spread $pspread <<'EOF'
@@ -202,6 +228,12 @@ EOF
 done
 printf '%s\n' "${timing[@]}"
 echo
+if [ "$PAIRED" -gt 0 ]; then
+	echo "paired: each recording replayed $PAIRED times (baseline, kernel backend, recorded timing)"
+	echo
+	printf '%s\n' "${paired[@]}"
+	echo
+fi
 echo "prediction: simulate through replay's predicted column (predicted_calibrated: $calibrated), baseline and $POLICY"
 echo
 printf '%s\n' "${prediction[@]}"

@@ -262,3 +262,26 @@ func TestHostAdviseDelay(t *testing.T) {
 		t.Errorf("oracle wall %d ns with late FADVISEs, %d with prompt ones; want longer", late.WallNS, prompt.WallNS)
 	}
 }
+
+// TestHostMapRowsFree: a map row's pages were mapped by its fault's
+// fault-around, so the program touches them without a copy: a cached map
+// row costs no cached read, a cached read row does.
+func TestHostMapRowsFree(t *testing.T) {
+	row := func(ts uint64, k formats.AccessKind, op uint64) policies.Event {
+		return policies.Event{Kind: policies.EventFileAccess, TS: ts, PID: 1, TID: 1, File: 1,
+			Access: policies.FileAccess{Kind: k, Page: 0, NPages: 16, End: ts + 1000, Op: op}}
+	}
+	h := testHost()
+	h.HitNS, h.HitPageNS = 2_000, 500
+	for _, c := range []struct {
+		kind formats.AccessKind
+		want int64
+	}{{formats.KindMap, 0}, {formats.KindRead, 2_000 + 15*500}} {
+		evs := []policies.Event{row(1e9, formats.KindRead, 1), row(1e9+1e6, c.kind, 2)}
+		l := runHost(t, h, evs, nil).Lane(BaselineName)
+		// The first read misses (no copy charged beyond the device's).
+		if l.CachedReadNS != c.want {
+			t.Errorf("a cached %v row of 16 pages charged %d ns of cached reads, want %d", c.kind, l.CachedReadNS, c.want)
+		}
+	}
+}

@@ -326,7 +326,7 @@ func (l *lane) plain(s *Simulator, b *batch, from, to int) {
 			wait += l.missNS
 		}
 		st.StallNS += wait - now
-		if idx >= 0 && e >= t && l.host != nil {
+		if idx >= 0 && e >= t && l.host != nil && b.kind[i] != formats.KindMap {
 			wait = l.cachedRead(wait, 1)
 		}
 		th.clock = wait

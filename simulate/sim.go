@@ -584,7 +584,9 @@ func (l *lane) step(ev *policies.Event, t, e int64) {
 			// kernel maps only pages already cached.
 			th := l.threads.get(threadID(ev))
 			l.now = l.begin(th, t, e, ev.Access.Op)
-			if l.serve(ev) == 0 && e >= t && l.host != nil {
+			// A map row's pages were mapped by the fault it belongs to:
+			// the program touches them without a copy or a fault.
+			if l.serve(ev) == 0 && e >= t && l.host != nil && k != formats.KindMap {
 				l.now = l.cachedRead(l.now, max(uint64(ev.Access.NPages), 1))
 			}
 			if l.iss != nil && l.iss.woken {
