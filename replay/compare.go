@@ -28,6 +28,11 @@ type KindFidelity struct {
 	// wait ended (the kernel's wake-up latency, the dispatcher).
 	RecordedThinkNS int64 `json:"recorded_think_ns"`
 	WaitNS          int64 `json:"wait_ns"`
+	// PredictedServiceNS and PredictedThinkNS are the predicted column's
+	// (simulate's baseline lane, simulate.KindTimes): what the model
+	// expects of ServiceNS and WaitNS. Absent without a prediction.
+	PredictedServiceNS int64 `json:"predicted_service_ns,omitempty"`
+	PredictedThinkNS   int64 `json:"predicted_think_ns,omitempty"`
 }
 
 // maxKinds bounds the access kinds counted per worker (formats kinds are
@@ -127,19 +132,36 @@ func kindOrder(name string) formats.AccessKind {
 // writeFidelity prints the baseline's per-kind comparison.
 func writeFidelity(w io.Writer, fs []KindFidelity) {
 	fmt.Fprintln(w, "\nRecorded against replayed, per kind (baseline, median over rounds):")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "kind\tops\tservice recorded\treplayed\tthink recorded\twaited\t")
-	var t KindFidelity
+	pred := false
 	for _, f := range fs {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", f.Kind, f.Ops, ms(float64(f.RecordedServiceNS)), ms(float64(f.ServiceNS)),
+		pred = pred || f.PredictedServiceNS != 0 || f.PredictedThinkNS != 0
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := "kind\tops\tservice recorded\treplayed\tthink recorded\twaited\t"
+	if pred {
+		head += "service predicted\tthink predicted\t"
+	}
+	fmt.Fprintln(tw, head)
+	var t KindFidelity
+	row := func(f KindFidelity) {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t", f.Kind, f.Ops, ms(float64(f.RecordedServiceNS)), ms(float64(f.ServiceNS)),
 			ms(float64(f.RecordedThinkNS)), ms(float64(f.WaitNS)))
+		if pred {
+			fmt.Fprintf(tw, "%s\t%s\t", ms(float64(f.PredictedServiceNS)), ms(float64(f.PredictedThinkNS)))
+		}
+		fmt.Fprintln(tw)
+	}
+	for _, f := range fs {
+		row(f)
 		t.Ops += f.Ops
 		t.RecordedServiceNS += f.RecordedServiceNS
 		t.ServiceNS += f.ServiceNS
 		t.RecordedThinkNS += f.RecordedThinkNS
 		t.WaitNS += f.WaitNS
+		t.PredictedServiceNS += f.PredictedServiceNS
+		t.PredictedThinkNS += f.PredictedThinkNS
 	}
-	fmt.Fprintf(tw, "all\t%d\t%s\t%s\t%s\t%s\t\n", t.Ops, ms(float64(t.RecordedServiceNS)), ms(float64(t.ServiceNS)),
-		ms(float64(t.RecordedThinkNS)), ms(float64(t.WaitNS)))
+	t.Kind = "all"
+	row(t)
 	tw.Flush()
 }

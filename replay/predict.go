@@ -70,7 +70,7 @@ func (r *Replayer) Predict(rep *Report, pred Prediction) error {
 		}
 	}
 	ps := r.t.pageSize
-	cfg := simulate.Config{PageSize: ps, Device: pred.Device, Calibrated: pred.Calibrated, Policies: specs, Speed: r.opt.Speed, InFlight: r.opt.InFlight}
+	cfg := simulate.Config{PageSize: ps, Device: pred.Device, Calibrated: pred.Calibrated, Policies: specs, Speed: r.opt.Speed, InFlight: r.opt.InFlight, PerKind: true}
 	var hostNote string
 	if cfg.Device.Host != nil && r.opt.Backend != BackendKernel {
 		// The host model's issue costs are the kernel backend's.
@@ -131,6 +131,7 @@ func (r *Replayer) Predict(rep *Report, pred Prediction) error {
 		return fmt.Errorf("predict with simulate: %w", err)
 	}
 	base := sim.Lane(simulate.BaselineName)
+	predictKinds(rep.Summary.Fidelity, base)
 	for i := range rep.Summary.Policies {
 		p := &rep.Summary.Policies[i]
 		st := base
@@ -215,4 +216,21 @@ func (r *Replayer) events() []policies.Event {
 		return evs[i].Kind != policies.EventFileAccess && evs[j].Kind == policies.EventFileAccess
 	})
 	return evs
+}
+
+// predictKinds sets the predicted times of each kind of fs from the
+// baseline lane's (the kinds the model saw; a kind it did not keeps none).
+func predictKinds(fs []KindFidelity, base *simulate.Stats) {
+	if base == nil {
+		return
+	}
+	by := make(map[string]simulate.KindTimes, len(base.Kinds))
+	for _, k := range base.Kinds {
+		by[k.Kind] = k
+	}
+	for i := range fs {
+		if k, ok := by[fs[i].Kind]; ok {
+			fs[i].PredictedServiceNS, fs[i].PredictedThinkNS = k.ServiceNS, k.ThinkNS
+		}
+	}
 }

@@ -100,10 +100,21 @@ func TestPredictWithServiceTimes(t *testing.T) {
 	}
 	rep := &Report{}
 	rep.summarize([]string{Baseline})
+	rep.Summary.Fidelity = []KindFidelity{{Kind: "fault", Ops: n}, {Kind: "open"}}
 	if err := r.Predict(rep, simulateDevice(t)); err != nil {
 		t.Fatal(err)
 	}
 	wall := rep.Summary.Policies[0].PredictedWallNS
+	// Per kind, the prediction sits beside the measurement: the faults'
+	// modelled service and think time add up to the wall less the first
+	// fault's start; a kind the model did not see has none.
+	f, o := rep.Summary.Fidelity[0], rep.Summary.Fidelity[1]
+	if got := float64(f.PredictedServiceNS + f.PredictedThinkNS); f.PredictedThinkNS != (n-1)*(gap-service) || got > wall || got < wall-float64(service) {
+		t.Errorf("faults predicted: service %d ns, think %d ns; want think %d and the two about the wall %.0f ns", f.PredictedServiceNS, f.PredictedThinkNS, (n-1)*(gap-service), wall)
+	}
+	if o.PredictedServiceNS != 0 || o.PredictedThinkNS != 0 {
+		t.Errorf("a kind the bundle does not have was predicted: %+v", o)
+	}
 	// 39 think times of 2 ms and 40 simulated faults of well under 2 ms
 	// each on the nvme preset; the recorded gaps alone are 390 ms.
 	if think := float64((n - 1) * (gap - service)); wall < think || wall > 1.5*think {

@@ -1,8 +1,10 @@
 package simulate
 
 import (
+	"cmp"
 	"encoding/json"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 
@@ -283,5 +285,40 @@ func TestHostMapRowsFree(t *testing.T) {
 		if l.CachedReadNS != c.want {
 			t.Errorf("a cached %v row of 16 pages charged %d ns of cached reads, want %d", c.kind, l.CachedReadNS, c.want)
 		}
+	}
+}
+
+// TestPerKind: with Config.PerKind each lane reports its modelled times
+// per kind of operation; for one thread, its first operation's start plus
+// every kind's service and think times is the lane's wall.
+func TestPerKind(t *testing.T) {
+	evs := timedReads(300, 5, 7)
+	for i := range evs {
+		if i%3 == 0 { // an open before every third read
+			ev := evs[i]
+			ev.Access.Kind, ev.Access.NPages = formats.KindOpen, 0
+			ev.TS -= 500
+			ev.Access.End = ev.TS + 300
+			evs = append(evs, ev)
+		}
+	}
+	slices.SortStableFunc(evs, func(a, b policies.Event) int { return cmp.Compare(a.TS, b.TS) })
+	r := runHost(t, testHost(), evs, func(c *Config) { c.PerKind = true })
+	for _, l := range r.Policies {
+		var sum int64
+		kinds := map[string]int64{}
+		for _, k := range l.Kinds {
+			sum += k.ServiceNS + k.ThinkNS
+			kinds[k.Kind] = k.Ops
+		}
+		if kinds["read"] != 300 || kinds["open"] != 100 {
+			t.Errorf("lane %s: kinds %+v, want 300 reads and 100 opens", l.Name, l.Kinds)
+		}
+		if sum > l.WallNS || l.WallNS-sum > 1_000_000 {
+			t.Errorf("lane %s: service and think %d ns, wall %d ns: want the wall less the first start (1 ms at most)", l.Name, sum, l.WallNS)
+		}
+	}
+	if r := runHost(t, testHost(), evs, nil); len(r.Policies[0].Kinds) != 0 {
+		t.Errorf("per-kind times without Config.PerKind: %+v", r.Policies[0].Kinds)
 	}
 }

@@ -65,6 +65,9 @@ type Config struct {
 	// Dirs, with the host model, models the directory blocks that path
 	// lookups read (NewDirs); nil leaves them out.
 	Dirs *Dirs
+	// PerKind has every lane report its modelled times per kind of
+	// operation (Stats.Kinds), to set beside replay's per-kind times.
+	PerKind bool
 }
 
 func (c *Config) pageSize() int {
@@ -130,7 +133,11 @@ type Stats struct {
 	// backend's queue, wake-up and work, and the advise delay (replay's
 	// backend_pipeline_ns is the measured one).
 	PipelineNS int64 `json:"backend_pipeline_ns,omitempty"`
-	ServiceNS  int64 `json:"recorded_service_ns"`
+	// ServiceNS is the recorded service of metadata rows (JSON:
+	// recorded_service_ns); Kinds the modelled times per kind of
+	// operation (Config.PerKind).
+	ServiceNS int64       `json:"recorded_service_ns"`
+	Kinds     []KindTimes `json:"kinds,omitempty"`
 	// WallNS is the simulated makespan: from the first event to the end of
 	// the last thread's last operation, think plus service time, each
 	// counted once.
@@ -495,7 +502,8 @@ type lane struct {
 	progLoad, issLoad load
 	missNS            int64 // host.MissNS, or 0
 
-	st Stats
+	st    Stats
+	kinds *kindTally // Config.PerKind; nil otherwise
 }
 
 func (s *Simulator) newLane(name, spec string) (*lane, error) {
@@ -507,6 +515,9 @@ func (s *Simulator) newLane(name, spec string) (*lane, error) {
 		l.speed = s.cfg.Speed
 	}
 	l.threads.init()
+	if s.cfg.PerKind {
+		l.kinds = &kindTally{}
+	}
 	env := s.cfg.Env
 	env.PageSize = s.cfg.pageSize()
 	l.cache = newPageCache(s.cfg.CacheModel, s.cfg.CapacityPages(), env.FilePages)
@@ -583,7 +594,9 @@ func (l *lane) step(ev *policies.Event, t, e int64) {
 			// only (mmap_miss bookkeeping), never as a read, since the
 			// kernel maps only pages already cached.
 			th := l.threads.get(threadID(ev))
+			prev, started := th.clock, th.started
 			l.now = l.begin(th, t, e, ev.Access.Op)
+			start := l.now
 			// A map row's pages were mapped by the fault it belongs to:
 			// the program touches them without a copy or a fault.
 			if l.serve(ev) == 0 && e >= t && l.host != nil && k != formats.KindMap {
@@ -594,9 +607,14 @@ func (l *lane) step(ev *policies.Event, t, e int64) {
 			}
 			th.clock = l.now
 			l.demand++
+			if l.kinds != nil {
+				l.kinds.add(k, started, prev, start, l.now)
+			}
 		case isMetadata(k):
 			th := l.threads.get(threadID(ev))
+			prev, started := th.clock, th.started
 			now := l.begin(th, t, e, ev.Access.Op)
+			start := now
 			if e > t {
 				svc := e - t
 				if l.iss != nil {
@@ -606,6 +624,9 @@ func (l *lane) step(ev *policies.Event, t, e int64) {
 				l.st.ServiceNS += e - t
 			}
 			th.clock = now
+			if l.kinds != nil {
+				l.kinds.add(k, started, prev, start, now)
+			}
 		}
 	case 0:
 	default:
@@ -753,7 +774,9 @@ func (l *lane) readRow(s *Simulator, b *batch, i int) {
 		e = int64(end - s.ts0)
 	}
 	th := l.threads.get(b.threadOf(i))
+	prev, started := th.clock, th.started
 	l.now = l.begin(th, t, e, b.op[i])
+	start := l.now
 	file, page := b.file[i], b.page[i]
 	l.st.Accesses++
 	l.st.Demand++
@@ -787,6 +810,9 @@ func (l *lane) readRow(s *Simulator, b *batch, i int) {
 	}
 	th.clock = l.now
 	l.demand++
+	if l.kinds != nil {
+		l.kinds.add(b.kind[i], started, prev, start, l.now)
+	}
 }
 
 // readMissing demand-reads the pages of [first, first+n) that no policy
@@ -952,7 +978,50 @@ func (l *lane) stats() Stats {
 	for i := range l.threads.th {
 		st.WallNS = max(st.WallNS, l.threads.th[i].clock)
 	}
+	if l.kinds != nil {
+		st.Kinds = l.kinds.list()
+	}
 	return st
+}
+
+// KindTimes are the modelled times of one kind of operation in a lane:
+// from each operation's start to its completion (service: device waits,
+// cached copies, metadata), and from the thread's previous completion to
+// each start (think time, stretched where the CPUs are shared), summed;
+// replay's summary.fidelity measures the same two per kind.
+type KindTimes struct {
+	Kind      string `json:"kind"`
+	Ops       int64  `json:"ops"`
+	ServiceNS int64  `json:"service_ns"`
+	ThinkNS   int64  `json:"think_ns"`
+}
+
+// kindTally is a lane's KindTimes by access kind.
+type kindTally [16]KindTimes
+
+// add counts one row of kind k that started at start, completed at end,
+// after the thread's previous operation completed at prev (started false:
+// its first).
+func (k *kindTally) add(kind formats.AccessKind, started bool, prev, start, end int64) {
+	i := int(kind) & 15
+	k[i].Ops++
+	k[i].ServiceNS += end - start
+	if started {
+		k[i].ThinkNS += start - prev
+	}
+}
+
+// list returns the kinds with operations, in kind order.
+func (k *kindTally) list() []KindTimes {
+	var out []KindTimes
+	for i := range k {
+		if k[i].Ops > 0 {
+			t := k[i]
+			t.Kind = formats.AccessKind(i).String()
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // thread is one recorded thread's clock.

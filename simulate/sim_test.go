@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -79,7 +80,7 @@ func TestPrefetchTimingLateAndStall(t *testing.T) {
 			got := *next
 			got.Name, got.Spec, got.Coverage, got.Accuracy, got.IOAmplification, got.WallNS, got.Speedup = "", "", 0, 0, 0, 0, 0
 			got.PredictedWallNS, got.PredictedSpeedup = 0, 0
-			if got != want {
+			if !reflect.DeepEqual(got, want) {
 				t.Errorf("next:\n got %+v\nwant %+v", got, want)
 			}
 			if next.Coverage != 0.9 || next.Accuracy != 0.9 || next.IOAmplification != 1.1 {

@@ -153,6 +153,7 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 	cfg.Device, cfg.Calibrated = choice.device, choice.calibrated
 	if cfg.Device.Host != nil {
 		cfg.Dirs = in.Dirs() // the host model's path lookups
+		cfg.PerKind = true   // modelled times per kind, to set beside replay's
 	}
 	if dev.preset == "" {
 		ra := simulate.ReadaheadOnThisMachine(paths, choice.path)
