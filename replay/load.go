@@ -86,7 +86,11 @@ type trace struct {
 	hintSkip uint64           // hints naming a file id not in files.arrow
 	execs    uint64           // exec rows: not replayed
 	execRows []formats.Access // the first maxExecRows exec rows: the launch policy's triggers
-	metaOps  int              // metadata operations (open, stat, readdir, mmap)
+	// metaReads are the first maxMetaReads cache_add rows of block
+	// devices: the filesystem metadata the program's lookups read, for the
+	// predicted column (replay's own lookups read it for real).
+	metaReads []formats.Access
+	metaOps   int // metadata operations (open, stat, readdir, mmap)
 	// serviceTimes says that access rows carry end_ns (format 1.1);
 	// recordedWall is the manifest's timing.recorded_wall_ns.
 	serviceTimes bool
@@ -262,8 +266,12 @@ func (t *trace) assignHints() {
 	}
 }
 
-// maxExecRows bounds the exec rows kept for the policies.
-const maxExecRows = 4096
+// maxExecRows bounds the exec rows kept for the policies, and
+// maxMetaReads the block devices' cache_add rows kept for the prediction.
+const (
+	maxExecRows  = 4096
+	maxMetaReads = 1 << 20
+)
 
 // addAccess adds an accesses.arrow row to its thread: a demand access
 // (merged into the previous one when both are rows of one recorded
@@ -277,6 +285,11 @@ func (t *trace) addAccess(a *formats.Access, byTID map[uint32]*thread) bool {
 		t.execs++
 		if len(t.execRows) < maxExecRows {
 			t.execRows = append(t.execRows, *a)
+		}
+		return false
+	case a.Kind == formats.KindCacheAdd && t.byID[a.FileID] != nil && t.byID[a.FileID].Mode&formats.ModeType == formats.ModeBlock:
+		if len(t.metaReads) < maxMetaReads {
+			t.metaReads = append(t.metaReads, *a)
 		}
 		return false
 	case !ok && !meta:

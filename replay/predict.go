@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/policies"
 	"github.com/predictio/predictio/simulate"
 )
@@ -95,6 +96,14 @@ func (r *Replayer) Predict(rep *Report, pred Prediction) error {
 		cfg.CacheBytes = max(2*total, 64<<20)
 	}
 	cfg.Env = r.policyEnv()
+	for _, f := range r.t.files {
+		if f.Mode&formats.ModeType == formats.ModeBlock {
+			if cfg.BlockFiles == nil {
+				cfg.BlockFiles = map[uint32]bool{}
+			}
+			cfg.BlockFiles[f.ID] = true
+		}
+	}
 	paths := map[uint32]string{}
 	var dirs []simulate.DirFile
 	for _, f := range r.t.used() {
@@ -198,6 +207,11 @@ func (r *Replayer) events() []policies.Event {
 	for i := range t.execRows { // ProcessExec: the launch policy's trigger
 		var ev policies.Event
 		ev.FromAccess(&t.execRows[i])
+		evs = append(evs, ev)
+	}
+	for i := range t.metaReads { // metadata blocks the program's lookups read
+		var ev policies.Event
+		ev.FromAccess(&t.metaReads[i])
 		evs = append(evs, ev)
 	}
 	for _, th := range t.threads {

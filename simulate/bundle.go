@@ -134,11 +134,29 @@ func (in *Input) Env() policies.Env {
 	return env
 }
 
-// Paths returns the recorded path of every file that has one, by file id.
+// Paths returns the recorded path of every file that has one, by file id,
+// but block devices (their rows are metadata reads: BlockFiles).
 func (in *Input) Paths() map[uint32]string {
 	m := make(map[uint32]string, len(in.keys))
-	for id, k := range in.keys {
-		m[id] = k.Path
+	for _, f := range in.Files {
+		if f.Path != "" && f.Mode&formats.ModeType != formats.ModeBlock {
+			m[f.ID] = f.Path
+		}
+	}
+	return m
+}
+
+// BlockFiles returns the ids of the bundle's block devices (Config.BlockFiles),
+// or nil when it has none.
+func (in *Input) BlockFiles() map[uint32]bool {
+	var m map[uint32]bool
+	for _, f := range in.Files {
+		if f.Mode&formats.ModeType == formats.ModeBlock {
+			if m == nil {
+				m = map[uint32]bool{}
+			}
+			m[f.ID] = true
+		}
 	}
 	return m
 }

@@ -155,7 +155,7 @@ func (l *lane) consume(s *Simulator, ch <-chan *batch) {
 	switch {
 	case l.fut != nil:
 		l.consumeAhead(s, ch)
-	case l.ra == nil && l.disp == nil && plainFastPath && l.kinds == nil:
+	case l.ra == nil && l.disp == nil && plainFastPath && l.kinds == nil && l.block == nil:
 		for b := range ch {
 			l.plainBatch(s, b)
 			b.release()

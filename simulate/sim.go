@@ -68,6 +68,10 @@ type Config struct {
 	// PerKind has every lane report its modelled times per kind of
 	// operation (Stats.Kinds), to set beside replay's per-kind times.
 	PerKind bool
+	// BlockFiles are the files that are block devices: their cache_add
+	// rows are a filesystem's metadata reads, submitted to the device
+	// model (meta.go). nil: none.
+	BlockFiles map[uint32]bool
 }
 
 func (c *Config) pageSize() int {
@@ -138,6 +142,11 @@ type Stats struct {
 	// operation (Config.PerKind).
 	ServiceNS int64       `json:"recorded_service_ns"`
 	Kinds     []KindTimes `json:"kinds,omitempty"`
+	// MetaPagesRead and MetaRequests are the metadata blocks read from
+	// the device for the program's lookups (Config.BlockFiles), and in
+	// how many requests; they are not in PagesRead.
+	MetaPagesRead uint64 `json:"metadata_pages_read,omitempty"`
+	MetaRequests  uint64 `json:"metadata_requests,omitempty"`
 	// WallNS is the simulated makespan: from the first event to the end of
 	// the last thread's last operation, think plus service time, each
 	// counted once.
@@ -504,6 +513,8 @@ type lane struct {
 
 	st    Stats
 	kinds *kindTally // Config.PerKind; nil otherwise
+	block map[uint32]bool // Config.BlockFiles
+	meta  metaRun         // metadata blocks being gathered into a request
 }
 
 func (s *Simulator) newLane(name, spec string) (*lane, error) {
@@ -518,6 +529,7 @@ func (s *Simulator) newLane(name, spec string) (*lane, error) {
 	if s.cfg.PerKind {
 		l.kinds = &kindTally{}
 	}
+	l.block = s.cfg.BlockFiles
 	env := s.cfg.Env
 	env.PageSize = s.cfg.pageSize()
 	l.cache = newPageCache(s.cfg.CacheModel, s.cfg.CapacityPages(), env.FilePages)
@@ -586,6 +598,13 @@ func (l *lane) step(ev *policies.Event, t, e int64) {
 	switch ev.Kind {
 	case policies.EventFileAccess:
 		k := ev.Access.Kind
+		if l.block != nil {
+			if k == formats.KindCacheAdd && l.block[ev.File] {
+				l.metaRead(ev, t)
+				return
+			}
+			l.flushMeta()
+		}
 		switch {
 		case policies.IsDemand(k):
 			// Map rows are demand too (policies.IsDemand): a mapped page
@@ -764,6 +783,9 @@ func (l *lane) hit(e *entry) {
 // readRow serves access row i of b, a one-page read, in a lane whose only
 // policy is the readahead model: step and serve without an Event.
 func (l *lane) readRow(s *Simulator, b *batch, i int) {
+	if l.block != nil {
+		l.flushMeta()
+	}
 	var t int64
 	ts := b.ts[i]
 	if ts > s.ts0 {

@@ -6,6 +6,7 @@ import (
 	"debug/elf"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +36,7 @@ type fileEntry struct {
 	id       uint32
 	key      fileKey // zero for a path-only file
 	pathOnly bool    // a path looked up that did not exist: no inode
+	block    bool    // a block device's cached blocks (blockDevice)
 	state    atomic.Uint32
 	path     string // guarded by fileTable.mu
 	// pages is the file's size in pages when last stat'ed (0: unknown),
@@ -100,6 +102,42 @@ func (f *filter) decide(path string, st *unix.Stat_t) uint32 {
 		return stateDenied
 	}
 	return stateAllowed
+}
+
+// decideBlock returns the state of a block device's cached blocks (a
+// filesystem's metadata, read on the traced program's behalf): kept unless
+// an --exclude of the user's names the device. The default excludes (/dev)
+// and the include and size filters, which choose files, do not apply.
+func (f *filter) decideBlock(path string) uint32 {
+	for _, p := range f.exclude {
+		if !slices.Contains(defaultExcludes, p) && hasPathPrefix(path, p) {
+			return stateDenied
+		}
+	}
+	return stateAllowed
+}
+
+// blockDevice returns the path (/dev/NAME) and size of the block device
+// whose page cache key names: the kernel caches a block device's blocks (a
+// filesystem's metadata: inode tables, directories, extent blocks) in the
+// device's inode on the anonymous bdev filesystem, whose inode number is
+// the device's dev_t.
+func blockDevice(key fileKey) (path string, size uint64, ok bool) {
+	maj, min := key.ino>>20, key.ino&(1<<20-1)
+	if key.dev>>20 != 0 || maj == 0 || maj >= 1<<12 {
+		return "", 0, false // not an anonymous superblock, or not a dev_t
+	}
+	sys := "/sys/dev/block/" + strconv.FormatUint(maj, 10) + ":" + strconv.FormatUint(min, 10)
+	link, err := os.Readlink(sys)
+	if err != nil {
+		return "", 0, false
+	}
+	if b, err := os.ReadFile(sys + "/size"); err == nil {
+		if sectors, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil {
+			size = sectors * 512
+		}
+	}
+	return "/dev/" + filepath.Base(link), size, true
 }
 
 // unknownState is the state of a file whose path could not be found.
@@ -201,7 +239,12 @@ func (t *fileTable) add(key fileKey, pid uint32, path string) *fileEntry {
 	}
 	state := t.filt.unknownState()
 	size, mtime, mode := int64(-1), int64(0), uint32(0)
-	if path != "" {
+	if path == "" {
+		if bp, bs, ok := blockDevice(key); ok {
+			path, size, mode = bp, int64(bs), unix.S_IFBLK|0o660
+			state = t.filt.decideBlock(bp)
+		}
+	} else {
 		var st unix.Stat_t
 		if err := unix.Stat(path, &st); err == nil && statKey(&st) == key {
 			state = t.filt.decide(path, &st)
@@ -216,7 +259,7 @@ func (t *fileTable) add(key fileKey, pid uint32, path string) *fileEntry {
 		return e
 	}
 	// Ids start at 1: a hint's file_id 0 means "no file" (docs/format.md).
-	e := &fileEntry{id: uint32(len(t.list) + 1), key: key, path: path}
+	e := &fileEntry{id: uint32(len(t.list) + 1), key: key, path: path, block: mode&unix.S_IFMT == unix.S_IFBLK}
 	if size >= 0 {
 		e.pages, e.statAt = (uint64(size)+4095)/4096, monoNow()
 		e.size, e.mtime, e.mode = uint64(size), mtime, mode
@@ -446,6 +489,11 @@ func (t *fileTable) rowNow(id uint32) (formats.File, bool) {
 	f := formats.File{ID: e.id, Dev: uint64(e.key.dev), Ino: e.key.ino, Path: e.path}
 	if f.Path == "" {
 		f.Path = t.cands[e.key]
+	}
+	if e.block { // its path names the device node, not its bdev inode
+		f.Size, f.Mode = e.size, e.mode
+		t.mu.Unlock()
+		return f, true
 	}
 	t.mu.Unlock()
 	if f.Path != "" && !e.pathOnly {

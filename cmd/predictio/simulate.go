@@ -126,6 +126,7 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 	defer in.Close()
 	cfg.PageSize = in.PageSize
 	cfg.Env = in.Env()
+	cfg.BlockFiles = in.BlockFiles()
 	cfg.Env.MaxPages = uint32(*maxPages)
 	cfg.Env.Warn = func(msg string) { fmt.Fprintf(stderr, "predictio simulate: warning: %s\n", msg) }
 	if *modelFile != "" {

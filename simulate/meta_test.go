@@ -1,0 +1,47 @@
+package simulate
+
+import (
+	"testing"
+
+	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/policies"
+)
+
+// TestMetaReads: cache_add rows of a block device are the filesystem
+// metadata the program's lookups read: with Config.BlockFiles, 32 of
+// adjacent blocks added one after another are one device request, which
+// holds the device while the program's next data read waits behind it;
+// without it they are not modelled.
+func TestMetaReads(t *testing.T) {
+	const dev = 9
+	var evs []policies.Event
+	ts := uint64(1e9)
+	for b := range uint64(32) { // an inode table read ahead
+		evs = append(evs, policies.Event{Kind: policies.EventFileAccess, TS: ts, PID: 1, TID: 1, File: dev,
+			Access: policies.FileAccess{Kind: formats.KindCacheAdd, Page: 5000 + b, NPages: 1}})
+		ts += 500
+	}
+	ts += 1000
+	evs = append(evs, policies.Event{Kind: policies.EventFileAccess, TS: ts, PID: 1, TID: 1, File: 1,
+		Access: policies.FileAccess{Kind: formats.KindRead, Page: 0, NPages: 1, End: ts + 100_000, Op: 1}})
+	// 20 µs a request, 1 ms a page of transfer: the metadata request holds
+	// the device for 32 ms.
+	d := Device{Name: "slow", LatencyNS: 20_000, BytesPerSec: 4096e3, QueueDepth: 32}
+	run := func(block map[uint32]bool) Stats {
+		r, err := Run(Config{CacheBytes: 1 << 30, Device: d, NoReadahead: true, BlockFiles: block}, &SliceSource{Events: evs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return *r.Lane(BaselineName)
+	}
+	without, with := run(nil), run(map[uint32]bool{dev: true})
+	if without.MetaPagesRead != 0 || with.MetaPagesRead != 32 || with.MetaRequests != 1 {
+		t.Errorf("metadata pages read %d without BlockFiles, %d in %d requests with; want 0, and 32 in 1", without.MetaPagesRead, with.MetaPagesRead, with.MetaRequests)
+	}
+	if with.StallNS < without.StallNS+20_000_000 {
+		t.Errorf("the data read stalled %d ns after the metadata request, %d ns without it; want about 30 ms more", with.StallNS, without.StallNS)
+	}
+	if with.PagesRead != without.PagesRead || with.Misses != 1 {
+		t.Errorf("pages read %d with, %d without, misses %d: metadata blocks are not the program's pages", with.PagesRead, without.PagesRead, with.Misses)
+	}
+}
