@@ -211,10 +211,10 @@ print(f"C{s['predicted_calibrated']}")
 print("K")
 print(f"K{name}: recorded against replayed per kind (baseline, median of the rounds)")
 print("K")
-print("K| kind | ops | service recorded | replayed | think recorded | waited |")
-print("K|---|---|---|---|---|---|")
+print("K| kind | ops | service recorded | replayed | predicted | think recorded | waited | predicted |")
+print("K|---|---|---|---|---|---|---|---|")
 for f in s.get("fidelity", []):
-    print(f"K| {f['kind']} | {f['ops']} | {ms(f['recorded_service_ns'])} | {ms(f['service_ns'])} | {ms(f['recorded_think_ns'])} | {ms(f['wait_ns'])} |")
+    print(f"K| {f['kind']} | {f['ops']} | {ms(f['recorded_service_ns'])} | {ms(f['service_ns'])} | {ms(f.get('predicted_service_ns', 0))} | {ms(f['recorded_think_ns'])} | {ms(f['wait_ns'])} | {ms(f.get('predicted_think_ns', 0))} |")
 EOF
 )
 	while IFS= read -r line; do
