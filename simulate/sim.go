@@ -512,7 +512,7 @@ type lane struct {
 	missNS            int64 // host.MissNS, or 0
 
 	st    Stats
-	kinds *kindTally // Config.PerKind; nil otherwise
+	kinds *kindTally      // Config.PerKind; nil otherwise
 	block map[uint32]bool // Config.BlockFiles
 	meta  metaRun         // metadata blocks being gathered into a request
 }
