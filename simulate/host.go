@@ -302,11 +302,11 @@ func (h *advised) pop() pending {
 }
 
 // prefetchRun hands pages [first, first+n) of file, requested at req and
-// issued at at, to the
-// kernel: its io-wq runs the FADVISE after a delay (adviseDelay), and only
-// then do the pages enter the cache and their read reach the device. A
-// demand that comes first reads its pages itself, and the FADVISE skips
-// them, as force_page_cache_ra skips cached pages.
+// issued at at, to the kernel: its io-wq runs the FADVISE after a delay
+// (adviseDelay), and only then do the pages enter the cache and their
+// read reach the device. A demand that comes first reads its pages
+// itself, and the FADVISE skips them, as force_page_cache_ra skips cached
+// pages.
 func (l *lane) prefetchRun(file uint32, first, n uint64, at, req int64) {
 	l.st.Requests++
 	p := pending{file: file, first: first, n: n, at: at + l.adviseDelay()}
