@@ -97,6 +97,11 @@ func TestKernelPrefetches(t *testing.T) {
 		if rep.Opens != 1 || rep.OpenNS == 0 || rep.OpenNS > rep.AcquireNS {
 			t.Errorf("via %s: %d opens in %d ns of %d ns acquiring; want 1, in a part of it", rep.Via, rep.Opens, rep.OpenNS, rep.AcquireNS)
 		}
+		// Each FADVISE's time from its request's Submit holds its time
+		// from its own submission.
+		if !ra && (rep.Advised == 0 || rep.PipelineNS < rep.AdviseNS) {
+			t.Errorf("via %s: %d FADVISEs, %d ns from request to completion against %d ns from submission; want at least as long", rep.Via, rep.Advised, rep.PipelineNS, rep.AdviseNS)
+		}
 		// Resident now: FADVISE has completed, so the pages are in the
 		// cache (in flight or read).
 		for _, r := range [][2]uint64{{16, 64}, {100, 8}, {200, 8}} {

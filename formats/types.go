@@ -101,6 +101,10 @@ const (
 // Mode reads as 0.
 func (f *File) PathOnly() bool { return f.Ino == 0 && f.Mode == 0 }
 
+// Block reports whether f is a block device: in a recording, the device's
+// cached blocks, a filesystem's metadata (docs/format.md).
+func (f *File) Block() bool { return f.Mode&ModeType == ModeBlock }
+
 // Access is one row of accesses.arrow. The fields after Kind are columns of
 // format 1.1; they read as 0 from 1.0 bundles.
 type Access struct {

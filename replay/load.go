@@ -287,7 +287,7 @@ func (t *trace) addAccess(a *formats.Access, byTID map[uint32]*thread) bool {
 			t.execRows = append(t.execRows, *a)
 		}
 		return false
-	case a.Kind == formats.KindCacheAdd && t.byID[a.FileID] != nil && t.byID[a.FileID].Mode&formats.ModeType == formats.ModeBlock:
+	case a.Kind == formats.KindCacheAdd && t.byID[a.FileID] != nil && t.byID[a.FileID].Block():
 		if len(t.metaReads) < maxMetaReads {
 			t.metaReads = append(t.metaReads, *a)
 		}

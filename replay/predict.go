@@ -5,7 +5,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/policies"
 	"github.com/predictio/predictio/simulate"
 )
@@ -97,12 +96,7 @@ func (r *Replayer) Predict(rep *Report, pred Prediction) error {
 	}
 	cfg.Env = r.policyEnv()
 	for _, f := range r.t.files {
-		if f.Mode&formats.ModeType == formats.ModeBlock {
-			if cfg.BlockFiles == nil {
-				cfg.BlockFiles = map[uint32]bool{}
-			}
-			cfg.BlockFiles[f.ID] = true
-		}
+		cfg.BlockFiles = simulate.AddBlockFile(cfg.BlockFiles, &f.File)
 	}
 	paths := map[uint32]string{}
 	var dirs []simulate.DirFile

@@ -139,7 +139,7 @@ func (in *Input) Env() policies.Env {
 func (in *Input) Paths() map[uint32]string {
 	m := make(map[uint32]string, len(in.keys))
 	for _, f := range in.Files {
-		if f.Path != "" && f.Mode&formats.ModeType != formats.ModeBlock {
+		if f.Path != "" && !f.Block() {
 			m[f.ID] = f.Path
 		}
 	}
@@ -150,13 +150,20 @@ func (in *Input) Paths() map[uint32]string {
 // or nil when it has none.
 func (in *Input) BlockFiles() map[uint32]bool {
 	var m map[uint32]bool
-	for _, f := range in.Files {
-		if f.Mode&formats.ModeType == formats.ModeBlock {
-			if m == nil {
-				m = map[uint32]bool{}
-			}
-			m[f.ID] = true
+	for i := range in.Files {
+		m = AddBlockFile(m, &in.Files[i])
+	}
+	return m
+}
+
+// AddBlockFile adds f's id to m (made when nil) when f is a block device,
+// for Config.BlockFiles, and returns m.
+func AddBlockFile(m map[uint32]bool, f *formats.File) map[uint32]bool {
+	if f.Block() {
+		if m == nil {
+			m = map[uint32]bool{}
 		}
+		m[f.ID] = true
 	}
 	return m
 }

@@ -224,25 +224,11 @@ func (l *lane) issue(it issueItem, start int64) int64 {
 		l.st.BackendOpenNS += c
 	}
 	issued := false
-	var runStart, runLen uint64
-	flush := func() {
-		if runLen > 0 {
-			at += cost(h.issueNS(runLen))
-			l.prefetchRun(it.file, runStart, runLen, at, it.req)
-			runLen, issued = 0, true
-		}
-	}
-	for p := it.first; p < it.first+it.n; p++ {
-		if l.cache.lookup(it.file, p) >= 0 {
-			flush()
-			continue
-		}
-		if runLen == 0 {
-			runStart = p
-		}
-		runLen++
-	}
-	flush()
+	l.absentRuns(it.file, it.first, it.first+it.n, func(start, n uint64) {
+		at += cost(h.issueNS(n))
+		l.prefetchRun(it.file, start, n, at, it.req)
+		issued = true
+	})
 	if !issued {
 		at += cost(h.IssueCachedNS)
 	}
@@ -309,6 +295,7 @@ func (h *advised) pop() pending {
 // pages.
 func (l *lane) prefetchRun(file uint32, first, n uint64, at, req int64) {
 	l.st.Requests++
+	l.st.Advised++
 	p := pending{file: file, first: first, n: n, at: at + l.adviseDelay()}
 	l.st.PipelineNS += p.at - req
 	l.iss.adv.push(p)
@@ -334,29 +321,14 @@ func (l *lane) land(t int64) {
 	adv := &l.iss.adv
 	for len(*adv) > 0 && (*adv)[0].at <= t {
 		p := adv.pop()
-		var runStart, runLen uint64
-		read := func() {
-			if runLen > 0 {
-				done := l.dev.submit(p.at, runLen)
-				l.st.PagesRead += runLen
-				l.st.Prefetched += runLen
-				for q := runStart; q < runStart+runLen; q++ {
-					l.cache.insert(p.file, q, done, flagPrefetched)
-				}
-				runLen = 0
+		l.absentRuns(p.file, p.first, p.first+p.n, func(start, n uint64) {
+			done := l.dev.submit(p.at, n)
+			l.st.PagesRead += n
+			l.st.Prefetched += n
+			for q := start; q < start+n; q++ {
+				l.cache.insert(p.file, q, done, flagPrefetched)
 			}
-		}
-		for q := p.first; q < p.first+p.n; q++ {
-			if l.cache.lookup(p.file, q) >= 0 {
-				read()
-				continue
-			}
-			if runLen == 0 {
-				runStart = q
-			}
-			runLen++
-		}
-		read()
+		})
 	}
 }
 

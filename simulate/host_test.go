@@ -263,6 +263,11 @@ func TestHostAdviseDelay(t *testing.T) {
 	if late.WallNS <= prompt.WallNS {
 		t.Errorf("oracle wall %d ns with late FADVISEs, %d with prompt ones; want longer", late.WallNS, prompt.WallNS)
 	}
+	// The delays drawn average the mean, and the time from request to
+	// FADVISE holds them.
+	if mean := float64(late.AdviseDelayNS) / float64(late.Advised); mean < 40e6 || mean > 60e6 || late.PipelineNS < late.AdviseDelayNS {
+		t.Errorf("%d FADVISEs, delays %.0f ns on average (want about 50 ms), pipeline %d ns in all", late.Advised, mean, late.PipelineNS)
+	}
 }
 
 // TestHostMapRowsFree: a map row's pages were mapped by its fault's

@@ -128,15 +128,16 @@ type Stats struct {
 	// read from the device to open files (Config.Dirs), inside
 	// BackendOpenNS.
 	BackendDirReads uint64 `json:"backend_dir_reads,omitempty"`
-	// AdviseDelayNS is the modelled delay between the backend's issuing
-	// each request and the kernel's running its FADVISE (Host), summed
-	// over Requests.
-	AdviseDelayNS int64 `json:"advise_delay_ns,omitempty"`
-	// PipelineNS is, summed over Requests, the modelled time from a
-	// policy's request to the kernel's running its FADVISE: the
-	// backend's queue, wake-up and work, and the advise delay (replay's
-	// backend_pipeline_ns is the measured one).
-	PipelineNS int64 `json:"backend_pipeline_ns,omitempty"`
+	// Advised counts the FADVISEs the modelled backend issued (Host: one
+	// per uncached run of a request's range; replay's backend_advised),
+	// AdviseDelayNS the modelled delays between issuing each and the
+	// kernel's running it, and PipelineNS the modelled times from each
+	// one's request to the kernel's running it (the backend's queue,
+	// wake-up and work, and the delay; replay's backend_pipeline_ns is the
+	// measured one), both summed over Advised.
+	Advised       uint64 `json:"backend_advised,omitempty"`
+	AdviseDelayNS int64  `json:"advise_delay_ns,omitempty"`
+	PipelineNS    int64  `json:"backend_pipeline_ns,omitempty"`
 	// ServiceNS is the recorded service of metadata rows (JSON:
 	// recorded_service_ns); Kinds the modelled times per kind of
 	// operation (Config.PerKind).
@@ -840,22 +841,29 @@ func (l *lane) readRow(s *Simulator, b *batch, i int) {
 // readMissing demand-reads the pages of [first, first+n) that no policy
 // brought in, in contiguous runs.
 func (l *lane) readMissing(file uint32, first, n uint64) {
-	var runStart, runLen uint64
-	for p := first; p < first+n; p++ {
-		if l.cache.lookup(file, p) < 0 {
-			if runLen == 0 {
-				runStart = p
+	l.absentRuns(file, first, first+n, func(start, n uint64) { l.read(file, start, n) })
+}
+
+// absentRuns calls fn, in order, for each run of consecutive pages of
+// [first, last) of file that are not in the cache; fn may insert the run's
+// pages.
+func (l *lane) absentRuns(file uint32, first, last uint64, fn func(start, n uint64)) {
+	var start, n uint64
+	for p := first; p < last; p++ {
+		if l.cache.lookup(file, p) >= 0 {
+			if n > 0 {
+				fn(start, n)
+				n = 0
 			}
-			runLen++
 			continue
 		}
-		if runLen > 0 {
-			l.read(file, runStart, runLen)
-			runLen = 0
+		if n == 0 {
+			start = p
 		}
+		n++
 	}
-	if runLen > 0 {
-		l.read(file, runStart, runLen)
+	if n > 0 {
+		fn(start, n)
 	}
 }
 
@@ -894,23 +902,7 @@ func (l *lane) submit(req *policies.Request) {
 	}
 	for _, r := range req.Ranges {
 		first, last := clipRange(r, eof)
-		var runStart, runLen uint64
-		for p := first; p < last; p++ {
-			if l.cache.lookup(req.File, p) >= 0 {
-				if runLen > 0 {
-					l.read(req.File, runStart, runLen)
-					runLen = 0
-				}
-				continue
-			}
-			if runLen == 0 {
-				runStart = p
-			}
-			runLen++
-		}
-		if runLen > 0 {
-			l.read(req.File, runStart, runLen)
-		}
+		l.absentRuns(req.File, first, last, func(start, n uint64) { l.read(req.File, start, n) })
 	}
 }
 
