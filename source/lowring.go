@@ -66,6 +66,7 @@ type lowWait struct {
 	woken    time.Time     // when the kernel last woke the reader
 	dense    int           // wakeups in a row within gap
 	gap      time.Duration // denseGap (tests on slow machines widen it)
+	quietMax int           // quietPolls (tests on slow machines raise it)
 	kicked   atomic.Bool   // Flush, SetDeadline or Close since the last read
 	evs      [2]unix.EpollEvent
 
@@ -85,7 +86,7 @@ func newLowWait(fd int, setFlag func(bool) error) (*lowWait, error) {
 		unix.Close(ep)
 		return nil, fmt.Errorf("create eventfd: %w", err)
 	}
-	w := &lowWait{ep: ep, wake: wake, setFlag: setFlag, gap: denseGap}
+	w := &lowWait{ep: ep, wake: wake, setFlag: setFlag, gap: denseGap, quietMax: quietPolls}
 	for _, f := range []int{fd, wake} {
 		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(f)}
 		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, f, &ev); err != nil {
@@ -127,7 +128,7 @@ func (r *ring) readAdaptive(rec *ringbuf.Record) error {
 // spell after quietPolls empty looks, and otherwise waits for a wakeup.
 func (w *lowWait) idle() error {
 	if w.polling {
-		if w.quiet < quietPolls {
+		if w.quiet < w.quietMax {
 			w.quiet++
 			nap(pollNap)
 			return nil

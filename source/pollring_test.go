@@ -178,6 +178,9 @@ func newAdaptiveRing(t *testing.T) *adaptiveRing {
 	// What counts as dense depends on how fast the reader wakes: an
 	// emulated VM (the kmod suite's) takes longer than denseGap.
 	a.r.low.gap = 50 * time.Millisecond
+	// Nor can it answer a record within quietPolls naps, so a spell
+	// would end between two of the test's records (500 naps: ≥100 ms).
+	a.r.low.quietMax = 500
 	go func() {
 		var rec ringbuf.Record
 		for {
