@@ -85,6 +85,21 @@ func (k AccessKind) Metadata() bool { return k >= KindOpen && k <= KindExec }
 // whose rows cover at least one page.
 func (k AccessKind) Pages() bool { return k.Valid() && !k.Metadata() }
 
+// Demand reports whether rows of kind k are the program's demand for
+// pages (read, fault, map and imported): what simulate, train and the
+// oracle count and replay re-issues.
+func (k AccessKind) Demand() bool {
+	return k == KindRead || k == KindFault || k == KindMap || k == KindImported
+}
+
+// Issued reports whether rows of kind k are operations the program issued
+// that replay re-issues: its demand and its open, stat, readdir and mmap
+// calls. Exec rows and the kernel's rows (cache add and delete, readahead
+// decisions) are not. The recorded wall spans these rows only.
+func (k AccessKind) Issued() bool {
+	return k.Demand() || k == KindOpen || k == KindStat || k == KindReaddir || k == KindMmap
+}
+
 // Mapping reports whether rows of kind k describe a mapping in the prot,
 // map_first_page and map_pages columns (fault, map and mmap).
 func (k AccessKind) Mapping() bool { return k == KindFault || k == KindMap || k == KindMmap }

@@ -84,6 +84,9 @@ func Repair(dir string) (*RepairReport, error) {
 			a := ac.At()
 			end := max(a.TS, a.EndNS)
 			maxTS = max(maxTS, end)
+			if !a.Kind.Issued() {
+				continue
+			}
 			if first || a.TS < m.Timing.FirstStartNS {
 				m.Timing.FirstStartNS, first = a.TS, false
 			}

@@ -665,19 +665,16 @@ func (w *Writer) noteTiming() {
 	if c.n == 0 {
 		return
 	}
-	first, last := c.ts[0], uint64(0)
 	for i, ts := range c.ts[:c.n] {
-		first = min(first, ts)
-		end := c.end[i]
-		if end == 0 {
-			end = ts
+		if !AccessKind(c.kind[i]).Issued() {
+			continue
 		}
-		last = max(last, end)
+		end := max(c.end[i], ts)
+		if !w.haveTiming {
+			w.firstStart, w.lastEnd, w.haveTiming = ts, end, true
+		}
+		w.firstStart, w.lastEnd = min(w.firstStart, ts), max(w.lastEnd, end)
 	}
-	if !w.haveTiming {
-		w.firstStart, w.lastEnd, w.haveTiming = first, last, true
-	}
-	w.firstStart, w.lastEnd = min(w.firstStart, first), max(w.lastEnd, last)
 }
 
 func (w *Writer) flushHints() error {

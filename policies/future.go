@@ -19,13 +19,7 @@ import (
 // stride and the oracle's Future count them too. The kernel maps only
 // pages already cached, so a map row never triggers readahead: Readahead
 // feeds it to MapPages (mmap_miss bookkeeping), not to Read or Fault.
-func IsDemand(k formats.AccessKind) bool {
-	switch k {
-	case formats.KindRead, formats.KindFault, formats.KindMap, formats.KindImported:
-		return true
-	}
-	return false
-}
+func IsDemand(k formats.AccessKind) bool { return k.Demand() }
 
 // FutureAccess is one demand access in a Future.
 type FutureAccess struct {

@@ -92,7 +92,10 @@ type trace struct {
 	metaReads []formats.Access
 	metaOps   int // metadata operations (open, stat, readdir, mmap)
 	// serviceTimes says that access rows carry end_ns (format 1.1);
-	// recordedWall is the manifest's timing.recorded_wall_ns.
+	// recordedWall is the span of the operations replayed, from the first
+	// one's start to the last completion, where the manifest has a
+	// timing.recorded_wall_ns (which bundles recorded before 2026-12-06
+	// measured over every row, cache adds of metadata blocks included).
 	serviceTimes bool
 	recordedWall uint64
 	// fileOps counts, per file index, the operations on the file (demand
@@ -148,7 +151,6 @@ func loadTrace(dir string) (*trace, error) {
 	}
 	defer cur.Close()
 	t.serviceTimes = b.HasServiceTimes()
-	t.recordedWall = t.man.Timing.RecordedWallNS
 	byTID := map[uint32]*thread{}
 	first := true
 	for cur.Next() {
@@ -171,6 +173,9 @@ func loadTrace(dir string) (*trace, error) {
 	}
 	sort.Slice(t.threads, func(i, j int) bool { return t.threads[i].tid < t.threads[j].tid })
 	t.firstTS = t.t0
+	if t.man.Timing.RecordedWallNS != 0 {
+		t.recordedWall = t.opsWall()
+	}
 	t.markOpened()
 	t.countFileOps()
 
@@ -366,6 +371,21 @@ func (d *op) merge(o *op) bool {
 		d.kind = formats.KindFault
 	}
 	return true
+}
+
+// opsWall returns the span of the operations loaded: from the first one's
+// start (firstTS) to the last completion.
+func (t *trace) opsWall() uint64 {
+	var last uint64
+	for _, th := range t.threads {
+		for i := range th.ops {
+			last = max(last, th.ops[i].ts, th.ops[i].end)
+		}
+	}
+	if len(t.threads) == 0 || last < t.firstTS {
+		return 0
+	}
+	return last - t.firstTS
 }
 
 // markOpened marks the files whose first operation in the recording (by

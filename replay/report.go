@@ -100,8 +100,10 @@ type Summary struct {
 	PredictedCalibrated bool   `json:"predicted_calibrated"`
 	Predictor           string `json:"predictor,omitempty"`
 
-	// RecordedWallNS is the recording's wall time, from the first access's
-	// start to the last one's completion (manifest timing.recorded_wall_ns).
+	// RecordedWallNS is the recording's wall time, from the start of the
+	// first operation replay re-issues to the last one's completion (as
+	// manifest timing.recorded_wall_ns, which older bundles measured over
+	// every row).
 	RecordedWallNS uint64 `json:"recorded_wall_ns,omitempty"`
 	// TimingError is |median baseline wall - recorded wall| / recorded
 	// wall, computed for recorded timing at speed 1 with a baseline.

@@ -45,3 +45,29 @@ func TestMetaReads(t *testing.T) {
 		t.Errorf("pages read %d with, %d without, misses %d: metadata blocks are not the program's pages", with.PagesRead, without.PagesRead, with.Misses)
 	}
 }
+
+// TestWallFromFirstIssued: the wall starts at the program's first issued
+// operation, as replay's and the manifest's recorded wall do, not at a
+// metadata block or an exec row that came 90 ms before it.
+func TestWallFromFirstIssued(t *testing.T) {
+	const dev, ms = 9, uint64(1e6)
+	t0 := uint64(1e9)
+	ev := func(ts uint64, file uint32, a policies.FileAccess) policies.Event {
+		return policies.Event{Kind: policies.EventFileAccess, TS: ts, PID: 1, TID: 1, File: file, Access: a}
+	}
+	evs := []policies.Event{
+		ev(t0, dev, policies.FileAccess{Kind: formats.KindCacheAdd, Page: 5000, NPages: 1}),
+		ev(t0+ms, 1, policies.FileAccess{Kind: formats.KindExec}),
+		ev(t0+90*ms, 1, policies.FileAccess{Kind: formats.KindRead, Page: 0, NPages: 1, End: t0 + 91*ms, Op: 1}),
+		ev(t0+92*ms, 1, policies.FileAccess{Kind: formats.KindRead, Page: 1, NPages: 1, End: t0 + 93*ms, Op: 2}),
+	}
+	d := Device{Name: "d", LatencyNS: 100_000, BytesPerSec: 4096e6, QueueDepth: 32}
+	r, err := Run(Config{CacheBytes: 1 << 30, Device: d, NoReadahead: true, BlockFiles: map[uint32]bool{dev: true}}, &SliceSource{Events: evs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two misses of about 100 µs and 1 ms of think between them.
+	if w := r.Lane(BaselineName).WallNS; w < int64(ms) || w > int64(2*ms) {
+		t.Errorf("wall %d ns, want about 1.2 ms: from the first read, not the block or the exec 90 ms before", w)
+	}
+}

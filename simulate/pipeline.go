@@ -289,6 +289,7 @@ func (l *lane) plain(s *Simulator, b *batch, from, to int) {
 			}
 		} else {
 			now = l.begin(th, t, e, op)
+			l.noteFirst(now) // a lane's first operation comes this way
 		}
 		st.Accesses++
 		wait := now

@@ -148,9 +148,11 @@ type Stats struct {
 	// how many requests; they are not in PagesRead.
 	MetaPagesRead uint64 `json:"metadata_pages_read,omitempty"`
 	MetaRequests  uint64 `json:"metadata_requests,omitempty"`
-	// WallNS is the simulated makespan: from the first event to the end of
-	// the last thread's last operation, think plus service time, each
-	// counted once.
+	// WallNS is the simulated makespan: from the start of the first
+	// operation the program issued (formats.AccessKind.Issued: not an
+	// exec or a kernel row) to the end of the last thread's last
+	// operation, think plus service time, each counted once. It spans
+	// what replay's wall and the manifest's recorded wall span.
 	WallNS  int64   `json:"wall_ns"`
 	Speedup float64 `json:"speedup"` // baseline wall_ns / wall_ns
 	// The prediction, under the names replay's report uses: the same as
@@ -485,6 +487,10 @@ type lane struct {
 	speed      float64       // think time divisor; 0: no think time
 	threads    threadTable
 	now        int64 // simulated time of the event being served
+	// first is the simulated start of the first operation replay would
+	// re-issue (formats.AccessKind.Issued); wall_ns counts from it.
+	first     int64
+	haveFirst bool
 
 	// The demand access being served: pages the lane inserts inside it
 	// are demand reads, not prefetches.
@@ -617,6 +623,7 @@ func (l *lane) step(ev *policies.Event, t, e int64) {
 			prev, started := th.clock, th.started
 			l.now = l.begin(th, t, e, ev.Access.Op)
 			start := l.now
+			l.noteFirst(start)
 			// A map row's pages were mapped by the fault it belongs to:
 			// the program touches them without a copy or a fault.
 			if l.serve(ev) == 0 && e >= t && l.host != nil && k != formats.KindMap {
@@ -635,6 +642,9 @@ func (l *lane) step(ev *policies.Event, t, e int64) {
 			prev, started := th.clock, th.started
 			now := l.begin(th, t, e, ev.Access.Op)
 			start := now
+			if k.Issued() {
+				l.noteFirst(start)
+			}
 			if e > t {
 				svc := e - t
 				if l.iss != nil {
@@ -697,6 +707,15 @@ func (l *lane) begin(th *thread, t, e int64, op uint64) int64 {
 		th.ref = e
 	}
 	return now
+}
+
+// noteFirst notes the start of an operation replay would re-issue: the
+// first one's is where the wall starts, as replay's does (kernel rows
+// such as the metadata blocks read before it are not in its wall).
+func (l *lane) noteFirst(start int64) {
+	if !l.haveFirst {
+		l.first, l.haveFirst = start, true
+	}
 }
 
 // scale divides a recorded duration by speed; speed 0 drops it.
@@ -800,6 +819,7 @@ func (l *lane) readRow(s *Simulator, b *batch, i int) {
 	prev, started := th.clock, th.started
 	l.now = l.begin(th, t, e, b.op[i])
 	start := l.now
+	l.noteFirst(start)
 	file, page := b.file[i], b.page[i]
 	l.st.Accesses++
 	l.st.Demand++
@@ -990,7 +1010,7 @@ func (l *lane) stats() Stats {
 		st.IOAmplification = float64(st.PagesRead) / float64(st.Demand)
 	}
 	for i := range l.threads.th {
-		st.WallNS = max(st.WallNS, l.threads.th[i].clock)
+		st.WallNS = max(st.WallNS, l.threads.th[i].clock-l.first)
 	}
 	if l.kinds != nil {
 		st.Kinds = l.kinds.list()

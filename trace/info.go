@@ -119,16 +119,20 @@ func Info(dir string, top int, opts ...formats.OpenOption) (*Summary, error) {
 		haveLast      bool
 		lastKnown     bool
 		accessFirst   uint64
+		issued        uint64 // rows of kinds the program issued
 	)
 	err = forEachAccess(b, func(a *formats.Access) error {
 		events++
 		pages += uint64(a.NPages)
 		kinds[a.Kind]++
 		span.see(a.TS)
-		if events == 1 || a.TS < accessFirst {
-			accessFirst = a.TS
+		if a.Kind.Issued() {
+			if issued == 0 || a.TS < accessFirst {
+				accessFirst = a.TS
+			}
+			issued++
+			lastEnd = max(lastEnd, a.TS, a.EndNS)
 		}
-		lastEnd = max(lastEnd, a.TS, a.EndNS)
 		if !haveLast || a.FileID != lastID {
 			lastID, haveLast, lastKnown = a.FileID, true, known[a.FileID]
 		}
@@ -182,7 +186,7 @@ func Info(dir string, top int, opts ...formats.OpenOption) (*Summary, error) {
 	if span.ok {
 		s.FirstTSNS, s.LastTSNS, s.DurationNS = span.first, span.last, span.last-span.first
 	}
-	if events > 0 {
+	if issued > 0 {
 		s.RecordedWallNS = lastEnd - accessFirst
 	}
 	if !span.ok && m.End.MonotonicNS > m.Start.MonotonicNS {
