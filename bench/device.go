@@ -120,6 +120,12 @@ func measurePhases(ctx context.Context, c DeviceConfig) (*formats.DeviceProfile,
 		return nil, fmt.Errorf("measure device sequential bandwidth: %w", err)
 	}
 	fmt.Fprintf(c.Log, "sequential read, 1 MiB x %d: %.1f MiB/s\n", seqQD, seq/(1<<20))
+	fmt.Fprintf(c.Log, "4/5: QD1 4 KiB reads after the device idled %v, alternated, %d each ...\n", idleGaps, idleRounds*idleRun)
+	idle, err := idleCurve(ctx, c.Path, c.Size, c.Log)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(c.Log, "after idle: %s\n", idleSummary(idle))
 	abs, _ := filepath.Abs(c.Path)
 	return &formats.DeviceProfile{
 		Version: formats.DeviceProfileVersion, Device: blockDevice(c.Path), Path: abs, Kernel: kernel(),
@@ -132,6 +138,7 @@ func measurePhases(ctx context.Context, c DeviceConfig) (*formats.DeviceProfile,
 		QueueDepth:          32,
 		Queue:               queue,
 		SyncQueue:           syncQueue,
+		Idle:                idle,
 		SeqBlockSize:        seqBlock,
 		SeqQueueDepth:       seqQD,
 		Engine:              "io_uring O_DIRECT (predictio engine, fixed buffers and files)",

@@ -38,6 +38,13 @@ type DeviceProfile struct {
 	// make slower than one submitter at the same depth. simulate uses it
 	// for demand reads when it has two points or more.
 	SyncQueue []QueuePoint `json:"sync_queue,omitempty"`
+	// Idle is the median QD1 4 KiB read latency after an idle device, by
+	// the idle time before the read, ascending: a virtual machine's disk
+	// can take several times longer to answer a read after a few
+	// milliseconds of quiet than one right after another. simulate adds
+	// the difference to the first point to a request that starts with
+	// nothing in flight. Profiles measured before 2026-12-06 have none.
+	Idle []IdlePoint `json:"idle,omitempty"`
 
 	// The fields below are informative; simulate does not read them.
 
@@ -125,4 +132,11 @@ type QueuePoint struct {
 type PrefetchCost struct {
 	Pages uint32 `json:"pages"`
 	NS    uint64 `json:"ns"`
+}
+
+// IdlePoint is one point of a profile's idle curve: reads after GapNS of
+// no I/O (the median gap measured) took P50NS (median).
+type IdlePoint struct {
+	GapNS uint64 `json:"gap_ns"`
+	P50NS uint64 `json:"p50_ns"`
 }

@@ -153,6 +153,12 @@ for name in ${@:-sqlite python grep threads}; do
 	workload "$name"
 	walls=()
 	plain=()
+	# One untraced cold run first, not counted: on a virtual machine the
+	# host caches the disk image, and a 4 KiB read of a block it has not
+	# read lately takes about 300 us against 45 (docs/BENCHMARKS.md).
+	# drop_caches cannot reach the host's cache, so the first timed run
+	# should find it as warm as the later ones.
+	plain_run >/dev/null
 	for i in $(seq 1 "$ROUNDS"); do
 		b=$WORK/$name-$i.bundle
 		rm -rf "$b"

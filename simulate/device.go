@@ -40,8 +40,58 @@ type Device struct {
 	// demand reads: requests a program's thread waits for, from the
 	// profile's synchronous curve.
 	SyncLatencyNS []int64 `json:"sync_latency_ns,omitempty"`
+	// Idle, when set, is how much longer than back to back a request
+	// takes that starts with nothing in flight, by how long the device
+	// has been idle (ascending gaps; linear between them, the last held
+	// beyond it, nothing below the first).
+	Idle []IdleCost `json:"idle,omitempty"`
 	// Host is the CPU side of the model; nil leaves it out.
 	Host *Host `json:"host,omitempty"`
+}
+
+// IdleCost is the latency a request adds after the device idled GapNS.
+type IdleCost struct {
+	GapNS   int64 `json:"gap_ns"`
+	ExtraNS int64 `json:"extra_ns"`
+}
+
+// idleCosts converts a profile's idle curve: each point's latency less the
+// first's (the shortest gap: back to back). It returns nil for fewer than
+// two points.
+func idleCosts(pts []formats.IdlePoint) ([]IdleCost, error) {
+	if len(pts) < 2 {
+		return nil, nil
+	}
+	if len(pts) > 64 {
+		return nil, fmt.Errorf("field idle has %d points, want at most 64", len(pts))
+	}
+	out := make([]IdleCost, len(pts))
+	for i, p := range pts {
+		switch {
+		case p.GapNS > 10e9 || i > 0 && p.GapNS <= pts[i-1].GapNS:
+			return nil, fmt.Errorf("field idle[%d].gap_ns is %d, want ascending gaps up to 10 s", i, p.GapNS)
+		case p.P50NS == 0 || p.P50NS > 10e9:
+			return nil, fmt.Errorf("field idle[%d].p50_ns is %d, want 1 ns..10 s", i, p.P50NS)
+		}
+		out[i] = IdleCost{GapNS: int64(p.GapNS), ExtraNS: max(int64(p.P50NS)-int64(pts[0].P50NS), 0)}
+	}
+	return out, nil
+}
+
+// idleExtra returns the latency a request adds after the device idled gap.
+func idleExtra(c []IdleCost, gap int64) int64 {
+	if len(c) == 0 || gap <= c[0].GapNS {
+		return 0
+	}
+	i := 1
+	for i < len(c) && c[i].GapNS < gap {
+		i++
+	}
+	if i == len(c) {
+		return c[i-1].ExtraNS
+	}
+	a, b := c[i-1], c[i]
+	return a.ExtraNS + (b.ExtraNS-a.ExtraNS)*(gap-a.GapNS)/(b.GapNS-a.GapNS)
 }
 
 // Paper-derived random-read throughputs (PredictIO §6, fio 4 KiB random
@@ -138,6 +188,9 @@ func DeviceFromProfile(p *formats.DeviceProfile) (Device, error) {
 		return Device{}, fmt.Errorf("load device profile: %w", err)
 	}
 	d := Device{Name: name, Source: src, LatencyNS: int64(lat), BytesPerSec: p.SeqReadBytesPerSec, QueueDepth: p.QueueDepth, Host: host}
+	if d.Idle, err = idleCosts(p.Idle); err != nil {
+		return Device{}, fmt.Errorf("load device profile: %w", err)
+	}
 	if len(p.Queue) >= 2 {
 		q, err := queueLatencies("queue", p.Queue, p.QueueDepth, xfer, nil)
 		if err != nil {
@@ -221,7 +274,10 @@ func (d Device) queueNote(calibrated bool) string {
 	if s := d.SyncLatencyNS; s != nil {
 		n += fmt.Sprintf("; a demand read, from threads of pread: %.0f µs alone, %.0f µs with 3 others", at(s, 0), at(s, 3))
 	}
-	return n
+	if d.Idle == nil {
+		return n + "; the profile has no idle curve (measured before 2026-12-06; measure again with 'predictio bench device'): a read after the device idled is modelled as fast as one right after another"
+	}
+	return n + fmt.Sprintf("; a read after the device idled 1 ms takes %.0f µs longer, after 10 ms %.0f µs", float64(idleExtra(d.Idle, 1e6))/1e3, float64(idleExtra(d.Idle, 1e7))/1e3)
 }
 
 func (d Device) validate() error {
@@ -282,6 +338,7 @@ type deviceState struct {
 	head    int
 	busy    []span // channel busy spans, sorted, disjoint
 	floor   int64  // time before which the channel counts as busy (spans dropped)
+	idle    []IdleCost
 }
 
 // span is a busy interval [start, end) of the transfer channel.
@@ -299,6 +356,7 @@ func newDeviceState(d Device, pageSize int) *deviceState {
 		qlat:    d.QueueLatencyNS,
 		slat:    d.QueueLatencyNS,
 		slots:   make([]int64, d.QueueDepth),
+		idle:    d.Idle,
 	}
 	if d.SyncLatencyNS != nil {
 		s.slat = d.SyncLatencyNS
@@ -403,6 +461,15 @@ func (s *deviceState) latencyAt(start int64, lat []int64) int64 {
 		} else {
 			lo = m + 1
 		}
+	}
+	if lo == q && s.idle != nil {
+		// Nothing in flight: the device has idled since the latest
+		// completion, the ring's last slot.
+		last := s.head - 1
+		if last < 0 {
+			last = q - 1
+		}
+		return lat[0] + idleExtra(s.idle, start-s.slots[last])
 	}
 	return lat[q-lo]
 }

@@ -278,3 +278,45 @@ func TestThreadsWaitOnSyncCurve(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleLatency: with an idle curve, a request that starts after the
+// device idled takes the curve's extra latency for that gap (interpolated
+// between points), one right after another or beside one in flight none,
+// and without a curve none either.
+func TestIdleLatency(t *testing.T) {
+	base := Device{Name: "d", LatencyNS: 50_000, BytesPerSec: 4096e9, QueueDepth: 2,
+		QueueLatencyNS: []int64{50_000, 50_000}}
+	idle := base
+	var err error
+	idle.Idle, err = idleCosts([]formats.IdlePoint{{GapNS: 0, P50NS: 50_000}, {GapNS: 1e6, P50NS: 60_000}, {GapNS: 10e6, P50NS: 150_000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name      string
+		d         Device
+		at        int64 // the second request's start; the first completes at about 50 µs
+		inFlight  bool  // a third request is in flight at its start
+		wantExtra int64
+	}{
+		{"back to back", idle, 50_001, false, 0},
+		{"after 5.5 ms idle", idle, 5_550_001, false, 55_000},
+		{"after 100 ms idle", idle, 100_050_001, false, 100_000},
+		{"beside one in flight", idle, 5_550_001, true, 0},
+		{"no curve", base, 5_550_001, false, 0},
+	} {
+		s := newDeviceState(c.d, 4096)
+		first := s.submit(0, 1)
+		if c.inFlight {
+			s.submit(c.at-10_000, 1)
+		}
+		done := s.submit(c.at, 1)
+		extra := done - c.at - (first - 0)
+		if d := extra - c.wantExtra; d < -1_000 || d > 1_000 {
+			t.Errorf("%s: the request took %d ns more than the first, want %d", c.name, extra, c.wantExtra)
+		}
+	}
+	if _, err := idleCosts([]formats.IdlePoint{{GapNS: 5, P50NS: 1}, {GapNS: 5, P50NS: 2}}); err == nil {
+		t.Error("idle gaps that do not ascend were accepted")
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/predictio/predictio/bench"
 	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/internal/testenv"
+	"github.com/predictio/predictio/simulate"
 	"golang.org/x/sys/unix"
 )
 
@@ -107,6 +108,19 @@ func TestBenchDeviceCLI(t *testing.T) {
 	}
 	if p.Version != formats.DeviceProfileVersion || p.ReadLatencyNS == 0 || p.SeqReadBytesPerSec <= 0 || p.QueueDepth != 32 {
 		t.Fatalf("profile %+v", p)
+	}
+	// The idle curve: one point a gap, ascending, each gap at least the
+	// one asked for (a sleep never ends early), the last 30 ms.
+	if len(p.Idle) != 9 || p.Idle[8].GapNS < 30e6 || p.Idle[8].GapNS > 60e6 {
+		t.Fatalf("idle curve %+v, want 9 points up to about 30 ms", p.Idle)
+	}
+	for i, pt := range p.Idle {
+		if pt.P50NS == 0 || i > 0 && pt.GapNS <= p.Idle[i-1].GapNS {
+			t.Errorf("idle curve %+v: point %d", p.Idle, i)
+		}
+	}
+	if _, err := simulate.DeviceFromProfile(&p); err != nil {
+		t.Errorf("simulate refuses the profile: %v", err)
 	}
 	// It is cached for the device, for simulate and replay to find.
 	c, err := bench.LookupProfile(dir)
