@@ -18,10 +18,10 @@ import (
 
 // idleGaps are the idle times before a read that the idle curve measures.
 // On this project's virtual machine (virtio-blk, 2026-12-06) a 4 KiB read
-// after 0.1 ms of idle took 44 µs, after 0.2 ms 77 µs, after 5 ms 100 µs
-// and after 30 ms 232 µs: the host's I/O path goes to sleep while the
-// disk idles, and a program that computes between its reads waits for it
-// to wake on each.
+// took 50 µs back to back, 93-98 µs after 0.2 ms of quiet, 195-214 µs
+// after 5 ms and 256-285 µs after 30 ms: the idle CPUs and the host's I/O
+// path go to sleep, and a program that computes between its reads waits
+// for them to wake on each.
 var idleGaps = []time.Duration{0, 100 * time.Microsecond, 200 * time.Microsecond, 500 * time.Microsecond,
 	time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 30 * time.Millisecond}
 
@@ -66,13 +66,11 @@ func idleCurve(ctx context.Context, path string, size int64, log io.Writer) ([]f
 			// measured.
 			for k := range idleWarm + idleRun {
 				if d := idleGaps[i] - time.Since(last); d > 0 {
-					ts := unix.NsecToTimespec(d.Nanoseconds())
-					for unix.Nanosleep(&ts, &ts) == unix.EINTR {
-					}
+					rawSleep(d)
 				}
 				off := rng.Int64N(blocks) * BlockSize
 				t0 := time.Now()
-				if _, err := unix.Pread(int(f.Fd()), buf, off); err != nil {
+				if err := rawPread(int(f.Fd()), buf, off); err != nil {
 					return nil, fmt.Errorf("measure idle curve: read %s at %d: %w", path, off, err)
 				}
 				end := time.Now()
@@ -115,4 +113,31 @@ func idleSummary(pts []formats.IdlePoint) string {
 		b = fmt.Appendf(b, "%.0f µs after %.1f ms", float64(p.P50NS)/1e3, float64(p.GapNS)/1e6)
 	}
 	return string(b)
+}
+
+// rawSleep and rawPread are nanosleep(2) and pread(2) without telling the
+// Go scheduler (RawSyscall): a blocking system call wakes the runtime's
+// monitor thread, which then polls every 20 µs and keeps the CPU from
+// idling as a C program's would. Measured 2026-12-06: with the runtime's
+// wrappers a read after 1 ms of quiet took 50-62 µs, as a Python loop's
+// took 77-103 µs; without them ... (docs/device-profile.md).
+func rawSleep(d time.Duration) {
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	for {
+		_, _, e := unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), uintptr(unsafe.Pointer(&ts)), 0)
+		if e != unix.EINTR {
+			return
+		}
+	}
+}
+
+func rawPread(fd int, b []byte, off int64) error {
+	n, _, e := unix.RawSyscall6(unix.SYS_PREAD64, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(off), 0, 0)
+	switch {
+	case e != 0:
+		return e
+	case int(n) != len(b):
+		return fmt.Errorf("short read: %d of %d bytes", n, len(b))
+	}
+	return nil
 }
