@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# bpf-cost.sh measures the recorder's in-kernel cost per BPF program while
+# `predictio record` traces a cold sqlite3 range scan (issue 14): it turns
+# on kernel.bpf_stats_enabled, samples `bpftool prog show -j` every 30 ms
+# during the recording (the programs go away when it ends) and prints each
+# program's runs and mean run time, the sum, and the recorded wall.
+#
+#   sudo scripts/bpf-cost.sh [PREDICTIO]   # default ./predictio
+#
+# Needs root, bpftool, sqlite3 and the database of scripts/replay-fidelity.sh
+# (DB, default /var/tmp/predictio-fidelity/ycsb.sqlite: run that script's
+# sqlite workload once first).
+set -euo pipefail
+BIN=${1:-./predictio}
+DB=${DB:-/var/tmp/predictio-fidelity/ycsb.sqlite}
+Q="PRAGMA mmap_size=0; PRAGMA cache_size=-2048; SELECT sum(length(v)) FROM (SELECT v FROM t WHERE k >= 500000000 ORDER BY k LIMIT 16384);"
+[ -s "$DB" ] || { echo "bpf-cost: no database $DB; run scripts/replay-fidelity.sh sqlite first" >&2; exit 1; }
+T=$(mktemp -d)
+trap 'sysctl -qw kernel.bpf_stats_enabled=0; rm -rf "$T"' EXIT
+sysctl -qw kernel.bpf_stats_enabled=1
+sync; echo 3 > /proc/sys/vm/drop_caches
+(i=0; while :; do i=$((i+1)); bpftool prog show -j > "$T/s-$i.json" 2>/dev/null || true; sleep 0.03; done) &
+S=$!
+"$BIN" record -quiet -o "$T/b.bundle" --include "$DB" --include /usr --include /lib -- sqlite3 "$DB" "$Q" >/dev/null
+sleep 0.05
+kill $S; wait $S 2>/dev/null || true
+python3 - "$T" <<'PY'
+import glob, json, sys
+best = {}
+for f in glob.glob(sys.argv[1] + "/s-*.json"):
+    try:
+        progs = json.load(open(f))
+    except ValueError:
+        continue  # a sample cut short
+    for p in progs:
+        k = (p["id"], p.get("name", ""))
+        rt, rc = p.get("run_time_ns", 0), p.get("run_cnt", 0)
+        if rc and (k not in best or rt > best[k][0]):
+            best[k] = (rt, rc)
+rows = sorted(((rt, rc, k[1]) for k, (rt, rc) in best.items()), reverse=True)
+for rt, rc, name in rows:
+    print(f"{name:24s} {rc:8d} runs {rt / rc:7.0f} ns each {rt / 1e6:7.2f} ms")
+print(f"all programs {sum(r[0] for r in rows) / 1e6:.1f} ms")
+m = json.load(open(sys.argv[1] + "/b.bundle/manifest.json"))
+print(f"recorded wall {m['timing']['recorded_wall_ns'] / 1e6:.1f} ms")
+PY
