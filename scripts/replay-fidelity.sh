@@ -19,7 +19,8 @@
 #
 # and, per workload, replay's recorded-against-replayed comparison per kind
 # of operation (service and think time; summary.fidelity). With PAIRED > 0
-# it also replays every recording PAIRED times (baseline only) and prints
+# it also replays every recording PAIRED times (baseline only), right after
+# recording it, and prints
 # the paired errors (|median replay of recording i - recorded wall i| /
 # recorded wall i) and the median of those replays against the median of
 # the recordings: the recordings of one program spread by several percent
@@ -48,6 +49,10 @@
 #   PROFILE   a device profile (predictio bench device -o FILE); default: the
 #             cached profile of the device holding the files (measure it
 #             first: predictio bench device --duration 30s)
+#   PROFILE_EACH  a duration (e.g. 20s): measure a device profile (bench
+#             device --duration PROFILE_EACH) right before each workload's
+#             prediction check and predict with it, instead of PROFILE:
+#             this disk's latency drifts by 10-20% within minutes
 #   PAIRED    replays of each recording for the paired table (default 3;
 #             0 leaves it out)
 #   RESIDUE   --max-residue (default 0.3: the libraries every process maps
@@ -153,6 +158,7 @@ for name in ${@:-sqlite python grep threads}; do
 	workload "$name"
 	walls=()
 	plain=()
+	pw=()
 	# One untraced cold run first, not counted: on a virtual machine the
 	# host caches the disk image, and a 4 KiB read of a block it has not
 	# read lately takes about 300 us against 45 (docs/BENCHMARKS.md).
@@ -173,6 +179,13 @@ for name in ${@:-sqlite python grep threads}; do
 		"$P" record -quiet -o "$b" "${inc[@]}" -- "${CMD[@]}" >/dev/null || true
 		walls+=("$(json "$b/manifest.json" "d['timing']['recorded_wall_ns']")")
 		if [ $((i % 2)) = 1 ]; then plain+=("$(plain_run)"); fi
+		if [ "$PAIRED" -gt 0 ]; then
+			# Its replays right after it: the machine drifts by 10-20%
+			# within minutes, and a recording compared with replays made
+			# after all the others measured the drift as much as replay.
+			"$P" replay --ab baseline --repeat "$PAIRED" --drop-caches --max-residue "$RESIDUE" --json "$b" > "$WORK/$name-$i-baseline.json"
+			pw+=("$(json "$WORK/$name-$i-baseline.json" "[p for p in d['summary']['policies'] if p['policy']=='baseline'][0]['wall_ns']['median']")")
+		fi
 	done
 	first=${walls[0]}
 	med=$(printf '%s\n' "${walls[@]}" | median)
@@ -180,11 +193,6 @@ for name in ${@:-sqlite python grep threads}; do
 	spread="$(printf '%s\n' "${walls[@]}" | sort -n | head -1) $(printf '%s\n' "${walls[@]}" | sort -n | tail -1)"
 	pspread="$(printf '%s\n' "${plain[@]}" | sort -n | head -1) $(printf '%s\n' "${plain[@]}" | sort -n | tail -1)"
 	if [ "$PAIRED" -gt 0 ]; then
-		pw=()
-		for i in $(seq 1 "$ROUNDS"); do
-			"$P" replay --ab baseline --repeat "$PAIRED" --drop-caches --max-residue "$RESIDUE" --json "$WORK/$name-$i.bundle" > "$WORK/$name-$i-baseline.json"
-			pw+=("$(json "$WORK/$name-$i-baseline.json" "[p for p in d['summary']['policies'] if p['policy']=='baseline'][0]['wall_ns']['median']")")
-		done
 		paired+=("$(python3 - "$name" "${walls[*]}" "${pw[*]}" <<'EOF'
 import sys, statistics as st
 name, rec, rep = sys.argv[1], [float(x) for x in sys.argv[2].split()], [float(x) for x in sys.argv[3].split()]
@@ -196,6 +204,10 @@ EOF
 )")
 	fi
 	out=$WORK/$name-replay.json
+	if [ -n "${PROFILE_EACH:-}" ]; then
+		"$P" bench device --duration "$PROFILE_EACH" -o "$WORK/$name-profile.json" 2>/dev/null
+		pred=(--device-profile "$WORK/$name-profile.json")
+	fi
 	"$P" replay --ab "baseline,$POLICY" --repeat "$ROUNDS" --drop-caches --max-residue "$RESIDUE" "${pred[@]}" --json "$WORK/$name-1.bundle" > "$out"
 	rows=$(python3 - "$name" "$first" "$med" "$out" "$pmed" $spread $pspread <<'EOF'
 import json, sys
