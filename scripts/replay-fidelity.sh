@@ -2,10 +2,11 @@
 # replay-fidelity.sh measures how faithfully replay and simulate reproduce
 # the programs they recorded (issue 11, items 2 and 9). For each workload it
 # records ROUNDS cold runs (drop_caches 3 before each), replays the first
-# recording ROUNDS times at its recorded paths (kernel backend, recorded
-# timing, A/B of the baseline and POLICY; counts by effect in one more run
-# of POLICY, outside the timing: replay --effect separate) with the
-# predicted column, and prints two markdown tables:
+# recording ROUNDS times at its recorded paths right after recording it
+# (kernel backend, recorded timing, A/B of the baseline and POLICY;
+# counts by effect in one more run of POLICY, outside the timing: replay
+# --effect separate) with the predicted column, and prints two markdown
+# tables:
 #
 #   timing: the recorded wall of that recording and the median (and
 #     spread) of all of them, the median of ROUNDS untraced cold runs of
@@ -179,6 +180,17 @@ for name in ${@:-sqlite python grep threads}; do
 		"$P" record -quiet -o "$b" "${inc[@]}" -- "${CMD[@]}" >/dev/null || true
 		walls+=("$(json "$b/manifest.json" "d['timing']['recorded_wall_ns']")")
 		if [ $((i % 2)) = 1 ]; then plain+=("$(plain_run)"); fi
+		if [ "$i" = 1 ]; then
+			# The prediction check of the first recording, right after
+			# it: the prediction replays its recorded think and service
+			# times, which a replay minutes later on a drifted machine
+			# would not meet.
+			if [ -n "${PROFILE_EACH:-}" ]; then
+				"$P" bench device --duration "$PROFILE_EACH" -o "$WORK/$name-profile.json" 2>/dev/null
+				pred=(--device-profile "$WORK/$name-profile.json")
+			fi
+			"$P" replay --ab "baseline,$POLICY" --repeat "$ROUNDS" --drop-caches --max-residue "$RESIDUE" "${pred[@]}" --json "$b" > "$WORK/$name-replay.json"
+		fi
 		if [ "$PAIRED" -gt 0 ]; then
 			# Its replays right after it: the machine drifts by 10-20%
 			# within minutes, and a recording compared with replays made
@@ -204,11 +216,6 @@ EOF
 )")
 	fi
 	out=$WORK/$name-replay.json
-	if [ -n "${PROFILE_EACH:-}" ]; then
-		"$P" bench device --duration "$PROFILE_EACH" -o "$WORK/$name-profile.json" 2>/dev/null
-		pred=(--device-profile "$WORK/$name-profile.json")
-	fi
-	"$P" replay --ab "baseline,$POLICY" --repeat "$ROUNDS" --drop-caches --max-residue "$RESIDUE" "${pred[@]}" --json "$WORK/$name-1.bundle" > "$out"
 	rows=$(python3 - "$name" "$first" "$med" "$out" "$pmed" $spread $pspread <<'EOF'
 import json, sys
 name, first, med, path = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
