@@ -178,7 +178,7 @@ func (s *issuer) queue(file uint32, first, n uint64, at int64) bool {
 // finish issues what the backend still holds queued when the program
 // ends (Run; a simulation fed with Step leaves it queued).
 func (l *lane) finish() {
-	l.flushMeta()
+	l.finishMeta()
 	if l.iss != nil {
 		l.advance(math.MaxInt64)
 	}

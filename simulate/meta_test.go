@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/predictio/predictio/formats"
@@ -69,5 +70,67 @@ func TestWallFromFirstIssued(t *testing.T) {
 	// Two misses of about 100 µs and 1 ms of think between them.
 	if w := r.Lane(BaselineName).WallNS; w < int64(ms) || w > int64(2*ms) {
 		t.Errorf("wall %d ns, want about 1.2 ms: from the first read, not the block or the exec 90 ms before", w)
+	}
+}
+
+// TestMetaInsideOps: with a host model, the blocks a stat read inside its
+// recorded span are its own reads: it takes its recorded time before the
+// first block, the model's device reads of the blocks one after another,
+// and at most Host.OpenNS after the last, not its recorded 40 ms (a
+// recording on a slow moment of the disk); without a host model, or for
+// blocks outside its span, the recorded service stands and the blocks go
+// to the device in the background.
+func TestMetaInsideOps(t *testing.T) {
+	const dev, ms = 9, int64(1e6)
+	t0 := uint64(1e9)
+	ev := func(ts uint64, file uint32, a policies.FileAccess) policies.Event {
+		return policies.Event{Kind: policies.EventFileAccess, TS: ts, PID: 1, TID: 1, File: file, Access: a}
+	}
+	block := func(ts, page uint64) policies.Event {
+		return ev(ts, dev, policies.FileAccess{Kind: formats.KindCacheAdd, Page: page, NPages: 1})
+	}
+	stat := func(ts, end uint64) policies.Event {
+		return ev(ts, 1, policies.FileAccess{Kind: formats.KindStat, End: end, Op: ts})
+	}
+	read := ev(t0, 1, policies.FileAccess{Kind: formats.KindRead, Page: 0, NPages: 1, End: t0 + 1000, Op: 1})
+	// A stat of 40 ms that read two blocks 10 µs and 20 ms into it.
+	inside := []policies.Event{read, block(t0+1_010_000, 100), block(t0+21_000_000, 900), stat(t0+1_000_000, t0+41_000_000)}
+	// The same blocks read before the stat's span: not its own.
+	outside := []policies.Event{read, block(t0+500_000, 100), block(t0+600_000, 900), stat(t0+1_000_000, t0+41_000_000)}
+	d := Device{Name: "d", LatencyNS: 100_000, BytesPerSec: 4096e6, QueueDepth: 32, QueueLatencyNS: slices.Repeat([]int64{100_000}, 32)}
+	run := func(evs []policies.Event, host bool) Stats {
+		dd := d
+		if host {
+			dd.Host = testHost()
+		}
+		r, err := Run(Config{CacheBytes: 1 << 30, Device: dd, NoReadahead: true, PerKind: true, BlockFiles: map[uint32]bool{dev: true}}, &SliceSource{Events: evs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return *r.Lane(BaselineName)
+	}
+	statNS := func(s Stats) int64 {
+		for _, k := range s.Kinds {
+			if k.Kind == "stat" {
+				return k.ServiceNS
+			}
+		}
+		return -1
+	}
+	st := run(inside, true)
+	// 10 µs, two reads of about 100 µs, at most OpenNS after.
+	if got := statNS(st); got < 200_000 || got > 230_000+testHost().OpenNS {
+		t.Errorf("stat holding two blocks: %d ns, want about 210 µs (10 µs before, two 100 µs reads)", got)
+	}
+	if st.MetaSyncRequests != 2 || st.MetaRequests != 2 || st.MetaPagesRead != 2 {
+		t.Errorf("metadata requests %d (%d waited for), pages %d; want 2 (2), 2", st.MetaRequests, st.MetaSyncRequests, st.MetaPagesRead)
+	}
+	for name, s := range map[string]Stats{"no host model": run(inside, false), "blocks before its span": run(outside, true)} {
+		if got := statNS(s); got != 40*ms {
+			t.Errorf("%s: stat %d ns, want its recorded 40 ms", name, got)
+		}
+		if s.MetaSyncRequests != 0 || s.MetaRequests != 2 {
+			t.Errorf("%s: metadata requests %d (%d waited for), want 2 (0)", name, s.MetaRequests, s.MetaSyncRequests)
+		}
 	}
 }

@@ -148,6 +148,10 @@ type Stats struct {
 	// how many requests; they are not in PagesRead.
 	MetaPagesRead uint64 `json:"metadata_pages_read,omitempty"`
 	MetaRequests  uint64 `json:"metadata_requests,omitempty"`
+	// MetaSyncRequests are those of MetaRequests that a metadata
+	// operation of the program waited for (its recorded span held them),
+	// served in its modelled time rather than its recorded one.
+	MetaSyncRequests uint64 `json:"metadata_sync_requests,omitempty"`
 	// WallNS is the simulated makespan: from the start of the first
 	// operation the program issued (formats.AccessKind.Issued: not an
 	// exec or a kernel row) to the end of the last thread's last
@@ -518,10 +522,11 @@ type lane struct {
 	progLoad, issLoad load
 	missNS            int64 // host.MissNS, or 0
 
-	st    Stats
-	kinds *kindTally      // Config.PerKind; nil otherwise
-	block map[uint32]bool // Config.BlockFiles
-	meta  metaRun         // metadata blocks being gathered into a request
+	st       Stats
+	kinds    *kindTally      // Config.PerKind; nil otherwise
+	block    map[uint32]bool // Config.BlockFiles
+	meta     metaRun         // metadata blocks being gathered into a request
+	metaPend []metaRun       // closed runs waiting for their thread's next operation
 }
 
 func (s *Simulator) newLane(name, spec string) (*lane, error) {
@@ -619,6 +624,9 @@ func (l *lane) step(ev *policies.Event, t, e int64) {
 			// demand. The readahead model sees them through MapPages
 			// only (mmap_miss bookkeeping), never as a read, since the
 			// kernel maps only pages already cached.
+			if len(l.metaPend) > 0 {
+				l.takeMeta(threadID(ev), t, e, 0, false)
+			}
 			th := l.threads.get(threadID(ev))
 			prev, started := th.clock, th.started
 			l.now = l.begin(th, t, e, ev.Access.Op)
@@ -638,7 +646,8 @@ func (l *lane) step(ev *policies.Event, t, e int64) {
 				l.kinds.add(k, started, prev, start, l.now)
 			}
 		case isMetadata(k):
-			th := l.threads.get(threadID(ev))
+			tid := threadID(ev)
+			th := l.threads.get(tid)
 			prev, started := th.clock, th.started
 			now := l.begin(th, t, e, ev.Access.Op)
 			start := now
@@ -647,6 +656,11 @@ func (l *lane) step(ev *policies.Event, t, e int64) {
 			}
 			if e > t {
 				svc := e - t
+				if l.block != nil {
+					if m, ok := l.takeMeta(tid, t, e, now, l.host != nil); ok {
+						svc = m
+					}
+				}
 				if l.iss != nil {
 					svc = l.lookup(ev.File, k, now, svc)
 				}
@@ -805,6 +819,9 @@ func (l *lane) hit(e *entry) {
 func (l *lane) readRow(s *Simulator, b *batch, i int) {
 	if l.block != nil {
 		l.flushMeta()
+		if len(l.metaPend) > 0 {
+			l.takeMeta(b.threadOf(i), 0, 0, 0, false)
+		}
 	}
 	var t int64
 	ts := b.ts[i]
