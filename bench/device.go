@@ -39,11 +39,12 @@ const (
 
 // MeasureDevice measures a device profile with the io_uring engine and
 // O_DIRECT: QD1 4 KiB random-read latency, 4 KiB random-read bandwidth at
-// QD 32, the curves between, and sequential read bandwidth with 1 MiB
-// requests; then the host's costs (MeasureHost, sized to the device's
-// measured rate), unless c.Host gives them. Each phase runs for a fixed
-// time, so that a slow or throttled device takes as long as a fast one
-// but for the host phase; ctx is checked between phases and their steps,
+// QD 32, the curves between, sequential read bandwidth with 1 MiB
+// requests, and the latency after the device idled (idleCurve, about 1 s
+// whatever c.Duration); then the host's costs (MeasureHost, sized to the
+// device's measured rate), unless c.Host gives them. Each of the first
+// four phases runs for a fixed time, so that a slow or throttled device
+// takes as long as a fast one; ctx is checked between phases and their steps,
 // and a cancelled measurement returns ctx's error.
 func MeasureDevice(ctx context.Context, c DeviceConfig) (*formats.DeviceProfile, error) {
 	if c.Duration < 3*time.Millisecond {
@@ -64,9 +65,9 @@ func MeasureDevice(ctx context.Context, c DeviceConfig) (*formats.DeviceProfile,
 	}
 	prof.Host = c.Host
 	if c.Host != nil {
-		fmt.Fprintf(c.Log, "5/5: the host: given, not measured\n")
+		fmt.Fprintf(c.Log, "6/6: the host: given, not measured\n")
 	} else {
-		fmt.Fprintf(c.Log, "5/5: the host: cached and uncached reads, opens and prefetches through the kernel backend (about 10 s on this machine's disk) ...\n")
+		fmt.Fprintf(c.Log, "6/6: the host: cached and uncached reads, opens and prefetches through the kernel backend (about 10 s on this machine's disk) ...\n")
 		if prof.Host, err = MeasureHost(ctx, HostConfig{Path: c.Path, Size: c.Size, IOPS: prof.RandReadIOPS, Log: c.Log}); err != nil {
 			return nil, err
 		}
@@ -88,21 +89,21 @@ func measurePhases(ctx context.Context, c DeviceConfig) (*formats.DeviceProfile,
 	p := Point{Path: c.Path, Size: c.Size, Backend: Uring, RW: "randread", Threads: 1, Duration: phase,
 		FixedBufs: true, RegisterFiles: true}
 	p.QD = 1
-	fmt.Fprintf(c.Log, "1/5: QD1 4 KiB random reads for %v ...\n", phase)
+	fmt.Fprintf(c.Log, "1/6: QD1 4 KiB random reads for %v ...\n", phase)
 	lat, err := runStep(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("measure device latency: %w", err)
 	}
 	fmt.Fprintf(c.Log, "QD1 4 KiB random read: p50 %.1f us, p99 %.1f us (%.0f IOPS)\n", lat.P50us, lat.P99us, lat.IOPS)
 	p.QD = 32
-	fmt.Fprintf(c.Log, "2/5: QD32 4 KiB random reads for %v ...\n", phase)
+	fmt.Fprintf(c.Log, "2/6: QD32 4 KiB random reads for %v ...\n", phase)
 	bw, err := runStep(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("measure device random bandwidth: %w", err)
 	}
 	fmt.Fprintf(c.Log, "QD32 4 KiB random read: %.0f IOPS, %.1f MiB/s\n", bw.IOPS, bw.MiBs)
 	each := phase / time.Duration(len(curveDepths)+len(syncThreads))
-	fmt.Fprintf(c.Log, "3/5: 4 KiB random reads at QD %v, then from %v threads of pread, %v each ...\n", curveDepths, syncThreads, each)
+	fmt.Fprintf(c.Log, "3/6: 4 KiB random reads at QD %v, then from %v threads of pread, %v each ...\n", curveDepths, syncThreads, each)
 	queue, err := queueCurve(ctx, p, each, lat, bw, c.Log)
 	if err != nil {
 		return nil, err
@@ -111,7 +112,7 @@ func measurePhases(ctx context.Context, c DeviceConfig) (*formats.DeviceProfile,
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(c.Log, "4/5: sequential 1 MiB reads for %v ...\n", phase)
+	fmt.Fprintf(c.Log, "4/6: sequential 1 MiB reads for %v ...\n", phase)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("measure device sequential bandwidth: %w", err)
 	}
@@ -120,7 +121,7 @@ func measurePhases(ctx context.Context, c DeviceConfig) (*formats.DeviceProfile,
 		return nil, fmt.Errorf("measure device sequential bandwidth: %w", err)
 	}
 	fmt.Fprintf(c.Log, "sequential read, 1 MiB x %d: %.1f MiB/s\n", seqQD, seq/(1<<20))
-	fmt.Fprintf(c.Log, "4/5: QD1 4 KiB reads after the device idled %v, alternated, %d each ...\n", idleGaps, idleRounds*idleRun)
+	fmt.Fprintf(c.Log, "5/6: QD1 4 KiB reads after the device idled %v, alternated, %d each ...\n", idleGaps, idleRounds*idleRun)
 	idle, err := idleCurve(ctx, c.Path, c.Size, c.Log)
 	if err != nil {
 		return nil, err
