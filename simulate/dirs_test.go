@@ -82,8 +82,11 @@ func TestHostDirWaits(t *testing.T) {
 	if svc := l.lookup(7, formats.KindReaddir, 1_000_000, 50_000); svc != 50_000 {
 		t.Fatalf("a cold directory's read took %d ns, want its recorded 50 µs", svc)
 	}
-	if c := l.openCost(8, 1_010_000); c != 40_000+5_000 || l.st.BackendDirReads != 0 {
-		t.Errorf("an open 10 µs into the directory's read cost %d ns and %d device reads; want the 40 µs left, 5 µs, and none", c, l.st.BackendDirReads)
+	if c := l.openCost(8, 1_010_000, 2); c != 40_000+10_000 || l.st.BackendDirReads != 0 {
+		t.Errorf("an open 10 µs into the directory's read, with the program on the CPUs (x2), cost %d ns and %d device reads; want the 40 µs left, 2 x 5 µs, and none", c, l.st.BackendDirReads)
+	}
+	if c := l.openCost(8, 2_000_000, 1.5); c != 7_500 {
+		t.Errorf("a warm open with the program on the CPUs (x1.5) cost %d ns, want 7.5 µs", c)
 	}
 	if svc := l.lookup(7, formats.KindReaddir, 2_000_000, 50_000); svc != 5_000 {
 		t.Errorf("a cached small directory's read took %d ns, want the cached open's 5 µs", svc)

@@ -219,7 +219,7 @@ func (l *lane) issue(it issueItem, start int64) int64 {
 	at := start
 	if !l.iss.opened[it.file] {
 		l.iss.opened[it.file] = true
-		c := l.openCost(it.file, start)
+		c := l.openCost(it.file, start, f)
 		at += c
 		l.st.BackendOpenNS += c
 	}
@@ -462,10 +462,11 @@ func (l *lane) lookup(file uint32, k formats.AccessKind, now, svc int64) int64 {
 // openCost is what the backend's open of file at t costs: a warm lookup's
 // Host.OpenNS, or a cold one's estimate, after the blocks of its directory
 // where they are not cached (Config.Dirs); the lookup is warm afterwards.
-func (l *lane) openCost(file uint32, t int64) int64 {
+// f scales its CPU part as issue's scales a request's (the program's load).
+func (l *lane) openCost(file uint32, t int64, f float64) int64 {
 	p := &l.paths
 	if w, ok := p.warm[file]; ok && w <= t {
-		return l.host.OpenNS
+		return int64(float64(l.host.OpenNS) * f)
 	}
 	at := t
 	if p.dirs != nil {
@@ -486,7 +487,7 @@ func (l *lane) openCost(file uint32, t int64) int64 {
 	if p.coldOpen > 0 {
 		c = max(c, p.coldSum/p.coldOpen)
 	}
-	at += c
+	at += int64(float64(c) * f)
 	p.warm[file] = at
 	return at - t
 }
