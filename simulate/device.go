@@ -91,7 +91,8 @@ func idleExtra(c []IdleCost, gap int64) int64 {
 		return c[i-1].ExtraNS
 	}
 	a, b := c[i-1], c[i]
-	return a.ExtraNS + (b.ExtraNS-a.ExtraNS)*(gap-a.GapNS)/(b.GapNS-a.GapNS)
+	// In floating point: the product of two 10 s spans overflows int64.
+	return a.ExtraNS + int64(float64(b.ExtraNS-a.ExtraNS)*float64(gap-a.GapNS)/float64(b.GapNS-a.GapNS))
 }
 
 // Paper-derived random-read throughputs (PredictIO §6, fio 4 KiB random

@@ -319,4 +319,12 @@ func TestIdleLatency(t *testing.T) {
 	if _, err := idleCosts([]formats.IdlePoint{{GapNS: 5, P50NS: 1}, {GapNS: 5, P50NS: 2}}); err == nil {
 		t.Error("idle gaps that do not ascend were accepted")
 	}
+	// The largest points a profile may hold: no overflow between them.
+	big, err := idleCosts([]formats.IdlePoint{{GapNS: 0, P50NS: 1}, {GapNS: 10e9, P50NS: 10e9}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x := idleExtra(big, 9e9); x < 8.9e9 || x > 9.1e9 {
+		t.Errorf("extra latency %d ns 9 s into a 10 s span rising to 10 s, want about 9 s", x)
+	}
 }

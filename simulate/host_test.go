@@ -219,6 +219,9 @@ func FuzzDeviceProfile(f *testing.F) {
 	f.Add([]byte(`{"version":1,"read_latency_ns":29000,"seqread_bytes_per_sec":1e9,"queue_depth":32,
 		"queue":[{"qd":1,"iops":33778},{"qd":2,"iops":61276},{"qd":4,"iops":91010},{"qd":8,"iops":120714},{"qd":16,"iops":146809},{"qd":32,"iops":162592}],
 		"sync_queue":[{"qd":1,"iops":37077},{"qd":2,"iops":59620},{"qd":4,"iops":60818},{"qd":8,"iops":60327}]}`))
+	f.Add([]byte(`{"version":1,"read_latency_ns":29000,"seqread_bytes_per_sec":1e9,"queue_depth":2,
+		"queue":[{"qd":1,"iops":33778},{"qd":2,"iops":61276}],
+		"idle":[{"gap_ns":0,"p50_ns":50000},{"gap_ns":200000,"p50_ns":93000},{"gap_ns":5000000,"p50_ns":195000},{"gap_ns":10000000000,"p50_ns":10000000000}]}`))
 	evs := withRepeat(timedReads(200, 1, 5))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var p formats.DeviceProfile
