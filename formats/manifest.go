@@ -67,14 +67,45 @@ type Timing struct {
 	// ServiceTimes is true when access rows carry end_ns: ts_ns is then the
 	// start of the operation, end_ns its completion. The recorder sets it.
 	ServiceTimes bool `json:"service_times"`
-	// FirstStartNS is the smallest ts_ns of accesses.arrow; LastEndNS the
-	// largest completion (end_ns, or ts_ns for rows whose end_ns is 0).
-	// The writer sets both from the rows it wrote.
+	// FirstStartNS is the smallest ts_ns of the rows the program issued
+	// (AccessKind.Issued); LastEndNS their largest completion (end_ns, or
+	// ts_ns for rows whose end_ns is 0). The writer sets both from the
+	// rows it wrote (WallSpan).
 	FirstStartNS uint64 `json:"first_start_ns"`
 	LastEndNS    uint64 `json:"last_end_ns"`
 	// RecordedWallNS is LastEndNS - FirstStartNS: the recorded wall time
 	// that replay's timing error compares against. The writer sets it.
 	RecordedWallNS uint64 `json:"recorded_wall_ns"`
+}
+
+// WallSpan gathers the recorded wall of access rows: from the earliest
+// start of a row the program issued (AccessKind.Issued) to the latest
+// completion of one. The writer, Repair and trace info measure it alike.
+type WallSpan struct {
+	first, lastEnd uint64
+	ok             bool
+}
+
+// Add counts a row of kind k that started at ts and completed at end (0:
+// unknown, taken as ts).
+func (s *WallSpan) Add(k AccessKind, ts, end uint64) {
+	if !k.Issued() {
+		return
+	}
+	end = max(end, ts)
+	if !s.ok {
+		s.first, s.lastEnd, s.ok = ts, end, true
+	}
+	s.first, s.lastEnd = min(s.first, ts), max(s.lastEnd, end)
+}
+
+// Wall returns the span, 0 when no row counted.
+func (s *WallSpan) Wall() uint64 { return s.lastEnd - s.first }
+
+// SetTiming sets t's first start, last end and recorded wall from the
+// span (zeros when no row counted).
+func (s *WallSpan) SetTiming(t *Timing) {
+	t.FirstStartNS, t.LastEndNS, t.RecordedWallNS = s.first, s.lastEnd, s.Wall()
 }
 
 // Timestamp is a point in time on both clocks.

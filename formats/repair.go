@@ -77,24 +77,16 @@ func Repair(dir string) (*RepairReport, error) {
 	}
 	// Counts and end time reflect what was recovered.
 	b := &Bundle{dir: dir, man: *m, verify: true}
-	m.Timing.FirstStartNS, m.Timing.LastEndNS, m.Timing.RecordedWallNS = 0, 0, 0
+	var span WallSpan
 	if ac, err := b.Accesses(); err == nil {
-		first := true
 		for ac.Next() {
 			a := ac.At()
-			end := max(a.TS, a.EndNS)
-			maxTS = max(maxTS, end)
-			if !a.Kind.Issued() {
-				continue
-			}
-			if first || a.TS < m.Timing.FirstStartNS {
-				m.Timing.FirstStartNS, first = a.TS, false
-			}
-			m.Timing.LastEndNS = max(m.Timing.LastEndNS, end)
+			maxTS = max(maxTS, a.TS, a.EndNS)
+			span.Add(a.Kind, a.TS, a.EndNS)
 		}
 		ac.Close()
-		m.Timing.RecordedWallNS = m.Timing.LastEndNS - m.Timing.FirstStartNS
 	}
+	span.SetTiming(&m.Timing)
 	if hc, err := b.Hints(); err == nil {
 		for hc.Next() {
 			maxTS = max(maxTS, hc.At().TS)

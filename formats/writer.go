@@ -347,9 +347,7 @@ type Writer struct {
 	source    *dictState
 	hintKinds *dictState
 
-	// timing of the accesses written
-	firstStart, lastEnd uint64
-	haveTiming          bool
+	span WallSpan // of the accesses written
 
 	err    error // a broken file-reference contract: the writer is unusable
 	closed bool
@@ -658,22 +656,11 @@ func (w *Writer) flushAccesses() error {
 	return t.writeBatch(n)
 }
 
-// noteTiming extends the first start and last completion by the buffered
-// access rows.
+// noteTiming extends the recorded wall by the buffered access rows.
 func (w *Writer) noteTiming() {
 	c := &w.ac
-	if c.n == 0 {
-		return
-	}
 	for i, ts := range c.ts[:c.n] {
-		if !AccessKind(c.kind[i]).Issued() {
-			continue
-		}
-		end := max(c.end[i], ts)
-		if !w.haveTiming {
-			w.firstStart, w.lastEnd, w.haveTiming = ts, end, true
-		}
-		w.firstStart, w.lastEnd = min(w.firstStart, ts), max(w.lastEnd, end)
+		w.span.Add(AccessKind(c.kind[i]), ts, c.end[i])
 	}
 }
 
@@ -834,11 +821,7 @@ func (w *Writer) Close() error {
 
 // setTiming fills the manifest's timing from the accesses written.
 func (w *Writer) setTiming() {
-	t := &w.man.Timing
-	t.FirstStartNS, t.LastEndNS, t.RecordedWallNS = 0, 0, 0
-	if w.haveTiming {
-		t.FirstStartNS, t.LastEndNS, t.RecordedWallNS = w.firstStart, w.lastEnd, w.lastEnd-w.firstStart
-	}
+	w.span.SetTiming(&w.man.Timing)
 }
 
 // writeEmptyBatch writes a zero-row record batch of tw's schema.

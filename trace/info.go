@@ -113,26 +113,18 @@ func Info(dir string, top int, opts ...formats.OpenOption) (*Summary, error) {
 		densePages    []uint64
 		sparse        = map[uint32][2]uint64{}
 		span          tsSpan
-		lastEnd       uint64
 		events, pages uint64
 		lastID        uint32
 		haveLast      bool
 		lastKnown     bool
-		accessFirst   uint64
-		issued        uint64 // rows of kinds the program issued
+		wall          formats.WallSpan
 	)
 	err = forEachAccess(b, func(a *formats.Access) error {
 		events++
 		pages += uint64(a.NPages)
 		kinds[a.Kind]++
 		span.see(a.TS)
-		if a.Kind.Issued() {
-			if issued == 0 || a.TS < accessFirst {
-				accessFirst = a.TS
-			}
-			issued++
-			lastEnd = max(lastEnd, a.TS, a.EndNS)
-		}
+		wall.Add(a.Kind, a.TS, a.EndNS)
 		if !haveLast || a.FileID != lastID {
 			lastID, haveLast, lastKnown = a.FileID, true, known[a.FileID]
 		}
@@ -186,9 +178,7 @@ func Info(dir string, top int, opts ...formats.OpenOption) (*Summary, error) {
 	if span.ok {
 		s.FirstTSNS, s.LastTSNS, s.DurationNS = span.first, span.last, span.last-span.first
 	}
-	if issued > 0 {
-		s.RecordedWallNS = lastEnd - accessFirst
-	}
+	s.RecordedWallNS = wall.Wall()
 	if !span.ok && m.End.MonotonicNS > m.Start.MonotonicNS {
 		s.DurationNS = m.End.MonotonicNS - m.Start.MonotonicNS
 	}
