@@ -73,24 +73,29 @@ func (l *lane) flushMeta() {
 	l.metaPend = append(l.metaPend, *m)
 }
 
+// metaHold is how long, in trace time, a run waits for its thread's next
+// operation: a run whose thread has none (its lookups were of files the
+// bundle leaves out) goes to the device once the rows have moved this far
+// past it, so that the runs waiting stay few. An operation that waited
+// longer for its metadata keeps its recorded service.
+const metaHold = 100_000_000 // ns
+
 // takeMeta hands thread tid's waiting runs to its operation at trace time
 // t with recorded end e (-1 unknown), starting at simulated time now: with
 // inside set (a metadata operation, with a host model) the runs its span
 // holds are read as its own and it returns the operation's modelled
-// service and true; the other runs are submitted at their time.
+// service and true; the thread's other runs, and other threads' runs
+// older than metaHold, are submitted at their time. The caller has closed
+// the run being gathered (flushMeta).
 func (l *lane) takeMeta(tid uint32, t, e, now int64, inside bool) (int64, bool) {
-	l.flushMeta()
-	if len(l.metaPend) == 0 {
-		return 0, false
-	}
 	at, lastT, held := now, int64(0), false
 	keep := l.metaPend[:0]
 	for _, m := range l.metaPend {
 		switch {
-		case m.tid != tid:
+		case m.tid != tid && m.lastT >= t-metaHold:
 			keep = append(keep, m)
 			continue
-		case inside && e > t && m.t0 >= t && m.lastT <= e:
+		case m.tid == tid && inside && e > t && m.t0 >= t && m.lastT <= e:
 			if !held {
 				at += scale(m.t0-t, l.speed) // the operation's work before its first read
 				held = true

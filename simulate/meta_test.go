@@ -134,3 +134,39 @@ func TestMetaInsideOps(t *testing.T) {
 		}
 	}
 }
+
+// TestMetaOrphansDoNotWait: a thread whose blocks no operation of its own
+// ever holds (its lookups were of files the bundle leaves out) does not
+// leave them waiting: once another thread's rows are metaHold past them,
+// they go to the device, and the runs waiting stay few however many
+// such blocks come.
+func TestMetaOrphansDoNotWait(t *testing.T) {
+	const dev = 9
+	s, err := New(Config{CacheBytes: 1 << 30, Device: Device{Name: "d", LatencyNS: 100_000, BytesPerSec: 4096e6, QueueDepth: 32},
+		NoReadahead: true, BlockFiles: map[uint32]bool{dev: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := uint64(1e9)
+	for i := range uint64(2000) {
+		// Thread 2 reads a block every ms (never adjacent: a run each);
+		// thread 1 reads a page 10 µs later.
+		for _, ev := range []policies.Event{
+			{Kind: policies.EventFileAccess, TS: ts, PID: 2, TID: 2, File: dev, Access: policies.FileAccess{Kind: formats.KindCacheAdd, Page: 2 * i, NPages: 1}},
+			{Kind: policies.EventFileAccess, TS: ts + 10_000, PID: 1, TID: 1, File: 1, Access: policies.FileAccess{Kind: formats.KindRead, Page: i, NPages: 1, End: ts + 20_000, Op: i + 1}},
+		} {
+			if err := s.Step(&ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ts += 1_000_000
+	}
+	for _, l := range s.lanes {
+		if n := len(l.metaPend); n > 101 {
+			t.Errorf("lane %s: %d runs waiting after 2 s of one block a ms, want at most the last 100 ms's", l.name, n)
+		}
+		if l.st.MetaRequests < 1899 {
+			t.Errorf("lane %s: %d metadata requests submitted, want those older than 100 ms", l.name, l.st.MetaRequests)
+		}
+	}
+}

@@ -817,12 +817,6 @@ func (l *lane) hit(e *entry) {
 // readRow serves access row i of b, a one-page read, in a lane whose only
 // policy is the readahead model: step and serve without an Event.
 func (l *lane) readRow(s *Simulator, b *batch, i int) {
-	if l.block != nil {
-		l.flushMeta()
-		if len(l.metaPend) > 0 {
-			l.takeMeta(b.threadOf(i), 0, 0, 0, false)
-		}
-	}
 	var t int64
 	ts := b.ts[i]
 	if ts > s.ts0 {
@@ -831,6 +825,12 @@ func (l *lane) readRow(s *Simulator, b *batch, i int) {
 	e := int64(-1)
 	if end := b.end[i]; end >= ts && end != 0 {
 		e = int64(end - s.ts0)
+	}
+	if l.block != nil {
+		l.flushMeta()
+		if len(l.metaPend) > 0 {
+			l.takeMeta(b.threadOf(i), t, e, 0, false)
+		}
 	}
 	th := l.threads.get(b.threadOf(i))
 	prev, started := th.clock, th.started
