@@ -122,7 +122,7 @@ func measurePhases(ctx context.Context, c DeviceConfig) (*formats.DeviceProfile,
 	}
 	fmt.Fprintf(c.Log, "sequential read, 1 MiB x %d: %.1f MiB/s\n", seqQD, seq/(1<<20))
 	fmt.Fprintf(c.Log, "5/6: QD1 4 KiB reads after the device idled %v, alternated, %d each ...\n", idleGaps, idleRounds*idleRun)
-	idle, err := idleCurve(ctx, c.Path, c.Size, c.Log)
+	idle, err := idleCurve(ctx, c.Path, c.Size)
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -39,7 +38,7 @@ const (
 // and the median gap each really had (a sleep overshoots). Its reads are
 // those of a thread that waits for each (the synchronous path), from
 // one OS thread with a timer slack of 1 ns.
-func idleCurve(ctx context.Context, path string, size int64, log io.Writer) ([]formats.IdlePoint, error) {
+func idleCurve(ctx context.Context, path string, size int64) ([]formats.IdlePoint, error) {
 	f, err := engine.OpenDirect(path, os.O_RDONLY)
 	if err != nil {
 		return nil, err
@@ -50,11 +49,15 @@ func idleCurve(ctx context.Context, path string, size int64, log io.Writer) ([]f
 	unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	defer unix.Prctl(unix.PR_SET_TIMERSLACK, 0, 0, 0, 0) // back to the thread's default
 
-	buf := alignedBuf(BlockSize)
+	buf, err := unix.Mmap(-1, 0, BlockSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, fmt.Errorf("measure idle curve: map a buffer: %w", err)
+	}
+	defer unix.Munmap(buf)
 	blocks := size / BlockSize
 	rng := rand.New(rand.NewPCG(uint64(size), 7))
-	lat := make([][]int64, len(idleGaps))
-	gap := make([][]int64, len(idleGaps))
+	lat := make([][]float64, len(idleGaps))
+	gap := make([][]float64, len(idleGaps))
 	last := time.Now()
 	for range idleRounds {
 		if err := ctx.Err(); err != nil {
@@ -75,8 +78,8 @@ func idleCurve(ctx context.Context, path string, size int64, log io.Writer) ([]f
 				}
 				end := time.Now()
 				if k >= idleWarm {
-					lat[i] = append(lat[i], end.Sub(t0).Nanoseconds())
-					gap[i] = append(gap[i], t0.Sub(last).Nanoseconds())
+					lat[i] = append(lat[i], float64(end.Sub(t0)))
+					gap[i] = append(gap[i], float64(t0.Sub(last)))
 				}
 				last = end
 			}
@@ -84,23 +87,10 @@ func idleCurve(ctx context.Context, path string, size int64, log io.Writer) ([]f
 	}
 	pts := make([]formats.IdlePoint, len(idleGaps))
 	for i := range idleGaps {
-		pts[i] = formats.IdlePoint{GapNS: uint64(medianNS(gap[i])), P50NS: uint64(medianNS(lat[i]))}
+		pts[i] = formats.IdlePoint{GapNS: uint64(median(gap[i])), P50NS: uint64(median(lat[i]))}
 	}
 	slices.SortFunc(pts, func(a, b formats.IdlePoint) int { return int(int64(a.GapNS) - int64(b.GapNS)) })
 	return pts, nil
-}
-
-// medianNS returns the median of v (which it sorts).
-func medianNS(v []int64) int64 {
-	slices.Sort(v)
-	return v[len(v)/2]
-}
-
-// alignedBuf returns n bytes aligned for O_DIRECT (4 KiB).
-func alignedBuf(n int) []byte {
-	b := make([]byte, n+4096)
-	off := (4096 - int(uintptr(unsafe.Pointer(&b[0]))%4096)) % 4096
-	return b[off : off+n]
 }
 
 // idleSummary is the idle curve as "44 µs after 0.0 ms, ...".
