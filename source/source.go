@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/predictio/predictio/formats"
 )
@@ -500,13 +499,6 @@ func (s *Source) counters() [4]uint64 {
 		}
 	}
 	return out
-}
-
-// monoNow returns CLOCK_MONOTONIC in ns, the clock of bpf_ktime_get_ns.
-func monoNow() uint64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return uint64(ts.Nano())
 }
 
 // MonotonicNow returns CLOCK_MONOTONIC in nanoseconds, the clock of every
