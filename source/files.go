@@ -43,11 +43,13 @@ type fileEntry struct {
 	// statAt when (monotonic ns); used by the decoder only.
 	pages  uint64
 	statAt uint64
-	// size, mtime and mode from the stat when the file was added; guarded
-	// by fileTable.mu.
-	size  uint64
-	mtime int64
-	mode  uint32
+	// size, mtime and mode from the stat when the file was added, and
+	// when (monotonic ns; 0: no stat matched its inode); guarded by
+	// fileTable.mu.
+	size    uint64
+	mtime   int64
+	mode    uint32
+	addedAt uint64
 }
 
 // setSize records st's size in pages.
@@ -263,6 +265,9 @@ func (t *fileTable) add(key fileKey, pid uint32, path string) *fileEntry {
 	if size >= 0 {
 		e.pages, e.statAt = (uint64(size)+4095)/4096, monoNow()
 		e.size, e.mtime, e.mode = uint64(size), mtime, mode
+		if !e.block {
+			e.addedAt = e.statAt
+		}
 	}
 	t.byKey[key] = e
 	t.list = append(t.list, e)
@@ -476,9 +481,16 @@ func (t *fileTable) files() (rows []formats.File, unresolved int) {
 	return rows, unresolved
 }
 
+// statFresh is how long the stat a file was added with stands for it in
+// its files.arrow row: a file's first event and its row usually come
+// within one writer flush, and a second stat of every file cost a
+// recording of grep -r 10% of the recorder's CPU.
+const statFresh = 1000 * 1000 * 1000
+
 // rowNow returns the files.arrow row of file id with its best path,
-// stat'ed now: size, mtime and mode when the file still exists under that
-// path with the same device and inode (else they stay 0).
+// stat'ed now (or within statFresh): size, mtime and mode when the file
+// still exists under that path with the same device and inode (else they
+// stay 0).
 func (t *fileTable) rowNow(id uint32) (formats.File, bool) {
 	t.mu.Lock()
 	if id == 0 || int(id) > len(t.list) {
@@ -492,6 +504,11 @@ func (t *fileTable) rowNow(id uint32) (formats.File, bool) {
 	}
 	if e.block { // its path names the device node, not its bdev inode
 		f.Size, f.Mode = e.size, e.mode
+		t.mu.Unlock()
+		return f, true
+	}
+	if e.addedAt != 0 && monoNow()-e.addedAt < statFresh {
+		f.Size, f.MtimeNS, f.Mode = e.size, e.mtime, e.mode
 		t.mu.Unlock()
 		return f, true
 	}

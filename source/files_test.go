@@ -60,3 +60,31 @@ func TestBlockDevice(t *testing.T) {
 		}
 	}
 }
+
+// TestRowStatFresh: a file's row takes the stat the file was added with
+// while it is younger than statFresh (a second stat of every file doubled
+// the recorder's stats), and stats the file again after that.
+func TestRowStatFresh(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, make([]byte, 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	tab := newFileTable(filter{}, nil, "")
+	e := tab.add(statKey(&st), 0, path)
+	if err := os.WriteFile(path, make([]byte, 3*4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := tab.rowNow(e.id); f.Size != 4096 || f.MtimeNS != st.Mtim.Nano() || f.Mode != st.Mode {
+		t.Errorf("row within statFresh: %+v, want the stat at add (4096 bytes)", f)
+	}
+	tab.mu.Lock()
+	e.addedAt -= statFresh
+	tab.mu.Unlock()
+	if f, _ := tab.rowNow(e.id); f.Size != 3*4096 {
+		t.Errorf("row after statFresh: size %d, want 12288 (stat'ed again)", f.Size)
+	}
+}
