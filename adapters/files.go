@@ -20,6 +20,19 @@ type Files interface {
 	Open(file, pid uint32) (Content, error)
 }
 
+// FileSizes is Files that knows a file's size without opening it (the
+// size it had when first seen). The Stage then does not open a file
+// whose first access to its first page read all of it: nothing of it is
+// left to predict, and most files a program reads are read whole at once
+// (11 424 of the 11 483 files grep -r read over the Go tree), where
+// recognizing each cost a recorder a path walk, an open and a read, a
+// third of its CPU.
+type FileSizes interface {
+	Files
+	// FileSize returns file's size in bytes, false when unknown.
+	FileSize(file uint32) (uint64, bool)
+}
+
 // Content is an open file's bytes.
 type Content interface {
 	io.ReaderAt

@@ -147,7 +147,7 @@ func (s *Stage) Process(ev *policies.Event, sink Sink) {
 	f := s.states[ev.File]
 	if f == nil {
 		late := s.cfg.HeaderFirst && a.first != 0
-		if late && !s.cfg.ReadCached {
+		if late && !s.cfg.ReadCached || s.readWhole(ev.File, a) {
 			return
 		}
 		if f = s.recognize(ev, late); f == nil {
@@ -162,6 +162,18 @@ func (s *Stage) Process(ev *policies.Event, sink Sink) {
 	f.p.handle(a, &s.r, &s.out)
 	s.out = output{}
 	s.r = reader{}
+}
+
+// readWhole reports whether a, an access to file's first page, covered
+// all of the file (FileSizes). The file is not skipped from then on: one
+// that has grown is recognized at a later access.
+func (s *Stage) readWhole(file uint32, a *access) bool {
+	fs, ok := s.files.(FileSizes)
+	if !ok || a.first != 0 {
+		return false
+	}
+	size, ok := fs.FileSize(file)
+	return ok && size > 0 && a.n*s.r.ps >= size
 }
 
 // Dispatch hands ev to d and then the events the adapters derive from it.

@@ -198,6 +198,45 @@ func TestStageHeaderFirst(t *testing.T) {
 	}
 }
 
+// sizedFiles is countingFiles that knows the files' sizes (FileSizes).
+type sizedFiles struct{ *countingFiles }
+
+func (s sizedFiles) FileSize(file uint32) (uint64, bool) {
+	fi, err := os.Stat(s.paths[file])
+	if err != nil {
+		return 0, false
+	}
+	return uint64(fi.Size()), true
+}
+
+// TestStageSkipsWholeReads checks FileSizes: a file whose first access to
+// its first page read all of it is not opened, and is recognized at a
+// later access that covers it only in part (it has grown).
+func TestStageSkipsWholeReads(t *testing.T) {
+	db := gunzip(t, "sqlite/without-rowid.db.gz", "x.db")
+	fi, err := os.Stat(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf := &countingFiles{paths: map[uint32]string{1: db}, refuse: map[uint32]bool{}, opens: map[uint32]int{}}
+	s, err := NewStage(Config{HeaderFirst: true}, sizedFiles{cf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sink := func(*policies.Event, string) {}
+	whole := accessEv(1, formats.KindRead, 0)
+	whole.Access.NPages = uint32((fi.Size() + 4095) / 4096)
+	s.Process(whole, sink)
+	if cf.opens[1] != 0 || s.Stats().Recognized != 0 {
+		t.Fatalf("a read of the whole file: opens %v, stats %+v: want it not opened", cf.opens, s.Stats())
+	}
+	s.Process(accessEv(1, formats.KindRead, 0), sink)
+	if cf.opens[1] != 1 || s.Stats().Recognized != 1 {
+		t.Errorf("a read of its first page alone: opens %v, stats %+v: want it recognized", cf.opens, s.Stats())
+	}
+}
+
 // TestStageDispatch runs a recorded scan through Stage.Dispatch into the
 // tree policy: the policy's requests must cover the pages the scan reads
 // later, which they cannot do without the adapter.

@@ -21,6 +21,14 @@ func (l *Loop) AdapterFiles() adapters.Files { return loopFiles{l} }
 
 type loopFiles struct{ l *Loop }
 
+// FileSize returns file's size when the source first saw it.
+func (f loopFiles) FileSize(file uint32) (uint64, bool) {
+	if f.l.src == nil || file >= profileBase {
+		return 0, false
+	}
+	return source.ProcessFiles{Src: f.l.src}.FileSize(file)
+}
+
 func (f loopFiles) Open(file, pid uint32) (adapters.Content, error) {
 	l := f.l
 	if l.src == nil || file >= profileBase {

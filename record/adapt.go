@@ -133,6 +133,11 @@ type recordFiles struct {
 	tried bool
 }
 
+// FileSize returns file's size when the recorder first saw it.
+func (f *recordFiles) FileSize(file uint32) (uint64, bool) {
+	return source.ProcessFiles{Src: f.src}.FileSize(file)
+}
+
 func (f *recordFiles) Open(file, pid uint32) (adapters.Content, error) {
 	if !f.tried && pid != 0 {
 		if _, c, err := f.creds.Process(pid); err == nil && c.UID != 0 && c.UID != uint32(os.Geteuid()) {

@@ -2,6 +2,7 @@ package record
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -168,4 +169,30 @@ func simulateTree(t *testing.T, dir string) (base, tree simulate.Stats) {
 		t.Fatalf("no tree lane in %+v", rep.Policies)
 	}
 	return rep.Policies[0], *l
+}
+
+// TestAdaptersSkipWholeReads: a file whose first access read all of it is
+// not opened for the adapters (nothing of it is left to predict), while a
+// file read only in part is: cat of a 10 KiB file leaves the adapters'
+// counters at zero, head -c 1 of a 1 MiB file has its header read once.
+func TestAdaptersSkipWholeReads(t *testing.T) {
+	requireRecorder(t)
+	dir := tracetest.DiskDir(t)
+	small, big := filepath.Join(dir, "small"), filepath.Join(dir, "big")
+	if err := os.WriteFile(small, make([]byte, 10<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(big, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		cmd  []string
+		want uint64 // files whose header the adapters read
+	}{{[]string{"cat", small}, 0}, {[]string{"head", "-c", "1", big}, 1}} {
+		r := record(t, context.Background(), Config{Command: c.cmd, Include: []string{dir}})
+		st := r.sum.Adapters
+		if got := st.Recognized + st.Unrecognized + st.OpenErrors; got != c.want {
+			t.Errorf("%q: the adapters opened %d files (%+v), want %d", c.cmd, got, st, c.want)
+		}
+	}
 }

@@ -49,6 +49,16 @@ type ProcessFiles struct {
 	Creds *ProcCreds
 }
 
+// FileSize returns file's size as the source stat'ed it when the file was
+// first seen (adapters.FileSizes), false when it has none.
+func (f ProcessFiles) FileSize(file uint32) (uint64, bool) {
+	if f.Src == nil {
+		return 0, false
+	}
+	row, ok := f.Src.File(file)
+	return row.Size, ok && row.Size > 0
+}
+
 // Open opens file for the adapters on behalf of process pid.
 func (f ProcessFiles) Open(file, pid uint32) (adapters.Content, error) {
 	if f.Src == nil {
