@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"strings"
 )
@@ -65,7 +66,32 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "predictio: unknown command %q; run 'predictio help' for the list\n", name)
 		return 2
 	}
+	if f := os.Getenv("PREDICTIO_CPUPROFILE"); f != "" {
+		stop, err := cpuProfile(f)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "predictio: %v\n", err)
+			return 1
+		}
+		defer stop()
+	}
 	return c.run(args[1:])
+}
+
+// cpuProfile writes a Go CPU profile of the command to file
+// (PREDICTIO_CPUPROFILE, for `go tool pprof`) until stop is called.
+func cpuProfile(file string) (stop func(), err error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, fmt.Errorf("create CPU profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start CPU profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 func usage(w io.Writer) {
