@@ -149,7 +149,10 @@ static __always_inline bool under_cgroups(void)
 	return false;
 }
 
-static __always_inline bool is_target(__u64 pid_tgid)
+// target_slow reports whether the current task is a target by the
+// targets themselves; is_target asks it only when the thread has no
+// answer cached for the current targets.
+static __always_inline bool target_slow(__u64 pid_tgid)
 {
 	__u32 tgid = pid_tgid >> 32;
 
@@ -282,22 +285,27 @@ struct tstate {
 	__u32 pad2;
 };
 
-// threads: per traced thread. Not preallocated; an entry is made at the
-// thread's first traced system call or fault and deleted when it exits.
+// threads: per traced thread, in the task's own local storage (Linux
+// 5.11 for tracing programs): made at the thread's first traced system
+// call or fault, freed with the task, with no cap on the threads (the
+// hash it replaces held 64 K). A lookup follows the task's storage
+// pointer instead of hashing the tid into a bucket, and a task with no
+// storage (every other task, at each of its system call exits) costs a
+// pointer test.
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, __u32);
+	__type(key, int);
 	__type(value, struct tstate);
 } threads SEC(".maps");
 
 // inread[cpu] is the thread that entered a traced read system call on that
 // CPU and has not left it (0: none): a page-cache lookup inside the call
 // (one per read: the common case) is told apart with this array lookup,
-// which the verifier inlines, instead of a threads hash lookup. A thread
-// that migrates during its read, or whose slot another thread took, falls
-// back to the hash. User space sizes it to the possible CPUs.
+// which the verifier inlines, instead of a threads lookup (a helper
+// call). A thread that migrates during its read, or whose slot another
+// thread took, falls back to threads. User space sizes it to the
+// possible CPUs.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -322,14 +330,25 @@ static __always_inline void set_inread(struct tstate *t, __u32 tid, bool in)
 	}
 }
 
-static __always_inline struct tstate *thread_state(__u32 tid, bool create)
+// thread_state returns the current thread's state, made (zeroed) if
+// create and it has none.
+static __always_inline struct tstate *thread_state(bool create)
 {
-	struct tstate *t = bpf_map_lookup_elem(&threads, &tid);
-	if (t || !create)
-		return t;
-	struct tstate z = {};
-	bpf_map_update_elem(&threads, &tid, &z, BPF_NOEXIST);
-	return bpf_map_lookup_elem(&threads, &tid);
+	return bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0,
+				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+}
+
+// is_target reports whether the current task is traced. A thread that
+// sys_enter found a target, with the targets unchanged since (tstate.gen),
+// skips the pid lookup or cgroup walk.
+static __always_inline bool is_target(__u64 pid_tgid)
+{
+	if (stopped)
+		return false;
+	struct tstate *t = thread_state(false);
+	if (t && t->gen == target_gen)
+		return true;
+	return target_slow(pid_tgid);
 }
 
 // x86-64 system call numbers (arch/x86/entry/syscalls/syscall_64.tbl).
@@ -373,7 +392,7 @@ static __always_inline bool in_read(__u64 pid_tgid)
 	__u32 *slot = bpf_map_lookup_elem(&inread, &cpu);
 	if (slot && tid && *slot == tid)
 		return true;
-	struct tstate *t = thread_state(tid, false);
+	struct tstate *t = thread_state(false);
 	return t && t->sys_ts && is_read_nr(t->nr);
 }
 
@@ -457,7 +476,7 @@ static long find_vma_cb(struct task_struct *task, struct vm_area_struct *vma, vo
 // looked up by address (bpf_find_vma, Linux 5.17), once per fault.
 static __always_inline void fault_row(__u64 pid_tgid, struct row *r, struct vm_area_struct *vma)
 {
-	struct tstate *t = thread_state((__u32)pid_tgid, false);
+	struct tstate *t = thread_state(false);
 	// Inside a traced system call only a fault that began in it counts
 	// (not a get_user_pages fault, which has no exception).
 	if (!t || !t->fault_ts || (t->sys_ts && t->fault_ts < t->sys_ts))
@@ -671,7 +690,7 @@ int BPF_PROG(handle_page_fault, unsigned long address)
 
 	if (!is_target(pid_tgid))
 		return 0;
-	struct tstate *t = thread_state((__u32)pid_tgid, true);
+	struct tstate *t = thread_state(true);
 	if (!t)
 		return 0;
 	t->fault_ts = bpf_ktime_get_ns();
@@ -705,11 +724,11 @@ int BPF_PROG(handle_exit, struct task_struct *p)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)pid_tgid, tgid = pid_tgid >> 32;
-	struct tstate *t = thread_state(tid, false);
+	struct tstate *t = thread_state(false);
 	if (t) {
 		if (t->sys_ts && is_read_nr(t->nr))
 			set_inread(t, tid, false); // it dies inside a read
-		bpf_map_delete_elem(&threads, &tid);
+		bpf_task_storage_delete(&threads, bpf_get_current_task_btf());
 	}
 	if (!(target_flags & TARGET_PIDS))
 		return 0;
@@ -983,10 +1002,10 @@ int BPF_PROG(handle_sys_enter, struct pt_regs *regs, long id)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	// A thread found a target before, with the targets unchanged since,
 	// skips the target check (a cgroup walk).
-	struct tstate *t = thread_state((__u32)pid_tgid, false);
+	struct tstate *t = thread_state(false);
 	__u32 gen = target_gen;
 	if (t && t->gen == gen && !stopped) {
-	} else if (!is_target(pid_tgid)) {
+	} else if (!target_slow(pid_tgid)) {
 		return 0;
 	}
 	struct task_struct *task = bpf_get_current_task_btf();
@@ -1002,7 +1021,7 @@ int BPF_PROG(handle_sys_enter, struct pt_regs *regs, long id)
 		return emit_open(pid_tgid, AT_FDCWD, (const char *)a0, OPEN_EXEC, 0);
 	if (id == NR_execveat)
 		return emit_open(pid_tgid, (__s32)a0, (const char *)rg[6], OPEN_EXEC, 0);
-	if (!t && !(t = thread_state((__u32)pid_tgid, true)))
+	if (!t && !(t = thread_state(true)))
 		return 0;
 	if (t->sys_ts && is_read_nr(t->nr))
 		set_inread(t, (__u32)pid_tgid, false); // a read whose exit was not seen
@@ -1099,7 +1118,7 @@ SEC("raw_tp/sys_exit")
 int BPF_PROG(handle_sys_exit, struct pt_regs *regs, long ret)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct tstate *t = thread_state((__u32)pid_tgid, false);
+	struct tstate *t = thread_state(false);
 	if (!t || !t->sys_ts)
 		return 0;
 	__u32 nr = t->nr;
