@@ -263,10 +263,15 @@ func (p *pipeline) done() {
 	}
 }
 
-// decode is the Batched mode's decoder goroutine.
+// decode is the Batched mode's decoder goroutine. Unlike the reader it
+// runs at the default nice value: it does most of the recorder's work
+// (decoding, resolving files, the consumer: a bundle writer's
+// compression), and boosted it took CPU from the traced program whenever
+// both wanted one (2 vCPUs: a grep -r recorded 2% faster with it at nice
+// 0, docs/BENCHMARKS.md). Falling behind costs no events: the reader,
+// boosted, queues up to nBatches batches for it.
 func (p *pipeline) decode() {
 	runtime.LockOSThread()
-	boostThread()
 	cpu0 := threadCPU() // the thread may have run other goroutines before
 	defer func() { p.s.decodeCPU.Store(threadCPU() - cpu0) }()
 	d := newDecoder(p.s)
@@ -277,9 +282,9 @@ func (p *pipeline) decode() {
 	}
 }
 
-// readerNice is the nice value of the reader, decoder and hint threads: on
-// a busy machine they must keep up with the ring buffer or the kernel
-// drops events.
+// readerNice is the nice value of the reader and hint threads: on a busy
+// machine they must keep up with the ring buffer or the kernel drops
+// events.
 const readerNice = -10
 
 // boostThread lowers the calling (locked) thread's nice value when allowed
