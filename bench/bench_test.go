@@ -419,3 +419,19 @@ func TestRunSampled(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmHost: the pass before bench device's phases reads the whole
+// scratch file, once.
+func TestWarmHost(t *testing.T) {
+	path := filepath.Join(scratchDir(t), "warm")
+	if err := PrepareScratch(path, 8<<20, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	n, rate, err := warmHost(path, 8<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 8<<20 || rate <= 0 {
+		t.Errorf("warmHost read %d bytes at %.0f B/s, want the file's 8 MiB once", n, rate)
+	}
+}
