@@ -9,29 +9,18 @@
 #   sudo scripts/bpf-cost.sh [PREDICTIO [RECORD_FLAG...]]   # default ./predictio
 #   sudo WORKLOAD=grep scripts/bpf-cost.sh ./predictio --ring-size=1M
 #
-# WORKLOAD is sqlite (default: the database of scripts/replay-fidelity.sh,
-# DB, default /var/tmp/predictio-fidelity/ycsb.sqlite) or grep (grep -r
-# over that script's private copy of the Go tree): run that script's
-# workload once first. Needs root and bpftool.
+# WORKLOAD is one of scripts/workloads.sh's (default sqlite; grep,
+# python, threads), with its data under WORK (default
+# /var/tmp/predictio-fidelity, shared with scripts/replay-fidelity.sh).
+# Needs root and bpftool.
 set -euo pipefail
 BIN=${1:-./predictio}
 shift || true
-WORKLOAD=${WORKLOAD:-sqlite}
-DB=${DB:-/var/tmp/predictio-fidelity/ycsb.sqlite}
-SRC=/var/tmp/predictio-fidelity/gosrc/src
-case $WORKLOAD in
-sqlite)
-	[ -s "$DB" ] || { echo "bpf-cost: no database $DB; run scripts/replay-fidelity.sh sqlite first" >&2; exit 1; }
-	INCLUDE=$DB
-	CMD=(sqlite3 "$DB" "PRAGMA mmap_size=0; PRAGMA cache_size=-2048; SELECT sum(length(v)) FROM (SELECT v FROM t WHERE k >= 500000000 ORDER BY k LIMIT 16384);")
-	;;
-grep)
-	[ -d "$SRC" ] || { echo "bpf-cost: no $SRC; run scripts/replay-fidelity.sh grep first" >&2; exit 1; }
-	INCLUDE=$SRC
-	CMD=(grep -r -c predictio_needle_that_is_not_there "$SRC")
-	;;
-*) echo "bpf-cost: unknown WORKLOAD $WORKLOAD (sqlite, grep)" >&2; exit 2 ;;
-esac
+WORK=${WORK:-/var/tmp/predictio-fidelity}
+. "$(dirname "$0")/workloads.sh"
+workload "${WORKLOAD:-sqlite}"
+inc=()
+for p in "${INCLUDE[@]}"; do inc+=(--include "$p"); done
 T=$(mktemp -d)
 trap 'sysctl -qw kernel.bpf_stats_enabled=0; rm -rf "$T"' EXIT
 sysctl -qw kernel.bpf_stats_enabled=1
@@ -39,7 +28,7 @@ sync; echo 3 > /proc/sys/vm/drop_caches
 (i=0; while :; do i=$((i+1)); bpftool prog show -j > "$T/s-$i.json" 2>/dev/null || true; sleep 0.03; done) &
 S=$!
 # grep -c exits 1 when nothing matches.
-"$BIN" record -quiet -o "$T/b.bundle" "$@" --include "$INCLUDE" --include /usr --include /lib -- "${CMD[@]}" >/dev/null || true
+"$BIN" record -quiet -o "$T/b.bundle" "$@" "${inc[@]}" -- "${CMD[@]}" >/dev/null || true
 sleep 0.05
 kill $S; wait $S 2>/dev/null || true
 python3 - "$T" <<'PY'

@@ -7,14 +7,11 @@
 # wall of the bundle, and the recorder's CPU (user and system of
 # `predictio record` less the program's own), as medians [min-max].
 #
-#   sudo scripts/recorder-ab.sh [-r ROUNDS] [-w grep|sqlite] plain BIN [BIN...]
+#   sudo scripts/recorder-ab.sh [-r ROUNDS] [-w WORKLOAD] plain BIN [BIN...]
 #
-# "plain" is the program untraced. The workloads are those of
-# scripts/replay-fidelity.sh (run it once first: it makes the private Go
-# tree and the database under /var/tmp/predictio-fidelity):
-#
-#   grep    grep -r over the private copy of the Go source tree
-#   sqlite  the sqlite3 CLI's cold range scan of 16 K rows
+# "plain" is the program untraced. The workloads (grep, sqlite, python,
+# threads) are scripts/workloads.sh's, with their data under WORK (default
+# /var/tmp/predictio-fidelity, shared with scripts/replay-fidelity.sh).
 #
 # Extra arguments for `record` can follow a binary after a colon:
 # ./predictio:--ring-size=1M. Needs root, /usr/bin/time and python3.
@@ -25,28 +22,15 @@ while getopts "r:w:" o; do
 	case $o in
 	r) rounds=$OPTARG ;;
 	w) workload=$OPTARG ;;
-	*) echo "usage: $0 [-r ROUNDS] [-w grep|sqlite] plain BIN [BIN...]" >&2; exit 2 ;;
+	*) echo "usage: $0 [-r ROUNDS] [-w WORKLOAD] plain BIN [BIN...]" >&2; exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
-[ $# -gt 0 ] || { echo "usage: $0 [-r ROUNDS] [-w grep|sqlite] plain BIN [BIN...]" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 [-r ROUNDS] [-w WORKLOAD] plain BIN [BIN...]" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "recorder-ab: needs root (eBPF, drop_caches)" >&2; exit 1; }
-work=/var/tmp/predictio-fidelity
-case $workload in
-grep)
-	src=$work/gosrc/src
-	[ -d "$src" ] || { echo "recorder-ab: no $src; run scripts/replay-fidelity.sh grep once first" >&2; exit 1; }
-	include=("$src")
-	cmd=(grep -r -c predictio_needle_that_is_not_there "$src")
-	;;
-sqlite)
-	db=$work/ycsb.sqlite
-	[ -s "$db" ] || { echo "recorder-ab: no $db; run scripts/replay-fidelity.sh sqlite once first" >&2; exit 1; }
-	include=("$db")
-	cmd=(sqlite3 "$db" "PRAGMA mmap_size=0; PRAGMA cache_size=-2048; SELECT sum(length(v)) FROM (SELECT v FROM t WHERE k >= 500000000 ORDER BY k LIMIT 16384);")
-	;;
-*) echo "recorder-ab: unknown workload $workload (grep, sqlite)" >&2; exit 2 ;;
-esac
+WORK=${WORK:-/var/tmp/predictio-fidelity}
+. "$(dirname "$0")/workloads.sh"
+workload "$workload"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
@@ -56,7 +40,7 @@ for i in $(seq 1 "$rounds"); do
 	for c in "${cfgs[@]}"; do
 		cold
 		if [ "$c" = plain ]; then
-			/usr/bin/time -o "$tmp/prog" -f "%e %S %U" "${cmd[@]}" >/dev/null || true
+			/usr/bin/time -o "$tmp/prog" -f "%e %S %U" "${CMD[@]}" >/dev/null || true
 			echo "$c $(tail -1 "$tmp/prog") 0 0 0"
 			continue
 		fi
@@ -64,10 +48,10 @@ for i in $(seq 1 "$rounds"); do
 		extra=()
 		[ "$bin" != "$c" ] && extra=("${c#*:}")
 		inc=()
-		for p in "${include[@]}" /usr /lib; do inc+=(--include "$p"); done
+		for p in "${INCLUDE[@]}"; do inc+=(--include "$p"); done
 		rm -rf "$tmp/b"
 		/usr/bin/time -o "$tmp/rec" -f "%U %S" "$bin" record -quiet -o "$tmp/b" "${extra[@]}" "${inc[@]}" \
-			-- /usr/bin/time -o "$tmp/prog" -f "%e %S %U" "${cmd[@]}" >/dev/null || true
+			-- /usr/bin/time -o "$tmp/prog" -f "%e %S %U" "${CMD[@]}" >/dev/null || true
 		wall=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['timing']['recorded_wall_ns'])" "$tmp/b/manifest.json")
 		echo "$c $(tail -1 "$tmp/prog") $wall $(tail -1 "$tmp/rec")"
 	done
