@@ -121,11 +121,16 @@ func TestBackendsSmall(t *testing.T) {
 
 func TestMeasureDeviceShort(t *testing.T) {
 	path := filepath.Join(scratchDir(t), "device")
-	p, err := MeasureDevice(context.Background(), DeviceConfig{Path: path, Size: 64 << 20, Duration: 600 * time.Millisecond})
+	var log strings.Builder
+	p, err := MeasureDevice(context.Background(), DeviceConfig{Path: path, Size: 64 << 20, Duration: 600 * time.Millisecond, Log: &log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%+v", *p)
+	// The scratch file is read once (warmHost) before the first timed phase.
+	if w, first := strings.Index(log.String(), "read 64 MiB at"), strings.Index(log.String(), "1/6:"); w < 0 || w > first {
+		t.Errorf("no whole pass over the scratch file before the first phase:\n%s", log.String())
+	}
 	if p.ReadLatencyNS == 0 || p.RandReadBytesPerSec <= 0 || p.SeqReadBytesPerSec <= 0 || p.QueueDepth != 32 || p.Version != 1 {
 		t.Fatalf("implausible profile %+v", *p)
 	}

@@ -264,10 +264,7 @@ func (t *fileTable) add(key fileKey, pid uint32, path string) *fileEntry {
 	e := &fileEntry{id: uint32(len(t.list) + 1), key: key, path: path, block: mode&unix.S_IFMT == unix.S_IFBLK}
 	if size >= 0 {
 		e.pages, e.statAt = (uint64(size)+4095)/4096, monoNow()
-		e.size, e.mtime, e.mode = uint64(size), mtime, mode
-		if !e.block {
-			e.addedAt = e.statAt
-		}
+		e.size, e.mtime, e.mode, e.addedAt = uint64(size), mtime, mode, e.statAt
 	}
 	t.byKey[key] = e
 	t.list = append(t.list, e)
