@@ -29,9 +29,11 @@ const (
 	ColProt
 	ColMapFirstPage
 	ColMapPages
+	ColTracerNS
+	ColTracerCalls
 
 	// AllAccessColumns selects every field of Access.
-	AllAccessColumns = ColMapPages<<1 - 1
+	AllAccessColumns = ColTracerCalls<<1 - 1
 )
 
 // AccessBatch is one record batch of accesses.arrow, decoded column by
@@ -52,7 +54,7 @@ type AccessBatch struct {
 
 	TS, FirstPage, EndNS, Op, MapFirstPage, MapPages []uint64
 	Ret                                              []int64
-	PID, TID, FileID, NPages                         []uint32
+	PID, TID, FileID, NPages, TracerNS, TracerCalls  []uint32
 	// Comm holds indexes into AccessBatches.CommDict.
 	Comm []int32
 	Kind []AccessKind
@@ -219,6 +221,8 @@ func (r *AccessBatches) decode(dst *AccessBatch) error {
 	dst.Prot = c.opt(ColProt, acProt, 1)
 	dst.MapFirstPage = asU64(c.opt(ColMapFirstPage, acMapFirst, 8))
 	dst.MapPages = asU64(c.opt(ColMapPages, acMapPages, 8))
+	dst.TracerNS = asU32(c.opt(ColTracerNS, acTracer, 4))
+	dst.TracerCalls = asU32(c.opt(ColTracerCalls, acTracerCalls, 4))
 	if c.err != nil {
 		return c.err
 	}
@@ -331,5 +335,11 @@ func (b *AccessBatch) Access(i int, dict []string, a *Access) {
 	}
 	if b.MapPages != nil {
 		a.MapPages = b.MapPages[i]
+	}
+	if b.TracerNS != nil {
+		a.TracerNS = b.TracerNS[i]
+	}
+	if b.TracerCalls != nil {
+		a.TracerCalls = b.TracerCalls[i]
 	}
 }

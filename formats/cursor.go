@@ -37,6 +37,8 @@ const (
 	acMapFirst
 	acMapPages
 	acKindName
+	acTracer
+	acTracerCalls
 )
 
 func newAccessCursor(tf *tableFile) (*AccessCursor, error) {
@@ -70,7 +72,7 @@ type AccessCursor struct {
 
 	ts, page, end, op, mapFirst, mapPages []uint64
 	ret                                   []int64
-	pid, tid, file, npg                   []uint32
+	pid, tid, file, npg, tracer, calls    []uint32
 	comm                                  []int32
 	commBuf                               []int32 // comm indices converted from other widths
 	commW                                 int
@@ -112,6 +114,8 @@ func (c *AccessCursor) Next() bool {
 	a.Prot = c.prot[i]
 	a.MapFirstPage = c.mapFirst[i]
 	a.MapPages = c.mapPages[i]
+	a.TracerNS = c.tracer[i]
+	a.TracerCalls = c.calls[i]
 	return true
 }
 
@@ -159,7 +163,9 @@ func (c *AccessCursor) load(bi int) error {
 	prot, e12 := z.column(d, r[acProt], 1)
 	mapFirst, e13 := z.column(d, r[acMapFirst], 8)
 	mapPages, e14 := z.column(d, r[acMapPages], 8)
-	if err := errors.Join(e9, e10, e11, e12, e13, e14); err != nil {
+	tracer, e15 := z.column(d, r[acTracer], 4)
+	calls, e16 := z.column(d, r[acTracerCalls], 4)
+	if err := errors.Join(e9, e10, e11, e12, e13, e14, e15, e16); err != nil {
 		return fmt.Errorf("read %s: batch %d: %w", c.tf.name, bi, err)
 	}
 	n := d.rows
@@ -185,6 +191,7 @@ func (c *AccessCursor) load(bi int) error {
 	}
 	c.ts, c.pid, c.tid, c.file, c.page, c.npg, c.kind = asU64(ts), asU32(pid), asU32(tid), asU32(file), asU64(page), asU32(npg), kind
 	c.end, c.op, c.ret, c.prot, c.mapFirst, c.mapPages = asU64(end), asU64(op), asI64(ret), prot, asU64(mapFirst), asU64(mapPages)
+	c.tracer, c.calls = asU32(tracer), asU32(calls)
 	c.i, c.n = 0, n
 	return nil
 }

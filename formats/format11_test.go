@@ -47,7 +47,8 @@ func TestKindNames(t *testing.T) {
 
 // launchRows is a small program launch in format 1.1: an exec, opens (one
 // failed, of a path-only file), a stat, a readdir, an mmap of a library
-// with its faults, and reads with service times.
+// with its faults, and reads with service times; two rows carry the
+// recorder's cost (format 1.2).
 func launchRows() rows {
 	var r rows
 	r.files = []File{
@@ -66,7 +67,7 @@ func launchRows() rows {
 	}
 	add(Access{Kind: KindExec, FileID: 1}, 0)
 	r.accesses[0].EndNS = 0 // the exec event has no completion
-	add(Access{Kind: KindOpen, FileID: 2, Ret: 3}, 2000)
+	add(Access{Kind: KindOpen, FileID: 2, Ret: 3, TracerNS: 1234, TracerCalls: 3}, 2000)
 	add(Access{Kind: KindMmap, FileID: 2, FirstPage: 0, NPages: 400, Prot: ProtRead | ProtExec, MapFirstPage: 0, MapPages: 400, Ret: 0x7f0000000000}, 3000)
 	add(Access{Kind: KindFault, FileID: 2, FirstPage: 17, NPages: 1, Prot: ProtRead | ProtExec, MapPages: 400}, 50000)
 	add(Access{Kind: KindMap, FileID: 2, FirstPage: 18, NPages: 15, Prot: ProtRead | ProtExec, MapPages: 400}, 1000)
@@ -75,7 +76,7 @@ func launchRows() rows {
 	add(Access{Kind: KindOpen, FileID: 4, Ret: 4}, 1500)
 	add(Access{Kind: KindReaddir, FileID: 4, Ret: 480}, 9000)
 	add(Access{Kind: KindStat, FileID: 5, Ret: 0}, 700)
-	add(Access{Kind: KindRead, FileID: 5, FirstPage: 0, NPages: 4, Ret: 16384}, 90000)
+	add(Access{Kind: KindRead, FileID: 5, FirstPage: 0, NPages: 4, Ret: 16384, TracerNS: 1<<32 - 1, TracerCalls: 70000}, 90000)
 	r.hints = []Hint{{TS: ts, PID: 50, TID: 51, Kind: HintCustom, FileID: 5, Name: "start", Source: HintSourceAdapter + "sqlite"}}
 	return r
 }

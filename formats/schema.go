@@ -64,6 +64,8 @@ var (
 		{Name: "map_first_page", Type: u64},
 		{Name: "map_pages", Type: u64},
 		{Name: "kind_name", Type: i8dict},
+		{Name: "tracer_ns", Type: u32},
+		{Name: "tracer_calls", Type: u32},
 	})
 	HintsSchema = tableSchema("hints", []arrow.Field{
 		{Name: "ts_ns", Type: u64},

@@ -7,7 +7,7 @@ package formats
 
 // FormatVersion is the semantic version of the bundle format written by this
 // package. Readers reject bundles whose major version differs.
-const FormatVersion = "1.1.0"
+const FormatVersion = "1.2.0"
 
 // Table file names inside a bundle directory.
 const (
@@ -123,6 +123,17 @@ type Access struct {
 	Prot         uint8  // prot: fault/map/mmap rows: Prot* bits of the mapping; 0 = unknown
 	MapFirstPage uint64 // map_first_page: fault/map/mmap rows: first file page of the mapping (vm_pgoff)
 	MapPages     uint64 // map_pages: fault/map/mmap rows: the mapping's length in pages; 0 = unknown
+
+	// TracerNS (tracer_ns, format 1.2) is, on a system call row, the
+	// recorder's own time in the thread's think time before the call: the
+	// previous traced call's exit tail and this call's entry head, as the
+	// BPF programs measured them. 0 = unknown or none.
+	TracerNS uint32
+	// TracerCalls (tracer_calls, format 1.2) is, on a system call row, the
+	// thread's system calls in that think time, this one included: each
+	// paid the kernel's syscall tracing slow path, which the programs
+	// cannot time (Manifest.Recording.SyscallCostNS). 0 = unknown.
+	TracerCalls uint32
 }
 
 // Hint is one row of hints.arrow. TID and Source are columns of format 1.1;

@@ -167,7 +167,7 @@ type accessCols struct {
 	n                                     int
 	ts, page, end, op, mapFirst, mapPages []uint64
 	ret                                   []int64
-	pid, tid, file, npg                   []uint32
+	pid, tid, file, npg, tracer, calls    []uint32
 	comm                                  []int32
 	kind, prot                            []uint8
 }
@@ -176,8 +176,9 @@ func newAccessCols(n int) accessCols {
 	return accessCols{
 		ts: make([]uint64, n), page: make([]uint64, n), end: make([]uint64, n), op: make([]uint64, n),
 		mapFirst: make([]uint64, n), mapPages: make([]uint64, n), ret: make([]int64, n),
-		pid: make([]uint32, n), tid: make([]uint32, n), file: make([]uint32, n), npg: make([]uint32, n),
-		comm: make([]int32, n), kind: make([]uint8, n), prot: make([]uint8, n),
+		pid: make([]uint32, n), tid: make([]uint32, n), file: make([]uint32, n), npg: make([]uint32, n), tracer: make([]uint32, n),
+		calls: make([]uint32, n),
+		comm:  make([]int32, n), kind: make([]uint8, n), prot: make([]uint8, n),
 	}
 }
 
@@ -470,6 +471,8 @@ func (w *Writer) Append(a *Access) error {
 	c.prot[i] = a.Prot
 	c.mapFirst[i] = a.MapFirstPage
 	c.mapPages[i] = a.MapPages
+	c.tracer[i] = a.TracerNS
+	c.calls[i] = a.TracerCalls
 	if c.n = i + 1; c.n >= w.cfg.batchRows {
 		return w.flushAccesses()
 	}
@@ -651,6 +654,8 @@ func (w *Writer) flushAccesses() error {
 	fixedCol(e, c.mapFirst[:n])
 	fixedCol(e, c.mapPages[:n])
 	kindNameCol(e, c.kind[:n], func(k uint8) bool { return AccessKind(k).Valid() }, 15, &w.kindIdx)
+	fixedCol(e, c.tracer[:n])
+	fixedCol(e, c.calls[:n])
 	e.finish(n, -1, false)
 	c.n = 0
 	return t.writeBatch(n)

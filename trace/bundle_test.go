@@ -209,12 +209,12 @@ func TestCat(t *testing.T) {
 		first string
 		has   string
 	}{
-		{CatOptions{}, 2501, "ts_ns,pid,tid,comm,file_id,first_page,npages,kind,end_ns,op,ret,prot,map_first_page,map_pages", "1000000000,100,101,sqlite3,1,0,1,cache_add,0,0,0,0,0,0"},
-		{CatOptions{Limit: 3}, 4, "ts_ns,pid,tid,comm,file_id,first_page,npages,kind,end_ns,op,ret,prot,map_first_page,map_pages", "1000001000,100,101,sqlite3,1,1,2,read,1000001400,2,8192,0,0,0"},
+		{CatOptions{}, 2501, "ts_ns,pid,tid,comm,file_id,first_page,npages,kind,end_ns,op,ret,prot,map_first_page,map_pages,tracer_ns,tracer_calls", "1000000000,100,101,sqlite3,1,0,1,cache_add,0,0,0,0,0,0,0,0"},
+		{CatOptions{Limit: 3}, 4, "ts_ns,pid,tid,comm,file_id,first_page,npages,kind,end_ns,op,ret,prot,map_first_page,map_pages,tracer_ns,tracer_calls", "1000001000,100,101,sqlite3,1,1,2,read,1000001400,2,8192,0,0,0,0,0"},
 		{CatOptions{Table: "files", Format: "csv"}, 4, "file_id,dev,ino,path,size_bytes,mtime_ns,mode", "1,8388608,11,/home/alice/db/data.sqlite,1048576,5,33188"},
 		{CatOptions{Table: "hints"}, 3, "ts_ns,pid,kind,file_id,parent_page,position,children,name,offset_bytes,length_bytes,tid,source", `1000000500,100,tree_child_enter,1,3,1,4 5 6,,0,0,101,adapter:sqlite`},
 		{CatOptions{Table: "hints", Format: "jsonl"}, 2, `{"ts_ns":1000000500,"pid":100,"kind":"tree_child_enter","file_id":1,"parent_page":3,"position":1,"children":[4,5,6],"name":"","offset_bytes":0,"length_bytes":0,"tid":101,"source":"adapter:sqlite"}`, `"name":"layer.0 \"w\""`},
-		{CatOptions{Format: "jsonl", Limit: 1}, 1, `{"ts_ns":1000000000,"pid":100,"tid":101,"comm":"sqlite3","file_id":1,"first_page":0,"npages":1,"kind":"cache_add","end_ns":0,"op":0,"ret":0,"prot":0,"map_first_page":0,"map_pages":0}`, ""},
+		{CatOptions{Format: "jsonl", Limit: 1}, 1, `{"ts_ns":1000000000,"pid":100,"tid":101,"comm":"sqlite3","file_id":1,"first_page":0,"npages":1,"kind":"cache_add","end_ns":0,"op":0,"ret":0,"prot":0,"map_first_page":0,"map_pages":0,"tracer_ns":0,"tracer_calls":0}`, ""},
 	} {
 		var buf bytes.Buffer
 		if err := Cat(&buf, dir, tc.o); err != nil {

@@ -38,6 +38,8 @@ type accessRow struct {
 	Prot         uint8  `json:"prot"`
 	MapFirstPage uint64 `json:"map_first_page"`
 	MapPages     uint64 `json:"map_pages"`
+	TracerNS     uint32 `json:"tracer_ns"`
+	TracerCalls  uint32 `json:"tracer_calls"`
 }
 
 type hintRow struct {
@@ -66,7 +68,7 @@ type fileRow struct {
 }
 
 var catHeaders = map[string][]string{
-	"accesses": {"ts_ns", "pid", "tid", "comm", "file_id", "first_page", "npages", "kind", "end_ns", "op", "ret", "prot", "map_first_page", "map_pages"},
+	"accesses": {"ts_ns", "pid", "tid", "comm", "file_id", "first_page", "npages", "kind", "end_ns", "op", "ret", "prot", "map_first_page", "map_pages", "tracer_ns", "tracer_calls"},
 	"hints":    {"ts_ns", "pid", "kind", "file_id", "parent_page", "position", "children", "name", "offset_bytes", "length_bytes", "tid", "source"},
 	"files":    {"file_id", "dev", "ino", "path", "size_bytes", "mtime_ns", "mode"},
 }
@@ -139,8 +141,8 @@ func Cat(w io.Writer, dir string, o CatOptions, opts ...formats.OpenOption) erro
 		err = forEachAccess(b, func(a *formats.Access) error {
 			k := KindName(a.Kind)
 			rec = append(rec[:0], u(a.TS, 10), u(uint64(a.PID), 10), u(uint64(a.TID), 10), a.Comm, u(uint64(a.FileID), 10), u(a.FirstPage, 10), u(uint64(a.NPages), 10), k,
-				u(a.EndNS, 10), u(a.Op, 10), strconv.FormatInt(a.Ret, 10), u(uint64(a.Prot), 10), u(a.MapFirstPage, 10), u(a.MapPages, 10))
-			if err := emit(rec, accessRow{a.TS, a.PID, a.TID, a.Comm, a.FileID, a.FirstPage, a.NPages, k, a.EndNS, a.Op, a.Ret, a.Prot, a.MapFirstPage, a.MapPages}); err != nil {
+				u(a.EndNS, 10), u(a.Op, 10), strconv.FormatInt(a.Ret, 10), u(uint64(a.Prot), 10), u(a.MapFirstPage, 10), u(a.MapPages, 10), u(uint64(a.TracerNS), 10), u(uint64(a.TracerCalls), 10))
+			if err := emit(rec, accessRow{a.TS, a.PID, a.TID, a.Comm, a.FileID, a.FirstPage, a.NPages, k, a.EndNS, a.Op, a.Ret, a.Prot, a.MapFirstPage, a.MapPages, a.TracerNS, a.TracerCalls}); err != nil {
 				return err
 			}
 			return limited()

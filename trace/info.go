@@ -57,6 +57,13 @@ type Summary struct {
 	// MissingFileRows counts accesses and hints whose file_id is not in
 	// files.arrow ('predictio trace verify' lists them).
 	MissingFileRows uint64 `json:"missing_file_rows"`
+	// Format 1.2: the recorder's own cost in the think times, summed over
+	// the rows and threads: what its programs measured (tracer_ns), the
+	// system calls that paid the tracing slow path (tracer_calls) and that
+	// path's measured cost per call (manifest recording.syscall_cost_ns).
+	TracerNS      uint64  `json:"tracer_ns"`
+	TracerCalls   uint64  `json:"tracer_calls"`
+	SyscallCostNS float64 `json:"syscall_cost_ns,omitempty"`
 	// Integrity is how the tables were checked while read
 	// (formats.Integrity: crc32c, zstd-checksums+sha256, or skipped).
 	Integrity formats.Integrity `json:"integrity"`
@@ -91,6 +98,7 @@ func Info(dir string, top int, opts ...formats.OpenOption) (*Summary, error) {
 		ServiceTimes:  b.HasServiceTimes(),
 		Adapters:      m.Recording.Adapters,
 		Kernel:        m.Recording.Kernel,
+		SyscallCostNS: m.Recording.SyscallCostNS,
 		Integrity:     b.Integrity(),
 	}
 	files, err := b.Files()
@@ -125,6 +133,8 @@ func Info(dir string, top int, opts ...formats.OpenOption) (*Summary, error) {
 		kinds[a.Kind]++
 		span.see(a.TS)
 		wall.Add(a.Kind, a.TS, a.EndNS)
+		s.TracerNS += uint64(a.TracerNS)
+		s.TracerCalls += uint64(a.TracerCalls)
 		if !haveLast || a.FileID != lastID {
 			lastID, haveLast, lastKnown = a.FileID, true, known[a.FileID]
 		}
@@ -246,6 +256,10 @@ func (s *Summary) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "recorded wall\t%s (first access start to last completion)\n", time.Duration(s.RecordedWallNS))
 	if s.Kernel != "" || len(s.Adapters) > 0 {
 		fmt.Fprintf(tw, "recording\tkernel %s, adapters %s\n", orDash(s.Kernel), orDash(strings.Join(s.Adapters, ", ")))
+	}
+	if s.TracerNS > 0 || s.TracerCalls > 0 {
+		fmt.Fprintf(tw, "recorder's cost\t%s in the think times: its programs %s, %d system calls × %.0f ns (summed over threads; replay --untraced takes it out)\n",
+			time.Duration(float64(s.TracerNS)+float64(s.TracerCalls)*s.SyscallCostNS), time.Duration(s.TracerNS), s.TracerCalls, s.SyscallCostNS)
 	}
 	if s.PathOnlyFiles > 0 {
 		fmt.Fprintf(tw, "path-only files\t%d (paths looked up that did not exist)\n", s.PathOnlyFiles)
