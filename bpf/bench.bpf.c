@@ -42,6 +42,8 @@ int bench_emit(void *ctx)
 		e->map_pages = 0;
 		e->prot = 0;
 		e->flags = 0;
+		e->tracer_ns = 0;
+		e->tracer_calls = 0;
 		e->ino = bench_ino;
 		e->index = i;
 		e->dev = bench_dev;

@@ -177,10 +177,12 @@ struct row {
 	__u64 ino, index, map_pgoff, map_pages;
 	__u32 dev, npages;
 	__u8 kind, prot, flags;
+	__u32 tracer_ns, tracer_calls;
 };
 
 // record_row applies the deny set and the comm filter and writes one
-// event; the caller has checked the target.
+// event; the caller has checked the target. It returns 1 when the event
+// went into the ring.
 static __always_inline int record_row(__u64 pid_tgid, const struct row *r)
 {
 	if (deny_active && r->ino) {
@@ -228,8 +230,10 @@ static __always_inline int record_row(__u64 pid_tgid, const struct row *r)
 	e->kind = r->kind;
 	e->prot = r->prot;
 	e->flags = r->flags;
+	e->tracer_ns = r->tracer_ns;
+	e->tracer_calls = r->tracer_calls;
 	submit(e);
-	return 0;
+	return 1;
 }
 
 // record_event writes a plain event: kind, file, pages, at this moment.
@@ -282,7 +286,10 @@ struct tstate {
 	__u32 cf_dev;
 	__u32 gen;      // target_gen when this thread was last found a target
 	__u32 read_cpu; // the inread slot set for its read in flight
-	__u32 pad2;
+	__u32 tracer_row;   // the call in flight's tracer_ns (tracer_gap when it entered, and its entry's head)
+	__u32 calls_row;    // the call in flight's tracer_calls
+	__u32 calls_gap;    // system calls the thread made since the last noted call entered, not counting it
+	__u64 tracer_gap;   // this program's time in the thread since the last noted call entered: that call's exit tail, heads of calls not noted
 };
 
 // threads: per traced thread, in the task's own local storage (Linux
@@ -1008,6 +1015,7 @@ int BPF_PROG(handle_sys_enter, struct pt_regs *regs, long id)
 	} else if (!target_slow(pid_tgid)) {
 		return 0;
 	}
+	__u64 t0 = bpf_ktime_get_ns();
 	struct task_struct *task = bpf_get_current_task_btf();
 	if (task->thread_info.status & TS_COMPAT)
 		return 0;
@@ -1065,11 +1073,18 @@ int BPF_PROG(handle_sys_enter, struct pt_regs *regs, long id)
 	}
 	if (!ok) {
 		t->sys_ts = 0;
+		t->tracer_gap += bpf_ktime_get_ns() - t0;
 		return 0;
 	}
 	t->nr = id;
 	t->sys_op = new_op();
-	t->sys_ts = bpf_ktime_get_ns();
+	__u64 now = bpf_ktime_get_ns();
+	__u64 cost = t->tracer_gap + (now - t0);
+	t->tracer_row = cost > 0xffffffffULL ? 0xffffffff : (__u32)cost;
+	t->tracer_gap = 0;
+	t->calls_row = t->calls_gap + 1;
+	t->calls_gap = 0;
+	t->sys_ts = now;
 	if (reads)
 		set_inread(t, (__u32)pid_tgid, true);
 	return 0;
@@ -1107,79 +1122,105 @@ static __always_inline void stat_id(struct tstate *t, struct row *r)
 	}
 }
 
+// exit_row writes the row of the noted call nr that returned ret: r holds
+// its entry, exit and op. A read covers [pos, pos + ret); an open, stat or
+// access sends its path to the opens ring first (the row names the file by
+// inode when the call found one, else user space makes a path-only file
+// row); getdents64 names the directory; mmap the mapped range and
+// protection. A read that returned nothing, or a failed mmap, has no row.
+// It returns 1 when the row went into the ring.
+static __always_inline int exit_row(__u64 pid_tgid, struct tstate *t, struct row *r, __u32 nr, long ret)
+{
+	switch (nr) {
+	case NR_open: case NR_openat: case NR_openat2:
+		r->kind = KIND_OPEN;
+		if (ret >= 0)
+			file_id(fd_file(ret), &r->dev, &r->ino);
+		r->flags |= EV_PATH;
+		break;
+	case NR_newstat: case NR_newlstat: case NR_access:
+	case NR_newfstatat: case NR_statx: case NR_faccessat: case NR_faccessat2:
+		r->kind = KIND_STAT;
+		if (ret == 0)
+			stat_id(t, r);
+		r->flags |= EV_PATH;
+		break;
+	case NR_getdents64:
+		r->kind = KIND_READDIR;
+		r->dev = t->dev;
+		r->ino = t->ino;
+		break;
+	case NR_mmap:
+		r->kind = KIND_MMAP;
+		if (ret < 0 && ret > -4096)
+			return 0;
+		r->dev = t->dev;
+		r->ino = t->ino;
+		r->index = t->a5 >> PAGE_SHIFT_4K;
+		r->npages = (t->a1 + 4095) >> PAGE_SHIFT_4K;
+		r->prot = t->a2 & 7;
+		if ((t->a3 & MAP_SHARED_VALIDATE) == MAP_SHARED || (t->a3 & MAP_SHARED_VALIDATE) == MAP_SHARED_VALIDATE)
+			r->prot |= 8;
+		r->map_pgoff = r->index;
+		r->map_pages = r->npages;
+		break;
+	default: // the read family
+		if (ret <= 0)
+			return 0;
+		r->kind = KIND_READ;
+		r->dev = t->dev;
+		r->ino = t->ino;
+		r->index = t->pos >> PAGE_SHIFT_4K;
+		r->npages = range_pages(r->index, (t->pos + ret - 1) >> PAGE_SHIFT_4K);
+	}
+	if (r->flags & EV_PATH) {
+		// open(path), stat(path), lstat(path), access(path): a0; the *at
+		// calls: dirfd a0, path a1.
+		bool at = nr != NR_open && nr != NR_newstat && nr != NR_newlstat && nr != NR_access;
+		emit_open(pid_tgid, at ? (__s32)t->a0 : AT_FDCWD, (const char *)(at ? t->a1 : t->a0), OPEN_ROW, r->op);
+	}
+	return record_row(pid_tgid, r);
+}
+
 // sys_exit(struct pt_regs *regs, long ret): the exit of a call sys_enter
-// noted writes its row: ts its entry, end now, its op and result. A read
-// covers [pos, pos + ret); an open, stat or access sends its path to the
-// opens ring first (the row names the file by inode when the call found
-// one, else user space makes a path-only file row); getdents64 names the
-// directory; mmap the mapped range and protection. A read that returned
-// nothing has no row.
+// noted writes its row (exit_row): ts its entry, end now, its op, result
+// and tracer_ns. What this program does after end (the row, its path) is
+// the tracer's time in the thread's next think time: it goes to
+// tracer_gap, which the next noted call's row carries. What the BPF
+// programs cannot time, the kernel's syscall tracing slow path and their
+// own dispatch, is counted in calls (tracer_calls); user space measures
+// its cost per call (source.SyscallNS).
 SEC("raw_tp/sys_exit")
 int BPF_PROG(handle_sys_exit, struct pt_regs *regs, long ret)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct tstate *t = thread_state(false);
-	if (!t || !t->sys_ts)
+	if (!t)
 		return 0;
+	if (!t->sys_ts) {
+		t->calls_gap++; // a call of a traced thread that has no row
+		return 0;
+	}
 	__u32 nr = t->nr;
 	__u64 orig_ax = 0; // x86-64 pt_regs: at 120
 	bpf_probe_read_kernel(&orig_ax, sizeof(orig_ax), (void *)regs + 120);
-	if (orig_ax != nr)
+	if (orig_ax != nr) {
+		t->calls_gap++;
 		return 0;
-	struct row r = {.ts = t->sys_ts, .end = bpf_ktime_get_ns(), .op = t->sys_op, .ret = ret, .flags = EV_SYSCALL};
+	}
+	struct row r = {.ts = t->sys_ts, .end = bpf_ktime_get_ns(), .op = t->sys_op, .ret = ret, .flags = EV_SYSCALL,
+			.tracer_ns = t->tracer_row, .tracer_calls = t->calls_row};
 	t->sys_ts = 0;
 	if (is_read_nr(nr))
 		set_inread(t, (__u32)pid_tgid, false);
 	if (t->fault_ts >= r.ts)
 		t->fault_ts = 0; // a fault within the call ended with it
-	switch (nr) {
-	case NR_open: case NR_openat: case NR_openat2:
-		r.kind = KIND_OPEN;
-		if (ret >= 0)
-			file_id(fd_file(ret), &r.dev, &r.ino);
-		r.flags |= EV_PATH;
-		break;
-	case NR_newstat: case NR_newlstat: case NR_access:
-	case NR_newfstatat: case NR_statx: case NR_faccessat: case NR_faccessat2:
-		r.kind = KIND_STAT;
-		if (ret == 0)
-			stat_id(t, &r);
-		r.flags |= EV_PATH;
-		break;
-	case NR_getdents64:
-		r.kind = KIND_READDIR;
-		r.dev = t->dev;
-		r.ino = t->ino;
-		break;
-	case NR_mmap: {
-		r.kind = KIND_MMAP;
-		if (ret < 0 && ret > -4096)
-			return 0;
-		r.dev = t->dev;
-		r.ino = t->ino;
-		r.index = t->a5 >> PAGE_SHIFT_4K;
-		r.npages = (t->a1 + 4095) >> PAGE_SHIFT_4K;
-		r.prot = t->a2 & 7;
-		if ((t->a3 & MAP_SHARED_VALIDATE) == MAP_SHARED || (t->a3 & MAP_SHARED_VALIDATE) == MAP_SHARED_VALIDATE)
-			r.prot |= 8;
-		r.map_pgoff = r.index;
-		r.map_pages = r.npages;
-		break;
+	if (!exit_row(pid_tgid, t, &r, nr, ret)) {
+		// No row (a read at EOF, a filtered file): the next row's think
+		// time holds this call, so its tracer_ns and tracer_calls do too.
+		t->tracer_gap += r.tracer_ns;
+		t->calls_gap += r.tracer_calls;
 	}
-	default: // the read family
-		if (ret <= 0)
-			return 0;
-		r.kind = KIND_READ;
-		r.dev = t->dev;
-		r.ino = t->ino;
-		r.index = t->pos >> PAGE_SHIFT_4K;
-		r.npages = range_pages(r.index, (t->pos + ret - 1) >> PAGE_SHIFT_4K);
-	}
-	if (r.flags & EV_PATH) {
-		// open(path), stat(path), lstat(path), access(path): a0; the *at
-		// calls: dirfd a0, path a1.
-		bool at = nr != NR_open && nr != NR_newstat && nr != NR_newlstat && nr != NR_access;
-		emit_open(pid_tgid, at ? (__s32)t->a0 : AT_FDCWD, (const char *)(at ? t->a1 : t->a0), OPEN_ROW, r.op);
-	}
-	return record_row(pid_tgid, &r);
+	t->tracer_gap += bpf_ktime_get_ns() - r.end;
+	return 0;
 }

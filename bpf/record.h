@@ -37,7 +37,7 @@
 // of a CPU (a power of two).
 #define QUERY_EVERY 16
 
-// event is one row of accesses.arrow as the kernel sees it, 104 bytes, in
+// event is one row of accesses.arrow as the kernel sees it, 112 bytes, in
 // the events ring buffer: a page-range access, a system call (read,
 // open, stat, getdents64, mmap) or an exec.
 struct event {
@@ -56,8 +56,11 @@ struct event {
 	__u8 kind;
 	__u8 prot;       // mapping rows: formats.Prot* bits
 	__u8 flags;      // EV_*
-	__u8 pad[5];
+	__u8 pad;
+	__u32 tracer_ns;    // system call rows: this program's own time in the thread's think time before the call (the previous noted call's exit tail, this entry's head)
 	char comm[16];
+	__u32 tracer_calls; // system call rows: the thread's system calls in that think time, this one included (each pays the kernel's tracing slow path)
+	__u32 pad2;
 };
 
 struct {
@@ -80,7 +83,7 @@ const volatile __u64 wakeup_bytes = 256 << 10;
 // wake_window: a sampled fill within [wakeup_bytes, wakeup_bytes +
 // wake_window) forces the wakeup; user space sets it to what all CPUs
 // can add between two samples of one (QUERY_EVERY records each).
-const volatile __u64 wake_window = 2 * QUERY_EVERY * (8 + 104);
+const volatile __u64 wake_window = 2 * QUERY_EVERY * (8 + 112);
 // reader_polling is set by user space while a low-latency reader polls the
 // ring on its own (events are coming densely): submit then wakes nobody,
 // which spares the traced thread a wakeup per record (irq_work, a self-IPI:

@@ -14,24 +14,27 @@ import (
 )
 
 type RecordEvent struct {
-	_        structs.HostLayout
-	Ts       uint64
-	End      uint64
-	Op       uint64
-	Ret      int64
-	Ino      uint64
-	Index    uint64
-	MapPgoff uint64
-	MapPages uint64
-	Dev      uint32
-	Npages   uint32
-	Pid      uint32
-	Tid      uint32
-	Kind     uint8
-	Prot     uint8
-	Flags    uint8
-	Pad      [5]uint8
-	Comm     [16]int8
+	_           structs.HostLayout
+	Ts          uint64
+	End         uint64
+	Op          uint64
+	Ret         int64
+	Ino         uint64
+	Index       uint64
+	MapPgoff    uint64
+	MapPages    uint64
+	Dev         uint32
+	Npages      uint32
+	Pid         uint32
+	Tid         uint32
+	Kind        uint8
+	Prot        uint8
+	Flags       uint8
+	Pad         uint8
+	TracerNs    uint32
+	Comm        [16]int8
+	TracerCalls uint32
+	Pad2        uint32
 }
 
 type RecordFilekey struct {
@@ -88,7 +91,10 @@ type RecordTstate struct {
 	CfDev     uint32
 	Gen       uint32
 	ReadCpu   uint32
-	Pad2      uint32
+	TracerRow uint32
+	CallsRow  uint32
+	CallsGap  uint32
+	TracerGap uint64
 }
 
 // Names of all BPF objects in the ELF.

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -563,6 +564,9 @@ func watchPIDs(ctx context.Context, pids []int, done chan<- struct{}) {
 // reference), then write the counters and notes and close the bundle.
 func (r *recording) finalize() (*Summary, error) {
 	r.src.Stop()
+	// What tracing adds to each system call: timed now, with the programs
+	// attached (targets stopped), and again once Close detached them.
+	traced := source.SyscallNS()
 	if r.adapt != nil {
 		r.adapt.close() // the source has delivered everything
 	}
@@ -584,9 +588,8 @@ func (r *recording) finalize() (*Summary, error) {
 	// Releasing the programs, maps and rings (unmapping the 16 MiB ring
 	// costs milliseconds) overlaps closing the bundle; the file table,
 	// all that is still read, stays.
-	closed := make(chan struct{})
-	go func() { r.src.Close(); close(closed) }()
-	defer func() { <-closed }()
+	plain := make(chan float64, 1)
+	go func() { r.src.Close(); plain <- source.SyscallNS() }()
 	rows, unresolved := r.files.written()
 	sum.Files, sum.Unresolved = len(rows), unresolved
 	man.Counters = formats.Counters{
@@ -596,6 +599,7 @@ func (r *recording) finalize() (*Summary, error) {
 	man.Complete = true
 	man.Notes = append(man.Notes, r.notes(sum)...)
 	man.Filesystems = source.Filesystems(rows)
+	man.Recording.SyscallCostNS = max(0, math.Round((traced-<-plain)*10)/10)
 	r.finished = true
 	if err := r.w.Close(); err != nil {
 		return nil, fmt.Errorf("finalize bundle %s: %w", r.cfg.Output, err)

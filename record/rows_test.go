@@ -250,3 +250,47 @@ func TestTreeWalkPaths(t *testing.T) {
 		t.Errorf("%d of the %d files grep read have a row under their own path", seen, len(want))
 	}
 }
+
+// TestTracerCost: a helper preads page 0 of a file, makes 100 getppid
+// calls, preads at the end of the file (0 bytes: no row) and preads page 0
+// again. The last read row carries the recorder's cost in the think time
+// before it (format 1.2): tracer_calls counts the 100 calls, the read at
+// the end (whose row was never written, so its own cost moved on) and the
+// read itself; tracer_ns what the programs measured there. The manifest
+// has the calibrated cost of a traced system call.
+func TestTracerCost(t *testing.T) {
+	requireRecorder(t)
+	p := filepath.Join(tracetest.DiskDir(t), "gap")
+	if err := os.WriteFile(p, bytes.Repeat([]byte{1}, 8192), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 100
+	r := record(t, context.Background(), Config{Command: []string{"env", "PREDICTIO_RECORD_HELPER=gapcalls",
+		"PREDICTIO_RECORD_FILE=" + p, fmt.Sprintf("PREDICTIO_RECORD_N=%d", n), exe}})
+	reads := r.rowsOf(r.fileID(t, p), formats.KindRead)
+	if len(reads) != 2 {
+		t.Fatalf("read rows of %s: %+v, want 2 (the read at the end returns nothing)", p, reads)
+	}
+	last := reads[1]
+	t.Logf("second read: tracer_ns %d, tracer_calls %d; syscall_cost_ns %.1f", last.TracerNS, last.TracerCalls, r.man.Recording.SyscallCostNS)
+	// The Go runtime may make a few calls of its own on the thread.
+	if last.TracerCalls < n+2 || last.TracerCalls > n+60 {
+		t.Errorf("second read's tracer_calls = %d, want %d to %d: the getppid calls, the read at the end, the read", last.TracerCalls, n+2, n+60)
+	}
+	if last.TracerNS == 0 || last.TracerNS > 10_000_000 {
+		t.Errorf("second read's tracer_ns = %d, want the programs' time (> 0, < 10 ms)", last.TracerNS)
+	}
+	for _, a := range r.accesses {
+		if a.Kind == formats.KindCacheAdd && (a.TracerNS != 0 || a.TracerCalls != 0) {
+			t.Errorf("a kernel row has a tracer cost: %+v", a)
+			break
+		}
+	}
+	if c := r.man.Recording.SyscallCostNS; c <= 0 || c > 100_000 {
+		t.Errorf("manifest recording.syscall_cost_ns = %v, want what tracing adds to a system call (> 0)", c)
+	}
+}

@@ -23,8 +23,8 @@ const eventSize = int(unsafe.Sizeof(bpf.RecordEvent{}))
 const queryEvery = 16
 
 // batchLen is the number of events per batch handed from the ring reader
-// to the decoder; nBatches bounds the memory between them (64 × 4096 × 104 B
-// = 26 MiB). When every batch is in use the reader waits and the kernel
+// to the decoder; nBatches bounds the memory between them (64 × 4096 × 112 B
+// = 28 MiB). When every batch is in use the reader waits and the kernel
 // drops (and counts) what no longer fits in the ring.
 const (
 	batchLen = 4096
@@ -395,6 +395,7 @@ func (d *decoder) decodeBatch(b *rawBatch) {
 			TS: e.Ts, PID: e.Pid, TID: e.Tid, Comm: d.comm, FileID: fe.id,
 			FirstPage: e.Index, NPages: npages, Kind: kind,
 			EndNS: e.End, Op: e.Op, Ret: e.Ret, Prot: e.Prot, MapFirstPage: e.MapPgoff, MapPages: e.MapPages,
+			TracerNS: e.TracerNs, TracerCalls: e.TracerCalls,
 		})
 		if e.Flags&evFault != 0 {
 			d.faults = append(d.faults, len(d.rows)-1)

@@ -9,8 +9,8 @@ import (
 )
 
 func TestEventLayout(t *testing.T) {
-	if eventSize != 104 {
-		t.Fatalf("struct event is %d bytes, want 104 (bpf/record.h)", eventSize)
+	if eventSize != 112 {
+		t.Fatalf("struct event is %d bytes, want 112 (bpf/record.h)", eventSize)
 	}
 }
 

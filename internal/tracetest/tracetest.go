@@ -38,6 +38,8 @@ func Main(m *testing.M) {
 		os.Exit(helperGetppid())
 	case "syscalls":
 		os.Exit(helperSyscalls())
+	case "gapcalls":
+		os.Exit(helperGapCalls())
 	case "hints":
 		os.Exit(helperHints())
 	case "hintburst":
@@ -117,6 +119,39 @@ func helperSyscalls() int {
 		unix.Getppid()
 	}
 	report(start)
+	return 0
+}
+
+// helperGapCalls, on one thread, preads page 0 of PREDICTIO_RECORD_FILE,
+// makes PREDICTIO_RECORD_N getppid(2) calls, preads at the file's end
+// (0 bytes: no row) and preads page 0 again: the last row's think time
+// holds those calls and the read at the end.
+func helperGapCalls() int {
+	runtime.LockOSThread()
+	f, err := os.Open(os.Getenv("PREDICTIO_RECORD_FILE"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	st, _ := f.Stat()
+	n, _ := strconv.Atoi(os.Getenv("PREDICTIO_RECORD_N"))
+	buf := make([]byte, 4096)
+	fd := int(f.Fd())
+	if _, err := unix.Pread(fd, buf, 0); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for range n {
+		unix.Getppid()
+	}
+	if m, err := unix.Pread(fd, buf, st.Size()); err != nil || m != 0 {
+		fmt.Fprintln(os.Stderr, "pread at the end:", m, err)
+		return 1
+	}
+	if _, err := unix.Pread(fd, buf, 0); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	return 0
 }
 
