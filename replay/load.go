@@ -98,6 +98,9 @@ type trace struct {
 	// measured over every row, cache adds of metadata blocks included).
 	serviceTimes bool
 	recordedWall uint64
+	// tracerNS is the recorder's cost taken out of the think times with
+	// Options.Untraced, summed over threads; 0 without it.
+	tracerNS uint64
 	// fileOps counts, per file index, the operations on the file (demand
 	// and metadata, all threads'): a run retires a file after its last.
 	fileOps []int32
@@ -114,7 +117,7 @@ func demandKind(k formats.AccessKind) (replay, fault bool) {
 }
 
 // loadTrace reads a bundle into memory, grouped by thread.
-func loadTrace(dir string) (*trace, error) {
+func loadTrace(dir string, untraced bool) (*trace, error) {
 	b, err := formats.Open(dir) // its errors name the bundle
 	if err != nil {
 		return nil, err
@@ -152,9 +155,16 @@ func loadTrace(dir string) (*trace, error) {
 	defer cur.Close()
 	t.serviceTimes = b.HasServiceTimes()
 	byTID := map[uint32]*thread{}
+	var un *untracer
+	if untraced {
+		un = newUntracer(t.man.Recording.SyscallCostNS)
+	}
 	first := true
 	for cur.Next() {
 		a := cur.At()
+		if un != nil {
+			un.row(a)
+		}
 		if !t.addAccess(a, byTID) {
 			continue
 		}
@@ -197,6 +207,12 @@ func loadTrace(dir string) (*trace, error) {
 	}
 	if err := hc.Err(); err != nil {
 		return nil, fmt.Errorf("load bundle %s: %w", dir, err)
+	}
+	if un != nil {
+		for i := range t.hints {
+			t.hints[i].TS = un.at(t.hints[i].TID, t.hints[i].TS)
+		}
+		t.tracerNS = un.total
 	}
 	sort.SliceStable(t.hints, func(i, j int) bool { return t.hints[i].TS < t.hints[j].TS })
 	if len(t.hints) > 0 && (first || t.hints[0].TS < t.t0) {

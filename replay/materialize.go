@@ -26,7 +26,7 @@ type MaterializeResult struct {
 // filesystem has room for the files to write; if not, the error wraps
 // ErrNoSpace and says how much is needed and how much is free.
 func Materialize(bundle, dir string) (*MaterializeResult, error) {
-	t, err := loadTrace(bundle)
+	t, err := loadTrace(bundle, false)
 	if err != nil {
 		return nil, err
 	}

@@ -74,7 +74,7 @@ func TestRecordedWallFromOps(t *testing.T) {
 	if err := os.WriteFile(mf, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tr, err := loadTrace(dir)
+	tr, err := loadTrace(dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}

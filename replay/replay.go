@@ -44,6 +44,14 @@ type Options struct {
 	Timing string
 	// Speed divides recorded think times; 0 means 1.
 	Speed float64
+	// Untraced takes the recorder's own cost out of the recorded think
+	// times (format 1.2 bundles; docs/replay.md, "Untraced timing"): each
+	// thread's rows move earlier by what the recorder's programs measured
+	// in the thread (tracer_ns) and what tracing added to its system calls
+	// (tracer_calls × the manifest's syscall_cost_ns), so that replay, its
+	// recorded wall and the predicted column describe the program as it
+	// runs untraced.
+	Untraced bool
 	// Runs are the run specs, replayed in turn Repeat times (A B A B ...):
 	// "baseline" (no policy) or policy specs ("oracle", "tree:window=8");
 	// specs joined with "+" run together in one dispatcher.
@@ -230,9 +238,12 @@ func New(dir string, opt Options) (*Replayer, error) {
 	if err := opt.validate(); err != nil {
 		return nil, err
 	}
-	t, err := loadTrace(dir)
+	t, err := loadTrace(dir, opt.Untraced)
 	if err != nil {
 		return nil, err
+	}
+	if opt.Untraced && t.tracerNS == 0 {
+		return nil, fmt.Errorf("replay %s: --untraced: the bundle has no recorder cost to take out (tracer_ns and tracer_calls, format 1.2, written by predictio record since 2026-12-06); replay it without --untraced", dir)
 	}
 	return newReplayer(t, opt)
 }

@@ -105,6 +105,11 @@ type Summary struct {
 	// manifest timing.recorded_wall_ns, which older bundles measured over
 	// every row).
 	RecordedWallNS uint64 `json:"recorded_wall_ns,omitempty"`
+	// Untraced says the recorder's cost was taken out of the think times
+	// (--untraced), UntracedNS how much, summed over the threads; the
+	// recorded wall is then the span of the moved rows.
+	Untraced   bool   `json:"untraced,omitempty"`
+	UntracedNS uint64 `json:"untraced_ns,omitempty"`
 	// TimingError is |median baseline wall - recorded wall| / recorded
 	// wall, computed for recorded timing at speed 1 with a baseline.
 	// TimingTarget says whether replay's fidelity target applies (kernel
@@ -277,7 +282,11 @@ func (rep *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(bw, "\npredicted: %s\n", rep.Summary.Predictor)
 	}
 	if e := rep.Summary.TimingError; e != nil {
-		fmt.Fprintf(bw, "\ntiming: recorded wall %s, baseline replay wall (median) %s: timing error %.1f%%", ms(float64(rep.Summary.RecordedWallNS)), ms(rep.baselineWall()), 100**e)
+		untraced := ""
+		if rep.Summary.Untraced {
+			untraced = fmt.Sprintf(" (untraced: the recorder's %s taken out of the think times)", ms(float64(rep.Summary.UntracedNS)))
+		}
+		fmt.Fprintf(bw, "\ntiming: recorded wall%s %s, baseline replay wall (median) %s: timing error %.1f%%", untraced, ms(float64(rep.Summary.RecordedWallNS)), ms(rep.baselineWall()), 100**e)
 		if rep.Summary.TimingNote != "" {
 			fmt.Fprintf(bw, " (%s)", rep.Summary.TimingNote)
 		}
@@ -430,6 +439,7 @@ func (r *Replayer) progress(st *runState, spec string, round int) func() {
 func (rep *Report) timing(t *trace, opt *Options) {
 	s := &rep.Summary
 	s.RecordedWallNS = t.recordedWall
+	s.Untraced, s.UntracedNS = opt.Untraced, t.tracerNS
 	if !t.serviceTimes {
 		rep.TimingFallback = "this bundle lacks service times (format 1.0, or a recorder without them): think time counts from each access's start, " +
 			"so the recorded gaps hold the recorded service times too and a cold replay runs longer than the program; record it again with predictio record for a faithful baseline"

@@ -56,6 +56,7 @@ func runReplay(c *command, args []string) int {
 	fs.BoolVar(&opt.AllowChanged, "allow-changed", false, "replay files whose size or mtime differ from the recording (they must still be long enough)")
 	fs.StringVar(&opt.Backend, "backend", "kernel", "who executes prefetch requests: kernel (page cache, io_uring FADVISE), kmod (page cache, the predictio kernel module; docs/kmod.md), direct (O_DIRECT engine, user-space cache) or none")
 	fs.StringVar(&opt.Timing, "timing", "recorded", "recorded (keep each thread's think time) or asap")
+	fs.BoolVar(&opt.Untraced, "untraced", false, "take the recorder's own cost, measured per row (format 1.2), out of the recorded think times: replay the program as it runs untraced")
 	fs.Float64Var(&opt.Speed, "speed", 1, "divide recorded think times by `X`")
 	fs.StringVar(&runs, "ab", "", "run specs to alternate, e.g. baseline,oracle or baseline,markov (baseline = no policy)")
 	fs.StringVar(&policy, "policy", "", "one policy `SPEC` to replay with, without a baseline (see 'predictio simulate -h' for policies)")

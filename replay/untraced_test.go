@@ -1,0 +1,95 @@
+package replay
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/predictio/predictio/formats"
+)
+
+// TestUntracedShift: with Untraced, each row of a thread moves earlier by
+// the recorder's cost in the thread so far (tracer_ns plus tracer_calls ×
+// syscall_cost_ns), so the think time before a row shrinks by the row's
+// own cost and its service time stays; another thread keeps its times,
+// a thread's hint moves with its rows, and the recorded wall is the span
+// of the moved rows. Without Untraced nothing moves, and a bundle with no
+// recorder cost is refused with --untraced.
+func TestUntracedShift(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "b")
+	w, err := formats.Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Manifest().Timing.ServiceTimes = true
+	w.Manifest().Recording.SyscallCostNS = 500
+	w.AddFile(formats.File{ID: 1, Dev: 0xfc00000, Ino: 12, Path: "/a", Size: 1 << 20, Mode: 0o100644})
+	row := func(ts, end uint64, tid uint32, page uint64, tracer, calls uint32) {
+		w.Append(&formats.Access{TS: ts, EndNS: end, FileID: 1, FirstPage: page, NPages: 1, Kind: formats.KindRead,
+			Op: ts, PID: 3, TID: tid, TracerNS: tracer, TracerCalls: calls})
+	}
+	row(1000, 2000, 4, 0, 0, 0)
+	row(1500, 2500, 5, 100, 0, 0)
+	row(10000, 20000, 4, 1, 3000, 2) // 4000 taken out before it
+	w.AppendHint(&formats.Hint{TS: 25000, PID: 3, TID: 4, Kind: formats.HintCustom, FileID: 1, Name: "h"})
+	row(30000, 40000, 4, 2, 1000, 0) // 5000 in all
+	row(31000, 41000, 5, 101, 0, 0)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	byTID := func(tr *trace) map[uint32]*thread {
+		m := map[uint32]*thread{}
+		for _, th := range tr.threads {
+			m[th.tid] = th
+		}
+		return m
+	}
+	tr, err := loadTrace(dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	th := byTID(tr)
+	var got [][2]uint64
+	for _, o := range th[4].ops {
+		got = append(got, [2]uint64{o.ts, o.end})
+	}
+	want := [][2]uint64{{1000, 2000}, {6000, 16000}, {25000, 35000}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Errorf("thread 4's ops (ts, end) = %v, want %v", got, want)
+	}
+	if o := th[5].ops; len(o) != 2 || o[1].ts != 31000 || o[1].end != 41000 {
+		t.Errorf("thread 5's ops moved: %+v", o)
+	}
+	if h := th[4].hints; len(h) != 1 || h[0].TS != 21000 {
+		t.Errorf("thread 4's hint: %+v, want it at 21000 (moved with the row before it)", h)
+	}
+	if tr.tracerNS != 5000 {
+		t.Errorf("cost taken out = %d, want 5000", tr.tracerNS)
+	}
+	if tr.recordedWall != 41000-1000 {
+		t.Errorf("recorded wall %d, want %d (thread 5's last end is now the latest)", tr.recordedWall, 41000-1000)
+	}
+
+	plain, err := loadTrace(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := byTID(plain)[4].ops; o[2].ts != 30000 || plain.tracerNS != 0 {
+		t.Errorf("without Untraced: thread 4's last op at %d, cost %d; want 30000 and 0", o[2].ts, plain.tracerNS)
+	}
+
+	old := filepath.Join(t.TempDir(), "old")
+	w, err = formats.Create(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.AddFile(formats.File{ID: 1, Dev: 0xfc00000, Ino: 12, Path: "/a", Size: 1 << 20, Mode: 0o100644})
+	w.Append(&formats.Access{TS: 1000, FileID: 1, NPages: 1, Kind: formats.KindRead, PID: 3, TID: 4})
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(old, Options{Untraced: true, Backend: BackendNone}); err == nil || !strings.Contains(err.Error(), "tracer_ns") {
+		t.Errorf("New(--untraced) of a bundle without recorder costs: %v, want an error naming tracer_ns", err)
+	}
+}
