@@ -58,6 +58,10 @@
 #             0 leaves it out)
 #   RESIDUE   --max-residue (default 0.3: the libraries every process maps
 #             stay cached, as they did when the program was recorded)
+#   UNTRACED  1: also replay each recording PAIRED times with --untraced
+#             (the recorder's cost, measured per row, taken out of the
+#             think times), alternating with the plain replays, and print
+#             both against the program untraced
 #   SQLITE_DB a database to scan (default: /var/tmp/adbig/ycsb-wr.db if it
 #             exists, internal/workload/sqlitedb's WITHOUT ROWID layout,
 #             else one built under WORK, 1.1 GB)
@@ -69,6 +73,7 @@ WORK=${WORK:-/var/tmp/predictio-fidelity}
 POLICY=${POLICY:-oracle}
 RESIDUE=${RESIDUE:-0.3}
 PAIRED=${PAIRED:-3}
+UNTRACED=${UNTRACED:-}
 [ -x "$P" ] || { echo "replay-fidelity: build predictio first: go build -o predictio ./cmd/predictio" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "replay-fidelity: needs root (recording uses eBPF, cold runs drop caches)" >&2; exit 1; }
 mkdir -p "$WORK"
@@ -88,6 +93,13 @@ plain_run() {
 }
 json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+# untraced_replay BUNDLE TAG replays BUNDLE PAIRED times with --untraced,
+# adding the median wall to uw and the cost taken out to ucost.
+untraced_replay() {
+	"$P" replay --ab baseline --repeat "$PAIRED" --drop-caches --max-residue "$RESIDUE" --untraced --json "$1" > "$WORK/$2-untraced.json"
+	uw+=("$(json "$WORK/$2-untraced.json" "[p for p in d['summary']['policies'] if p['policy']=='baseline'][0]['wall_ns']['median']")")
+	ucost+=("$(json "$WORK/$2-untraced.json" "d['summary']['untraced_ns']")")
+}
 
 # sqlite_db, gotree and workload NAME (INCLUDE, CMD): scripts/workloads.sh.
 . scripts/workloads.sh
@@ -96,12 +108,15 @@ timing=("| workload | recorded wall (first) | recorded wall (median of $ROUNDS, 
 paired=("| workload | recorded walls (ms) | replay walls, median of $PAIRED each (ms) | paired error, median (min-max) | median of replays vs median of recordings |" "|---|---|---|---|---|")
 prediction=("| workload | run | measured replay wall (median) | predicted wall | prediction error | measured speedup | predicted speedup | backend busy, measured (median) | predicted |" "|---|---|---|---|---|---|---|---|---|")
 kinds=()
+untraced=("| workload | the program untraced (median) | recorded wall (median) | replay (median of medians) | error vs the program | replay --untraced (median of medians) | error vs the program | the recorder's cost taken out (median) |" "|---|---|---|---|---|---|---|---|")
 calibrated=""
 for name in ${@:-sqlite python grep threads}; do
 	workload "$name"
 	walls=()
 	plain=()
 	pw=()
+	uw=()
+	ucost=()
 	# One untraced cold run first, not counted: on a virtual machine the
 	# host caches the disk image, and a 4 KiB read of a block it has not
 	# read lately takes about 300 us against 45 (docs/BENCHMARKS.md).
@@ -137,10 +152,23 @@ for name in ${@:-sqlite python grep threads}; do
 			# Its replays right after it: the machine drifts by 10-20%
 			# within minutes, and a recording compared with replays made
 			# after all the others measured the drift as much as replay.
+			if [ -n "$UNTRACED" ] && [ $((i % 2)) = 0 ]; then untraced_replay "$b" "$name-$i"; fi
 			"$P" replay --ab baseline --repeat "$PAIRED" --drop-caches --max-residue "$RESIDUE" --json "$b" > "$WORK/$name-$i-baseline.json"
 			pw+=("$(json "$WORK/$name-$i-baseline.json" "[p for p in d['summary']['policies'] if p['policy']=='baseline'][0]['wall_ns']['median']")")
+			if [ -n "$UNTRACED" ] && [ $((i % 2)) = 1 ]; then untraced_replay "$b" "$name-$i"; fi
 		fi
 	done
+	if [ -n "$UNTRACED" ] && [ "$PAIRED" -gt 0 ]; then
+		untraced+=("$(python3 - "$name" "${plain[*]}" "${walls[*]}" "${pw[*]}" "${uw[*]}" "${ucost[*]}" <<'EOF'
+import sys, statistics as st
+name = sys.argv[1]
+plain, rec, rep, un, cost = ([float(x) for x in a.split()] for a in sys.argv[2:7])
+mp, mr, mrep, mun = st.median(plain), st.median(rec), st.median(rep), st.median(un)
+ms = lambda x: f"{x/1e6:.1f} ms"
+print(f"| {name} | {ms(mp)} | {ms(mr)} | {ms(mrep)} | {(mrep-mp)/mp*100:+.1f}% | {ms(mun)} | {(mun-mp)/mp*100:+.1f}% | {ms(st.median(cost))} |")
+EOF
+)")
+	fi
 	first=${walls[0]}
 	med=$(printf '%s\n' "${walls[@]}" | median)
 	pmed=$(printf '%s\n' "${plain[@]}" | median)
@@ -195,6 +223,12 @@ EOF
 done
 printf '%s\n' "${timing[@]}"
 echo
+if [ -n "$UNTRACED" ]; then
+	echo "untraced: each recording replayed $PAIRED times as recorded and $PAIRED times with --untraced, alternated; against the program run untraced"
+	echo
+	printf '%s\n' "${untraced[@]}"
+	echo
+fi
 if [ "$PAIRED" -gt 0 ]; then
 	echo "paired: each recording replayed $PAIRED times (baseline, kernel backend, recorded timing)"
 	echo
