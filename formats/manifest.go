@@ -62,10 +62,9 @@ type Recording struct {
 	// SyscallCostNS is what tracing added to each system call of a traced
 	// thread beyond the time the recorder's programs measured themselves
 	// (format 1.2): the kernel's syscall tracing slow path and the
-	// programs' dispatch, measured by the recorder at its end (a cheap
-	// system call timed with its programs attached and after they were
-	// detached). A row's tracer_calls times it, plus its tracer_ns, is the
-	// recorder's cost in the think time before the row. 0 = not measured.
+	// programs' dispatch (source.SyscallCost: measured once per boot). A
+	// row's tracer_calls times it, plus its tracer_ns, is the recorder's
+	// cost in the think time before the row. 0 = not measured.
 	SyscallCostNS float64 `json:"syscall_cost_ns,omitempty"`
 }
 
