@@ -101,6 +101,8 @@ type trace struct {
 	// tracerNS is the recorder's cost taken out of the think times with
 	// Options.Untraced, summed over threads; 0 without it.
 	tracerNS uint64
+	// ownNS is replay's own system calls' cost taken out with Untraced.
+	ownNS uint64
 	// fileOps counts, per file index, the operations on the file (demand
 	// and metadata, all threads'): a run retires a file after its last.
 	fileOps []int32
@@ -157,7 +159,7 @@ func loadTrace(dir string, untraced bool) (*trace, error) {
 	byTID := map[uint32]*thread{}
 	var un *untracer
 	if untraced {
-		un = newUntracer(t.man.Recording.SyscallCostNS)
+		un = newUntracer(t.man.Recording.SyscallCostNS, ownCall())
 	}
 	first := true
 	for cur.Next() {
@@ -212,7 +214,7 @@ func loadTrace(dir string, untraced bool) (*trace, error) {
 		for i := range t.hints {
 			t.hints[i].TS = un.at(t.hints[i].TID, t.hints[i].TS)
 		}
-		t.tracerNS = un.total
+		t.tracerNS, t.ownNS = un.total, un.own
 	}
 	sort.SliceStable(t.hints, func(i, j int) bool { return t.hints[i].TS < t.hints[j].TS })
 	if len(t.hints) > 0 && (first || t.hints[0].TS < t.t0) {

@@ -108,8 +108,12 @@ type Summary struct {
 	// Untraced says the recorder's cost was taken out of the think times
 	// (--untraced), UntracedNS how much, summed over the threads; the
 	// recorded wall is then the span of the moved rows.
-	Untraced   bool   `json:"untraced,omitempty"`
-	UntracedNS uint64 `json:"untraced_ns,omitempty"`
+	// UntracedOwnNS is replay's own system calls' cost taken out with it
+	// (their way into and out of the kernel, which the recorded think
+	// times already hold).
+	Untraced      bool   `json:"untraced,omitempty"`
+	UntracedNS    uint64 `json:"untraced_ns,omitempty"`
+	UntracedOwnNS uint64 `json:"untraced_own_ns,omitempty"`
 	// TimingError is |median baseline wall - recorded wall| / recorded
 	// wall, computed for recorded timing at speed 1 with a baseline.
 	// TimingTarget says whether replay's fidelity target applies (kernel
@@ -284,7 +288,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if e := rep.Summary.TimingError; e != nil {
 		untraced := ""
 		if rep.Summary.Untraced {
-			untraced = fmt.Sprintf(" (untraced: the recorder's %s taken out of the think times)", ms(float64(rep.Summary.UntracedNS)))
+			untraced = fmt.Sprintf(" (untraced: the recorder's %s and replay's own system calls' %s taken out of the think times)", ms(float64(rep.Summary.UntracedNS)), ms(float64(rep.Summary.UntracedOwnNS)))
 		}
 		fmt.Fprintf(bw, "\ntiming: recorded wall%s %s, baseline replay wall (median) %s: timing error %.1f%%", untraced, ms(float64(rep.Summary.RecordedWallNS)), ms(rep.baselineWall()), 100**e)
 		if rep.Summary.TimingNote != "" {
@@ -439,7 +443,7 @@ func (r *Replayer) progress(st *runState, spec string, round int) func() {
 func (rep *Report) timing(t *trace, opt *Options) {
 	s := &rep.Summary
 	s.RecordedWallNS = t.recordedWall
-	s.Untraced, s.UntracedNS = opt.Untraced, t.tracerNS
+	s.Untraced, s.UntracedNS, s.UntracedOwnNS = opt.Untraced, t.tracerNS, t.ownNS
 	if !t.serviceTimes {
 		rep.TimingFallback = "this bundle lacks service times (format 1.0, or a recorder without them): think time counts from each access's start, " +
 			"so the recorded gaps hold the recorded service times too and a cold replay runs longer than the program; record it again with predictio record for a faithful baseline"

@@ -10,12 +10,15 @@ import (
 
 // TestUntracedShift: with Untraced, each row of a thread moves earlier by
 // the recorder's cost in the thread so far (tracer_ns plus tracer_calls ×
-// syscall_cost_ns), so the think time before a row shrinks by the row's
-// own cost and its service time stays; another thread keeps its times,
+// syscall_cost_ns, and replay's own system call, 700 ns here, for a row of
+// a system call), so the think time before a row shrinks by the row's own
+// cost and its service time stays; another thread keeps its times,
 // a thread's hint moves with its rows, and the recorded wall is the span
 // of the moved rows. Without Untraced nothing moves, and a bundle with no
 // recorder cost is refused with --untraced.
 func TestUntracedShift(t *testing.T) {
+	defer func(f func() uint64) { ownCall = f }(ownCall)
+	ownCall = func() uint64 { return 700 }
 	dir := filepath.Join(t.TempDir(), "b")
 	w, err := formats.Create(dir)
 	if err != nil {
@@ -30,9 +33,9 @@ func TestUntracedShift(t *testing.T) {
 	}
 	row(1000, 2000, 4, 0, 0, 0)
 	row(1500, 2500, 5, 100, 0, 0)
-	row(10000, 20000, 4, 1, 3000, 2) // 4000 taken out before it
+	row(10000, 20000, 4, 1, 3000, 2) // 3000 + 2×500 + 700 taken out before it
 	w.AppendHint(&formats.Hint{TS: 25000, PID: 3, TID: 4, Kind: formats.HintCustom, FileID: 1, Name: "h"})
-	row(30000, 40000, 4, 2, 1000, 0) // 5000 in all
+	row(30000, 40000, 4, 2, 1000, 1) // 1000 + 500 + 700 more: 6900 in all
 	row(31000, 41000, 5, 101, 0, 0)
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
@@ -54,18 +57,18 @@ func TestUntracedShift(t *testing.T) {
 	for _, o := range th[4].ops {
 		got = append(got, [2]uint64{o.ts, o.end})
 	}
-	want := [][2]uint64{{1000, 2000}, {6000, 16000}, {25000, 35000}}
+	want := [][2]uint64{{1000, 2000}, {5300, 15300}, {23100, 33100}}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
 		t.Errorf("thread 4's ops (ts, end) = %v, want %v", got, want)
 	}
 	if o := th[5].ops; len(o) != 2 || o[1].ts != 31000 || o[1].end != 41000 {
 		t.Errorf("thread 5's ops moved: %+v", o)
 	}
-	if h := th[4].hints; len(h) != 1 || h[0].TS != 21000 {
-		t.Errorf("thread 4's hint: %+v, want it at 21000 (moved with the row before it)", h)
+	if h := th[4].hints; len(h) != 1 || h[0].TS != 20300 {
+		t.Errorf("thread 4's hint: %+v, want it at 20300 (moved with the row before it)", h)
 	}
-	if tr.tracerNS != 5000 {
-		t.Errorf("cost taken out = %d, want 5000", tr.tracerNS)
+	if tr.tracerNS != 5500 || tr.ownNS != 1400 {
+		t.Errorf("cost taken out: the recorder's %d, replay's own %d; want 5500 and 1400", tr.tracerNS, tr.ownNS)
 	}
 	if tr.recordedWall != 41000-1000 {
 		t.Errorf("recorded wall %d, want %d (thread 5's last end is now the latest)", tr.recordedWall, 41000-1000)
