@@ -45,13 +45,14 @@ func newUntracer(callNS float64, ownNS uint64) *untracer {
 // row shifts a, an accesses.arrow row in file order.
 func (u *untracer) row(a *formats.Access) {
 	s := u.shift[a.TID]
-	if c := uint64(a.TracerNS) + uint64(float64(a.TracerCalls)*u.callNS); c > 0 {
+	c := uint64(a.TracerNS) + uint64(float64(a.TracerCalls)*u.callNS)
+	u.total += c
+	if a.TracerCalls > 0 { // a system call row
+		c += u.ownNS
+		u.own += u.ownNS
+	}
+	if c > 0 {
 		s += c
-		u.total += c
-		if a.TracerCalls > 0 { // a system call row
-			s += u.ownNS
-			u.own += u.ownNS
-		}
 		u.shift[a.TID] = s
 		u.steps[a.TID] = append(u.steps[a.TID], shiftStep{a.TS, s})
 	}

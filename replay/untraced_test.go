@@ -36,6 +36,7 @@ func TestUntracedShift(t *testing.T) {
 	row(10000, 20000, 4, 1, 3000, 2) // 3000 + 2×500 + 700 taken out before it
 	w.AppendHint(&formats.Hint{TS: 25000, PID: 3, TID: 4, Kind: formats.HintCustom, FileID: 1, Name: "h"})
 	row(30000, 40000, 4, 2, 1000, 1) // 1000 + 500 + 700 more: 6900 in all
+	row(50000, 50500, 4, 3, 0, 1)    // 500 + 700 more, though its own tracer_ns is 0: 8100
 	row(31000, 41000, 5, 101, 0, 0)
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
@@ -57,8 +58,8 @@ func TestUntracedShift(t *testing.T) {
 	for _, o := range th[4].ops {
 		got = append(got, [2]uint64{o.ts, o.end})
 	}
-	want := [][2]uint64{{1000, 2000}, {5300, 15300}, {23100, 33100}}
-	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+	want := [][2]uint64{{1000, 2000}, {5300, 15300}, {23100, 33100}, {41900, 42400}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] || got[3] != want[3] {
 		t.Errorf("thread 4's ops (ts, end) = %v, want %v", got, want)
 	}
 	if o := th[5].ops; len(o) != 2 || o[1].ts != 31000 || o[1].end != 41000 {
@@ -67,11 +68,11 @@ func TestUntracedShift(t *testing.T) {
 	if h := th[4].hints; len(h) != 1 || h[0].TS != 20300 {
 		t.Errorf("thread 4's hint: %+v, want it at 20300 (moved with the row before it)", h)
 	}
-	if tr.tracerNS != 5500 || tr.ownNS != 1400 {
-		t.Errorf("cost taken out: the recorder's %d, replay's own %d; want 5500 and 1400", tr.tracerNS, tr.ownNS)
+	if tr.tracerNS != 6000 || tr.ownNS != 2100 {
+		t.Errorf("cost taken out: the recorder's %d, replay's own %d; want 6000 and 2100", tr.tracerNS, tr.ownNS)
 	}
-	if tr.recordedWall != 41000-1000 {
-		t.Errorf("recorded wall %d, want %d (thread 5's last end is now the latest)", tr.recordedWall, 41000-1000)
+	if tr.recordedWall != 42400-1000 {
+		t.Errorf("recorded wall %d, want %d", tr.recordedWall, 42400-1000)
 	}
 
 	plain, err := loadTrace(dir, false)
