@@ -61,19 +61,27 @@ const V11 = {
   hints: [["tid", "UINTEGER", "UInt32"], ["source", "VARCHAR", "Categorical"]],
 };
 const KIND_NAME = ["kind_name", "VARCHAR", "Categorical"];
+// Format 1.2 appends these after kind_name.
+const V12 = {
+  files: [],
+  accesses: [["tracer_ns", "UINTEGER", "UInt32"], ["tracer_calls", "UINTEGER", "UInt32"]],
+  hints: [],
+};
 
 // columns returns the columns a reader must see in table: the bundle's
-// (1.0 or 1.1) and, for a Parquet export, kind_name.
+// (v11 is 0 for format 1.0, else 10 + the minor version) and, for a
+// Parquet export, kind_name.
 function columns(table, v11, parquet) {
   const cols = [...SCHEMA[table], ...(v11 ? V11[table] : [])];
   if (table !== "files" && (v11 || parquet)) cols.push(KIND_NAME);
+  if (v11 >= 12) cols.push(...V12[table]);
   return cols;
 }
 
 // Numeric columns summed in every reader; kind names counted.
 const SUMS = {
   files: ["file_id", "dev", "ino", "size_bytes", "mtime_ns", "mode"],
-  accesses: ["npages", "first_page", "file_id", "pid", "tid", "end_ns", "op", "ret", "prot", "map_first_page", "map_pages"],
+  accesses: ["npages", "first_page", "file_id", "pid", "tid", "end_ns", "op", "ret", "prot", "map_first_page", "map_pages", "tracer_ns", "tracer_calls"],
   hints: ["position", "parent_page", "offset_bytes", "length_bytes", "file_id", "tid"],
 };
 const KIND_NAMES = { accesses: Object.keys(ACCESS_KINDS), hints: Object.keys(HINT_KINDS) };
@@ -125,7 +133,7 @@ function emptySummary(table) {
 
 function referenceSummary(bin, bundle) {
   const info = JSON.parse(predictio(bin, ["trace", "info", "--json", bundle]));
-  const v11 = !info.format_version.startsWith("1.0.");
+  const v11 = info.format_version.startsWith("1.0.") ? 0 : 10 + Number(info.format_version.split(".")[1]);
   const out = { v11 };
   for (const table of TABLES) {
     const cols = columns(table, v11, false);
@@ -355,7 +363,7 @@ async function main() {
     const i = c.lastIndexOf("=");
     const bundle = c.slice(0, i), pqdir = c.slice(i + 1);
     const want = referenceSummary(bin, bundle);
-    const desc = `format ${want.v11 ? "1.1" : "1.0"}, ${want.accesses.rows} accesses (${want.accesses.agg.n_read} kind_name = 'read'), ${want.hints.rows} hints (${want.hints.agg.with_children} with children), ${want.files.rows} files`;
+    const desc = `format ${want.v11 ? `1.${want.v11 - 10}` : "1.0"}, ${want.accesses.rows} accesses (${want.accesses.agg.n_read} kind_name = 'read'), ${want.hints.rows} hints (${want.hints.agg.with_children} with children), ${want.files.rows} files`;
     const readers = [
       ["duckdb/parquet", () => duckdbSummaries(conn, pqdir, want.v11)],
       ["polars/ipc", () => polarsSummaries(bundle, "arrow", want.v11)],

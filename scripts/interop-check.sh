@@ -8,9 +8,10 @@
 # checked: testdata/btree (format 1.0; hints with list<uint64> children),
 # testdata/seq (1.0; two batches), testdata/launch (1.1: every access kind,
 # service times, mappings, a path-only file), a merge of four testdata
-# bundles (1.1 from 1.0 inputs; several comm values and files) and a CSV
-# import whose comm dictionary grows across batches (delta dictionaries in
-# the stream).
+# bundles (1.2 from 1.0 inputs, so with format 1.2's tracer_ns and
+# tracer_calls columns, zero; several comm values and files) and a CSV
+# import (1.2) whose comm dictionary grows across batches (delta
+# dictionaries in the stream).
 #
 # Needs node >= 20 and npm; installs interop/node_modules with `npm ci` from
 # the committed lockfile (needs registry.npmjs.org), and reuses it while
