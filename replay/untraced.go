@@ -25,9 +25,9 @@ import (
 type untracer struct {
 	callNS float64
 	ownNS  uint64
-	shift  map[uint32]uint64 // per thread, the cost so far
-	// steps holds, per thread, the recorded time at which its shift grew
-	// and the shift from then on, for the thread's hints.
+	// steps holds, per thread, the recorded times at which its shift (the
+	// cost so far) grew and the shift from then on: the last is the
+	// thread's shift now, the others are for its hints.
 	steps map[uint32][]shiftStep
 	total uint64 // the recorder's cost taken out
 	own   uint64 // replay's own calls' cost taken out
@@ -39,12 +39,16 @@ func newUntracer(callNS float64, ownNS uint64) *untracer {
 	if callNS < 0 || math.IsNaN(callNS) || math.IsInf(callNS, 0) {
 		callNS = 0
 	}
-	return &untracer{callNS: callNS, ownNS: ownNS, shift: map[uint32]uint64{}, steps: map[uint32][]shiftStep{}}
+	return &untracer{callNS: callNS, ownNS: ownNS, steps: map[uint32][]shiftStep{}}
 }
 
 // row shifts a, an accesses.arrow row in file order.
 func (u *untracer) row(a *formats.Access) {
-	s := u.shift[a.TID]
+	st := u.steps[a.TID]
+	var s uint64
+	if len(st) > 0 {
+		s = st[len(st)-1].shift
+	}
 	c := uint64(a.TracerNS) + uint64(float64(a.TracerCalls)*u.callNS)
 	u.total += c
 	if a.TracerCalls > 0 { // a system call row
@@ -53,8 +57,7 @@ func (u *untracer) row(a *formats.Access) {
 	}
 	if c > 0 {
 		s += c
-		u.shift[a.TID] = s
-		u.steps[a.TID] = append(u.steps[a.TID], shiftStep{a.TS, s})
+		u.steps[a.TID] = append(st, shiftStep{a.TS, s})
 	}
 	if s == 0 {
 		return
