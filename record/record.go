@@ -585,15 +585,16 @@ func (r *recording) finalize() (*Summary, error) {
 	// costs milliseconds) overlaps closing the bundle; the file table,
 	// all that is still read, stays.
 	// What tracing adds to each system call: measured once per boot,
-	// after Close detached the programs (about 60 ms the first time).
-	callNS := make(chan float64, 1)
+	// after Close detached the programs (about 80 ms the first time).
+	type cost struct {
+		ns  float64
+		err error
+	}
+	callNS := make(chan cost, 1)
 	go func() {
 		r.src.Close()
 		ns, err := source.SyscallCost("")
-		if err != nil {
-			ns = 0 // recorded as not measured
-		}
-		callNS <- ns
+		callNS <- cost{ns, err}
 	}()
 	rows, unresolved := r.files.written()
 	sum.Files, sum.Unresolved = len(rows), unresolved
@@ -604,7 +605,11 @@ func (r *recording) finalize() (*Summary, error) {
 	man.Complete = true
 	man.Notes = append(man.Notes, r.notes(sum)...)
 	man.Filesystems = source.Filesystems(rows)
-	man.Recording.SyscallCostNS = <-callNS
+	if c := <-callNS; c.err != nil {
+		man.Notes = append(man.Notes, fmt.Sprintf("recording.syscall_cost_ns not measured (replay --untraced takes out only tracer_ns): %v", c.err))
+	} else {
+		man.Recording.SyscallCostNS = c.ns
+	}
 	r.finished = true
 	if err := r.w.Close(); err != nil {
 		return nil, fmt.Errorf("finalize bundle %s: %w", r.cfg.Output, err)

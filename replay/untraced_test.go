@@ -97,3 +97,14 @@ func TestUntracedShift(t *testing.T) {
 		t.Errorf("New(--untraced) of a bundle without recorder costs: %v, want an error naming tracer_ns", err)
 	}
 }
+
+// TestOwnCallNS: replay's own timed system call costs something (a
+// getppid through Go's syscall path between two clock reads), and far
+// less than a millisecond.
+func TestOwnCallNS(t *testing.T) {
+	ns := ownCallNS()
+	t.Logf("replay's own system call: %d ns", ns)
+	if ns == 0 || ns > 1_000_000 {
+		t.Fatalf("ownCallNS = %d ns, want a system call's cost", ns)
+	}
+}
