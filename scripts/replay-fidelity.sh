@@ -93,11 +93,18 @@ plain_run() {
 }
 json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-# untraced_replay BUNDLE TAG replays BUNDLE PAIRED times with --untraced,
-# adding the median wall to uw and the cost taken out to ucost.
+# paired_replay OUT BUNDLE [FLAGS...] replays BUNDLE's baseline PAIRED
+# times cold into the JSON report OUT and prints its median wall (ns).
+paired_replay() {
+	local out=$1 b=$2
+	shift 2
+	"$P" replay --ab baseline --repeat "$PAIRED" --drop-caches --max-residue "$RESIDUE" "$@" --json "$b" > "$out"
+	json "$out" "[p for p in d['summary']['policies'] if p['policy']=='baseline'][0]['wall_ns']['median']"
+}
+# untraced_replay BUNDLE TAG: paired_replay with --untraced, adding the
+# median wall to uw and the cost taken out to ucost.
 untraced_replay() {
-	"$P" replay --ab baseline --repeat "$PAIRED" --drop-caches --max-residue "$RESIDUE" --untraced --json "$1" > "$WORK/$2-untraced.json"
-	uw+=("$(json "$WORK/$2-untraced.json" "[p for p in d['summary']['policies'] if p['policy']=='baseline'][0]['wall_ns']['median']")")
+	uw+=("$(paired_replay "$WORK/$2-untraced.json" "$1" --untraced)")
 	ucost+=("$(json "$WORK/$2-untraced.json" "d['summary']['untraced_ns']")")
 }
 
@@ -153,8 +160,7 @@ for name in ${@:-sqlite python grep threads}; do
 			# within minutes, and a recording compared with replays made
 			# after all the others measured the drift as much as replay.
 			if [ -n "$UNTRACED" ] && [ $((i % 2)) = 0 ]; then untraced_replay "$b" "$name-$i"; fi
-			"$P" replay --ab baseline --repeat "$PAIRED" --drop-caches --max-residue "$RESIDUE" --json "$b" > "$WORK/$name-$i-baseline.json"
-			pw+=("$(json "$WORK/$name-$i-baseline.json" "[p for p in d['summary']['policies'] if p['policy']=='baseline'][0]['wall_ns']['median']")")
+			pw+=("$(paired_replay "$WORK/$name-$i-baseline.json" "$b")")
 			if [ -n "$UNTRACED" ] && [ $((i % 2)) = 1 ]; then untraced_replay "$b" "$name-$i"; fi
 		fi
 	done
