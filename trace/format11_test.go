@@ -338,3 +338,32 @@ func issuedWall(t *testing.T, dir string) uint64 {
 	}
 	return last - first
 }
+
+// TestInfoTracerCost: info sums format 1.2's recorder cost over the rows
+// and prices its system calls at the manifest's syscall_cost_ns.
+func TestInfoTracerCost(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "b")
+	w, err := formats.Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Manifest().Recording.SyscallCostNS = 200
+	w.AddFile(formats.File{ID: 1, Dev: 5, Ino: 7, Path: "/a", Size: 1 << 20, Mode: formats.ModeRegular | 0o644})
+	w.Append(&formats.Access{TS: 1000, EndNS: 2000, FileID: 1, NPages: 1, Kind: formats.KindRead, Op: 1, PID: 3, TID: 3, TracerNS: 1500, TracerCalls: 2})
+	w.Append(&formats.Access{TS: 5000, EndNS: 6000, FileID: 1, FirstPage: 1, NPages: 1, Kind: formats.KindRead, Op: 2, PID: 3, TID: 4, TracerNS: 500, TracerCalls: 3})
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Info(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.TracerNS != 2000 || s.TracerCalls != 5 || s.SyscallCostNS != 200 {
+		t.Fatalf("tracer_ns %d, tracer_calls %d, syscall_cost_ns %v; want 2000, 5, 200", s.TracerNS, s.TracerCalls, s.SyscallCostNS)
+	}
+	var buf bytes.Buffer
+	s.WriteText(&buf)
+	if !strings.Contains(buf.String(), "recorder's cost") || !strings.Contains(buf.String(), "3µs in the think times") {
+		t.Errorf("info text lacks the recorder's cost (2 µs + 5 × 200 ns):\n%s", buf.String())
+	}
+}
