@@ -112,10 +112,11 @@ type Config struct {
 	// in without mmap: RepackAuto (the default: as on this machine's CPU),
 	// RepackNone, RepackAVX2 or RepackAVX512.
 	TensorRepack string
-	// ReadCached lets the SQLite adapter read a table interior page that
-	// the program has not read yet, but that it predicted and that is now
-	// in the page cache (Files' Content must be a CachedContent; cachestat
-	// needs Linux 6.5): an index scan's lookups below it are then
+	// ReadCached lets the SQLite and LMDB adapters read a B-tree page that
+	// the program has not read yet, but that they predicted and that is
+	// now in the page cache (Files' Content must be a CachedContent;
+	// cachestat needs Linux 6.5): a scan's walk ahead parses it, and an
+	// index scan's lookups below a SQLite table interior page are then
 	// predicted before the program's descent reads it. It reads nothing
 	// that is not cached, but what it derives then depends on the page
 	// cache: live runtimes that prefetch set it; a recording, whose hints

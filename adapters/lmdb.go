@@ -35,6 +35,9 @@ type lmdbFile struct {
 	psize uint32
 	pages uint64
 	buf   []byte
+	// readCached: a scan step walks ahead through the pages the page
+	// cache holds (Config.ReadCached, while the content can tell).
+	readCached bool
 }
 
 // lmdbMetaInfo holds the meta page fields the adapter uses.
@@ -80,7 +83,7 @@ func newLMDB(hdr []byte, size uint64, cfg *Config) (parser, error) {
 	if !ok || err != nil {
 		return nil, err
 	}
-	f := &lmdbFile{psize: m.psize, pages: size / uint64(m.psize), buf: make([]byte, m.psize)}
+	f := &lmdbFile{psize: m.psize, pages: size / uint64(m.psize), buf: make([]byte, m.psize), readCached: cfg.ReadCached}
 	// Faults hide touches of pages fault-around already mapped, so an
 	// established scan continues across gaps.
 	f.t.init(1, cfg, 0, uint64(m.psize), true)
@@ -150,10 +153,54 @@ func (f *lmdbFile) page(p uint32, r *reader, o *output) {
 
 func (f *lmdbFile) enterAndParse(p uint32, l link, r *reader, o *output) {
 	dir := f.t.enter(l, o)
-	if f.t.pools[l.pool][l.slot].kids[l.pos].kind == kindOverflow {
+	// Every scan step walks, an overflow run's too: a leaf of big values
+	// is a long list of runs, and the walk from its runs is what asks for
+	// the next leaf early.
+	overflow := f.t.pools[l.pool][l.slot].kids[l.pos].kind == kindOverflow
+	if dir != 0 && f.readCached {
+		f.walk(l, dir, r, o)
+	}
+	if overflow {
 		return // overflow pages hold values only
 	}
+	if f.t.reached(p, l) {
+		return // a walk parsed it before the scan got there
+	}
 	f.parse(p, l, dir, r, o)
+}
+
+// walk runs the tracker's walk ahead of the scan at l (Config.ReadCached):
+// it parses the pages after l that the page cache holds, reading nothing
+// that is not cached, so that the next branch's first leaves and a leaf's
+// overflow runs are asked for before the program faults on them.
+func (f *lmdbFile) walk(l link, dir int, r *reader, o *output) {
+	f.t.walk(l, dir, func(c child, in link, dir int, o *output) (link, bool) {
+		return f.parseAhead(c.page, in, dir, r, o)
+	}, o)
+}
+
+// parseAhead parses page p for a walk if it is cached; ok is false when
+// it is not (or the kernel cannot tell).
+func (f *lmdbFile) parseAhead(p uint32, in link, dir int, r *reader, o *output) (node link, ok bool) {
+	if uint64(p) >= f.pages {
+		return link{}, true
+	}
+	pg := f.buf
+	cached, unsupported := r.readCached(pg, uint64(p)*uint64(f.psize))
+	if unsupported {
+		f.readCached = false
+	}
+	if !cached {
+		return link{}, false
+	}
+	kids, isNode := f.nodes(pg, p, r.st)
+	if !isNode {
+		return link{}, true
+	}
+	if s := f.t.addAhead(0, p, kids, in, dir, o); s != nil {
+		return s.linkOf(), true
+	}
+	return link{}, true
 }
 
 // parse reads page p and, for a branch page, lists its children in key
