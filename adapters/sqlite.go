@@ -237,14 +237,14 @@ func (f *sqliteFile) enterPage(k uint32, a *access, r *reader, o *output) {
 		if !f.lookingUp(l) {
 			p.dir = f.t.enter(l, o)
 		}
+		if p.dir != 0 && f.readCached {
+			f.walk(l, p.dir, r, o)
+		}
 		c := &f.t.pools[l.pool][l.slot].kids[l.pos]
 		if c.kind == kindOverflow {
 			f.overflow(k, c.aux, r, o)
 			f.pend = pending{}
 			return
-		}
-		if p.dir != 0 && f.readCached {
-			f.walk(l, p.dir, r, o)
 		}
 	} else if a.kind == formats.KindMap {
 		f.pend = pending{} // fault-around mapped it; the program may not have touched it
