@@ -157,15 +157,15 @@ func loadTrace(dir string, untraced bool) (*trace, error) {
 	defer cur.Close()
 	t.serviceTimes = b.HasServiceTimes()
 	byTID := map[uint32]*thread{}
-	var un *untracer
+	var un *formats.Untracer
 	if untraced {
-		un = newUntracer(t.man.Recording.SyscallCostNS, ownCall())
+		un = formats.NewUntracer(t.man.Recording.SyscallCostNS, ownCall())
 	}
 	first := true
 	for cur.Next() {
 		a := cur.At()
 		if un != nil {
-			un.row(a)
+			un.Row(a)
 		}
 		if !t.addAccess(a, byTID) {
 			continue
@@ -212,9 +212,9 @@ func loadTrace(dir string, untraced bool) (*trace, error) {
 	}
 	if un != nil {
 		for i := range t.hints {
-			t.hints[i].TS = un.at(t.hints[i].TID, t.hints[i].TS)
+			t.hints[i].TS = un.At(t.hints[i].TID, t.hints[i].TS)
 		}
-		t.tracerNS, t.ownNS = un.total, un.own
+		t.tracerNS, t.ownNS = un.Total(), un.Own()
 	}
 	sort.SliceStable(t.hints, func(i, j int) bool { return t.hints[i].TS < t.hints[j].TS })
 	if len(t.hints) > 0 && (first || t.hints[0].TS < t.t0) {

@@ -60,8 +60,10 @@
 #             stay cached, as they did when the program was recorded)
 #   UNTRACED  1: also replay each recording PAIRED times with --untraced
 #             (the recorder's cost, measured per row, taken out of the
-#             think times), alternating with the plain replays, and print
-#             both against the program untraced
+#             think times), alternating with the plain replays, simulate
+#             it with and without --untraced (the baseline's predicted
+#             wall, with the device profile), and print all four against
+#             the program untraced
 #   SQLITE_DB a database to scan (default: /var/tmp/adbig/ycsb-wr.db if it
 #             exists, internal/workload/sqlitedb's WITHOUT ROWID layout,
 #             else one built under WORK, 1.1 GB)
@@ -106,6 +108,16 @@ paired_replay() {
 untraced_replay() {
 	uw+=("$(paired_replay "$WORK/$2-untraced.json" "$1" --untraced)")
 	ucost+=("$(json "$WORK/$2-untraced.json" "d['summary']['untraced_ns']")")
+	sw+=("$(simulated "$WORK/$2-sim.json" "$1")")
+	usw+=("$(simulated "$WORK/$2-sim-untraced.json" "$1" --untraced)")
+}
+# simulated OUT BUNDLE [FLAGS...]: simulate's baseline wall (ns) of BUNDLE,
+# its prediction of the program's wall, with the device profile.
+simulated() {
+	local out=$1 b=$2
+	shift 2
+	"$P" simulate --json --no-oracle "${pred[@]}" "$@" "$b" > "$out"
+	json "$out" "[p for p in d['policies'] if p['name']=='baseline'][0]['wall_ns']"
 }
 
 # sqlite_db, gotree and workload NAME (INCLUDE, CMD): scripts/workloads.sh.
@@ -115,7 +127,7 @@ timing=("| workload | recorded wall (first) | recorded wall (median of $ROUNDS, 
 paired=("| workload | recorded walls (ms) | replay walls, median of $PAIRED each (ms) | paired error, median (min-max) | median of replays vs median of recordings |" "|---|---|---|---|---|")
 prediction=("| workload | run | measured replay wall (median) | predicted wall | prediction error | measured speedup | predicted speedup | backend busy, measured (median) | predicted |" "|---|---|---|---|---|---|---|---|---|")
 kinds=()
-untraced=("| workload | the program untraced (median) | recorded wall (median) | replay (median of medians) | error vs the program | replay --untraced (median of medians) | error vs the program | the recorder's cost taken out (median) |" "|---|---|---|---|---|---|---|---|")
+untraced=("| workload | the program untraced (median) | recorded wall (median) | replay (median of medians) | error vs the program | replay --untraced (median of medians) | error vs the program | the recorder's cost taken out (median) | simulate (median) | error vs the program | simulate --untraced (median) | error vs the program |" "|---|---|---|---|---|---|---|---|---|---|---|---|")
 calibrated=""
 for name in ${@:-sqlite python grep threads}; do
 	workload "$name"
@@ -124,6 +136,8 @@ for name in ${@:-sqlite python grep threads}; do
 	pw=()
 	uw=()
 	ucost=()
+	sw=()
+	usw=()
 	# One untraced cold run first, not counted: on a virtual machine the
 	# host caches the disk image, and a 4 KiB read of a block it has not
 	# read lately takes about 300 us against 45 (docs/BENCHMARKS.md).
@@ -165,13 +179,14 @@ for name in ${@:-sqlite python grep threads}; do
 		fi
 	done
 	if [ -n "$UNTRACED" ] && [ "$PAIRED" -gt 0 ]; then
-		untraced+=("$(python3 - "$name" "${plain[*]}" "${walls[*]}" "${pw[*]}" "${uw[*]}" "${ucost[*]}" <<'EOF'
+		untraced+=("$(python3 - "$name" "${plain[*]}" "${walls[*]}" "${pw[*]}" "${uw[*]}" "${ucost[*]}" "${sw[*]}" "${usw[*]}" <<'EOF'
 import sys, statistics as st
 name = sys.argv[1]
-plain, rec, rep, un, cost = ([float(x) for x in a.split()] for a in sys.argv[2:7])
-mp, mr, mrep, mun = st.median(plain), st.median(rec), st.median(rep), st.median(un)
+plain, rec, rep, un, cost, sim, usim = ([float(x) for x in a.split()] for a in sys.argv[2:9])
+mp, mr, mrep, mun, ms_, mus = st.median(plain), st.median(rec), st.median(rep), st.median(un), st.median(sim), st.median(usim)
 ms = lambda x: f"{x/1e6:.1f} ms"
-print(f"| {name} | {ms(mp)} | {ms(mr)} | {ms(mrep)} | {(mrep-mp)/mp*100:+.1f}% | {ms(mun)} | {(mun-mp)/mp*100:+.1f}% | {ms(st.median(cost))} |")
+e = lambda x: f"{(x-mp)/mp*100:+.1f}%"
+print(f"| {name} | {ms(mp)} | {ms(mr)} | {ms(mrep)} | {e(mrep)} | {ms(mun)} | {e(mun)} | {ms(st.median(cost))} | {ms(ms_)} | {e(ms_)} | {ms(mus)} | {e(mus)} |")
 EOF
 )")
 	fi

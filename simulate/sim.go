@@ -194,6 +194,11 @@ type Report struct {
 	// mixed or none; Notes say what that means for the results.
 	ThinkTime string   `json:"think_time"`
 	Notes     []string `json:"notes,omitempty"`
+	// Untraced says the recorder's own cost was taken out of the think
+	// times (Input.UntracedEvents, --untraced), UntracedNS how much,
+	// summed over the threads.
+	Untraced   bool   `json:"untraced,omitempty"`
+	UntracedNS uint64 `json:"untraced_ns,omitempty"`
 	// PredictedCalibrated is true when the device model was measured
 	// (Config.Calibrated).
 	PredictedCalibrated bool `json:"predicted_calibrated"`

@@ -50,6 +50,7 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 	noOracle := fs.Bool("no-oracle", false, "leave the oracle out (it holds every demand access in memory)")
 	maxPages := fs.Uint("max-pages", 0, "maximum pages per normalized request (0: 256)")
 	jsonOut := fs.Bool("json", false, "print the report as JSON")
+	untraced := fs.Bool("untraced", false, "take the recorder's own cost, measured per row (format 1.2), out of the recorded think times: predict the program as it runs untraced (reads the bundle into memory)")
 	fs.Var(&asserts, "assert", "CI gate LANE.METRIC OP NUMBER, e.g. 'tree.coverage>=0.8' (repeatable)")
 	junit := fs.String("junit", "", "write a JUnit XML report to FILE")
 	sweep := fs.String("sweep", "", "run several cache sizes in parallel: cache=64MiB,256MiB,1GiB")
@@ -162,9 +163,22 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 		cfg.ReadaheadParams = ra.Summary
 	}
 
+	source := in.Source
+	var untracedNS uint64
+	if *untraced {
+		evs, ns, err := in.UntracedEvents()
+		if err != nil {
+			if errors.Is(err, simulate.ErrNoTracerCost) {
+				err = fmt.Errorf("--untraced: %w; simulate it without --untraced", err)
+			}
+			return failErr(err)
+		}
+		untracedNS = ns
+		source = func() (simulate.Source, error) { return &simulate.SliceSource{Events: evs}, nil }
+	}
 	var reports []*simulate.Report
 	if sizes == nil {
-		src, err := in.Source()
+		src, err := source()
 		if err != nil {
 			return failErr(err)
 		}
@@ -178,13 +192,17 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 		// Each goroutine reads the bundle with its own cursors and streams
 		// its own future; the file table and the model are shared
 		// read-only.
-		reports, err = simulate.Sweep(cfg, sizes, in.Source, nil)
+		reports, err = simulate.Sweep(cfg, sizes, source, nil)
 		if err != nil {
 			return failErr(fmt.Errorf("simulate %s: %w", pos[0], err))
 		}
 	}
 	for _, r := range reports {
 		r.Notes = append(r.Notes, choice.notes...)
+		if *untraced {
+			r.Untraced, r.UntracedNS = true, untracedNS
+			r.Notes = append(r.Notes, fmt.Sprintf("untraced: the recorder's own %.1f ms taken out of the recorded think times", float64(untracedNS)/1e6))
+		}
 	}
 
 	// Results: table or JSON.

@@ -337,3 +337,60 @@ func TestTrainCLI(t *testing.T) {
 		t.Errorf("corrupt model: code %d\n%s", code, errOut)
 	}
 }
+
+// TestSimulateUntraced runs simulate --untraced on a bundle that carries
+// the recorder's cost and on one that does not.
+func TestSimulateUntraced(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "b")
+	w, err := formats.Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Manifest().Timing.ServiceTimes = true
+	w.Manifest().Recording.SyscallCostNS = 500
+	w.AddFile(formats.File{ID: 1, Dev: 0xfc00000, Ino: 12, Path: "/a", Size: 64 << 20, Mode: 0o100644})
+	for i := range 40 {
+		ts := uint64(1000 + i*20000)
+		w.Append(&formats.Access{TS: ts, EndNS: ts + 1000, FileID: 1, FirstPage: uint64(i * 64), NPages: 1, Kind: formats.KindRead,
+			Op: ts, PID: 3, TID: 4, TracerNS: 4000, TracerCalls: 2})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	type report struct {
+		Untraced   bool     `json:"untraced"`
+		UntracedNS uint64   `json:"untraced_ns"`
+		Notes      []string `json:"notes"`
+		Policies   []struct {
+			Name   string `json:"name"`
+			WallNS int64  `json:"wall_ns"`
+		}
+	}
+	run := func(args ...string) report {
+		t.Helper()
+		out, errOut, code := simCLI(t, append(append([]string{"--json", "--device", "nvme"}, args...), dir)...)
+		if code != 0 {
+			t.Fatalf("code %d: %s", code, errOut)
+		}
+		var r report
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	plain, un := run(), run("--untraced")
+	if plain.Untraced || !un.Untraced || un.UntracedNS != 40*5000 || !strings.Contains(strings.Join(un.Notes, "\n"), "untraced") {
+		t.Errorf("untraced %v (%d ns), notes %q; without the flag %v", un.Untraced, un.UntracedNS, un.Notes, plain.Untraced)
+	}
+	for i := range un.Policies {
+		if d := plain.Policies[i].WallNS - un.Policies[i].WallNS; d <= 0 || d > int64(un.UntracedNS) {
+			t.Errorf("%s: wall %d ns, untraced %d: want it shorter by at most %d", un.Policies[i].Name, plain.Policies[i].WallNS, un.Policies[i].WallNS, un.UntracedNS)
+		}
+	}
+
+	old := synthBundle(t, formats.SynthSpec{Pattern: "btree", Events: 500})
+	_, errOut, code := simCLI(t, "--untraced", "--device", "nvme", old)
+	if code != 1 || !strings.Contains(errOut, "no recorder cost") || !strings.Contains(errOut, "without --untraced") {
+		t.Errorf("a bundle without the recorder's cost: code %d, %q", code, errOut)
+	}
+}
