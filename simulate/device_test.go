@@ -266,7 +266,7 @@ func TestThreadsWaitOnSyncCurve(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n := strings.Join(r.Notes, "\n"); !strings.Contains(n, "queue curve: 28 µs alone, 44 µs with 3 others") || !strings.Contains(n, "from threads of pread: 27 µs alone, 66 µs with 3 others") {
+			if n := strings.Join(r.Notes, "\n"); !strings.Contains(n, "queue curve: 28 µs alone, 44 µs with 3 others") || !strings.Contains(n, "from threads of pread: 28 µs alone, 66 µs with 3 others") {
 				t.Errorf("notes %q do not give the curves' latencies", n)
 			}
 		}
@@ -326,5 +326,29 @@ func TestIdleLatency(t *testing.T) {
 	}
 	if x := idleExtra(big, 9e9); x < 8.9e9 || x > 9.1e9 {
 		t.Errorf("extra latency %d ns 9 s into a 10 s span rising to 10 s, want about 9 s", x)
+	}
+}
+
+// TestSyncCurveTakesQD1 checks that the synchronous curve's one-thread
+// point is the queue curve's QD1 point (the same measurement over a longer
+// phase) and that its other points stay.
+func TestSyncCurveTakesQD1(t *testing.T) {
+	p := &formats.DeviceProfile{Version: formats.DeviceProfileVersion, Name: "vda", ReadLatencyNS: 58240,
+		SeqReadBytesPerSec: 3e9, QueueDepth: 32,
+		Queue:     []formats.QueuePoint{{QD: 1, IOPS: 16607, P50NS: 58240}, {QD: 32, IOPS: 212954}},
+		SyncQueue: []formats.QueuePoint{{QD: 1, IOPS: 21867, P50NS: 41088}, {QD: 2, IOPS: 32521}, {QD: 8, IOPS: 39756}}}
+	d, err := DeviceFromProfile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xfer := 4096 / p.SeqReadBytesPerSec * 1e9
+	if got, want := float64(d.SyncLatencyNS[0]), 1e9/16607-xfer; math.Abs(got-want) > 1 {
+		t.Errorf("one thread: %v ns, want the QD1 point's %.0f", got, want)
+	}
+	if got, want := float64(d.SyncLatencyNS[1]), 2e9/32521-xfer; math.Abs(got-want) > 1 {
+		t.Errorf("two threads: %v ns, want the synchronous curve's %.0f", got, want)
+	}
+	if p.SyncQueue[0].IOPS != 21867 {
+		t.Errorf("the profile's own curve changed: %+v", p.SyncQueue[0])
 	}
 }
