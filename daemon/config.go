@@ -159,7 +159,7 @@ func Defaults() Config {
 		Policies:   []string{"launch", "markov", "tree", "tensor"},
 		Adapters:   "all",
 		Poll:       Duration{20 * time.Millisecond},
-		FollowPoll: Duration{time.Millisecond},
+		FollowPoll: Duration{200 * time.Microsecond},
 		LogLevel:   "info",
 		LogFormat:  "text",
 		Learn: LearnConfig{

@@ -13,8 +13,8 @@
 # kernel backend); physical; noop1/tree1/tree5 (--latency 1ms/5ms); bare
 # (run --backend none, no policy); tree-old (tree with the binary $OLD, for
 # an A/B of two commits); daemon (predictio daemon with its defaults: a
-# followed program's events every 1 ms), daemon20 (follow_poll 20 ms) and
-# daemon02 (follow_poll 200 µs),
+# followed program's events every 200 µs; daemon02 the same), daemon1
+# (follow_poll 1 ms, the default before 2026-12-07) and daemon20 (20 ms),
 # each started after the cache is dropped and
 # stopped after the command; before the first round it learned one launch
 # of the program over another key range, so it follows the program and its
@@ -93,11 +93,11 @@ run1() { # workload mode
 	tree1) pre=($P run --no-profile --latency 1ms --policy tree --) ;;
 	tree5) pre=($P run --no-profile --latency 5ms --policy tree --) ;;
 	bare) pre=($P run --no-profile --backend none --) ;;
-	daemon|daemon20|daemon02) pre=() ;;
+	daemon|daemon1|daemon20|daemon02) pre=() ;;
 	esac
-	local poll=1ms
+	local poll=200us
+	[ $m = daemon1 ] && poll=1ms
 	[ $m = daemon20 ] && poll=20ms
-	[ $m = daemon02 ] && poll=200us
 	case $m in daemon*) learned $m-$w $poll $w ;; esac
 	local resid=$(cold $files)
 	case $m in daemon*) dstart $m-$w $poll; resid="$resid+$(fincore -nb $files | awk '{s+=$1} END {print s+0}')" ;; esac
