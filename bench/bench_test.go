@@ -226,6 +226,14 @@ func checkHost(t *testing.T, p *formats.DeviceProfile) {
 	if h.CachedReadNS == 0 || h.ColdReadNS <= h.CachedReadNS {
 		t.Errorf("cached read %d ns, uncached %d ns", h.CachedReadNS, h.ColdReadNS)
 	}
+	// The rate of an uncached read's further bytes: a 4 MiB read is not
+	// free, nor faster than memory.
+	if !(h.ColdReadBytesPerSec >= 1e6 && h.ColdReadBytesPerSec <= 1e11) {
+		t.Errorf("uncached reads move their bytes at %v B/s", h.ColdReadBytesPerSec)
+	}
+	if d, err := simulate.DeviceFromProfile(p); err == nil && d.BytesPerSec != h.ColdReadBytesPerSec {
+		t.Errorf("simulate moves a request's pages at %v B/s, want the profile's uncached rate %v", d.BytesPerSec, h.ColdReadBytesPerSec)
+	}
 	if h.CPUs < 1 || h.PrefetchBusyNS == 0 || h.BusySlowdown < 1 || h.OpenNS == 0 || !strings.Contains(h.PrefetchVia, "WILLNEED") {
 		t.Errorf("host costs %+v", *h)
 	}

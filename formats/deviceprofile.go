@@ -83,6 +83,13 @@ type HostCosts struct {
 	// it: their difference is the page cache's part of a demand miss.
 	ColdReadNS       uint64 `json:"cold_read_ns"`
 	ColdReadDirectNS uint64 `json:"cold_read_direct_ns"`
+	// ColdReadBytesPerSec is the rate at which an uncached read through
+	// the page cache moves its further bytes: (4 MiB − 4 KiB) over the
+	// time a 4 MiB pread(2) takes more than a 4 KiB one, readahead off,
+	// the two alternated (medians). A read-around or readahead of many
+	// pages costs this, not the O_DIRECT sequential rate. Profiles
+	// measured before 2026-12-07 have none (0).
+	ColdReadBytesPerSec float64 `json:"cold_read_bytes_per_sec,omitempty"`
 	// OpenNS is the median time to open(2) the measured file by its path,
 	// fstat(2) and close it, its path and inode cached: what the kernel
 	// backend pays to open a file whose lookup a program has done.

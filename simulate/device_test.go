@@ -352,3 +352,35 @@ func TestSyncCurveTakesQD1(t *testing.T) {
 		t.Errorf("the profile's own curve changed: %+v", p.SyncQueue[0])
 	}
 }
+
+// TestColdReadRate checks that a profile's measured rate of uncached
+// reads through the page cache sets the channel's transfer rate, and that
+// a profile without it keeps the sequential O_DIRECT rate.
+func TestColdReadRate(t *testing.T) {
+	host := &formats.HostCosts{CPUs: 2, CachedReadNS: 1400, ColdReadNS: 61000, ColdReadDirectNS: 58000, OpenNS: 900,
+		Prefetch: []formats.PrefetchCost{{Pages: 1, NS: 5000}}, PrefetchCachedNS: 1000, PrefetchBusyNS: 6000, BusySlowdown: 1.4,
+		ColdReadBytesPerSec: 1.2e9}
+	p := &formats.DeviceProfile{Version: formats.DeviceProfileVersion, Name: "vda", ReadLatencyNS: 58000,
+		SeqReadBytesPerSec: 3e9, QueueDepth: 32, Host: host,
+		Queue: []formats.QueuePoint{{QD: 1, IOPS: 16600}, {QD: 32, IOPS: 213000}}}
+	d, err := DeviceFromProfile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.BytesPerSec != 1.2e9 {
+		t.Errorf("transfer rate %v B/s, want the uncached rate 1.2e9", d.BytesPerSec)
+	}
+	// A 1024-page read: QD1 latency plus 4 MiB less a page at 1.2 GB/s.
+	want := 1e9/16600 + float64(1023*4096)/1.2e9*1e9
+	if got := float64(d.LatencyNS) + 1024*4096/d.BytesPerSec*1e9; math.Abs(got-want)/want > 0.01 {
+		t.Errorf("a 1024-page read takes %.0f ns in the model, want about %.0f", got, want)
+	}
+	host.ColdReadBytesPerSec = 0
+	if d, err = DeviceFromProfile(p); err != nil || d.BytesPerSec != 3e9 {
+		t.Errorf("without the uncached rate: %v B/s (%v), want the sequential 3e9", d.BytesPerSec, err)
+	}
+	host.ColdReadBytesPerSec = math.Inf(1)
+	if _, err := DeviceFromProfile(p); err == nil || !strings.Contains(err.Error(), "cold_read_bytes_per_sec") {
+		t.Errorf("an infinite rate: %v, want an error naming the field", err)
+	}
+}

@@ -72,6 +72,8 @@ func HostFromProfile(h *formats.HostCosts) (*Host, error) {
 		return nil, errors.New("field host.cached_read_ns, cached_read_page_ns, prefetch_cached_ns, cold_read_ns, cold_read_direct_ns or open_ns is out of range")
 	case !(h.BusySlowdown >= 1) || h.BusySlowdown > 100:
 		return nil, fmt.Errorf("field host.busy_slowdown is %v, want 1..100", h.BusySlowdown)
+	case h.ColdReadBytesPerSec != 0 && !(h.ColdReadBytesPerSec >= 1e6 && h.ColdReadBytesPerSec <= 1e12):
+		return nil, fmt.Errorf("field host.cold_read_bytes_per_sec is %v, want 0 (not measured) or 1e6..1e12", h.ColdReadBytesPerSec)
 	case h.PrefetchWakeNS > 1e9 || h.SubmitWakeNS > 1e9 || h.AdviseNS > 1e9:
 		return nil, errors.New("field host.prefetch_wake_ns, submit_wake_ns or advise_ns is over 1 s")
 	case h.PrefetchBusyNS == 0 || h.PrefetchBusyNS > 1e9:
