@@ -81,6 +81,9 @@ func (r *Replayer) Predict(rep *Report, pred Prediction) error {
 		cfg.NoThink = true
 	}
 	if r.opt.Backend == BackendDirect {
+		if cfg.Device.DirectBytesPerSec > 0 { // O_DIRECT reads, not the page cache's
+			cfg.Device.BytesPerSec = cfg.Device.DirectBytesPerSec
+		}
 		c := r.opt.CachePages
 		if c <= 0 {
 			c = 65536

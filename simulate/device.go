@@ -29,6 +29,11 @@ type Device struct {
 	LatencyNS   int64   `json:"latency_ns"`    // per-request access latency, excluding transfer
 	BytesPerSec float64 `json:"bytes_per_sec"` // sequential transfer bandwidth shared by all requests
 	QueueDepth  int     `json:"queue_depth"`   // requests served in parallel
+	// DirectBytesPerSec, when set, is the O_DIRECT sequential rate of a
+	// profile whose BytesPerSec is the rate of uncached reads through the
+	// page cache: the rate for a model of O_DIRECT reads (replay's direct
+	// backend).
+	DirectBytesPerSec float64 `json:"direct_bytes_per_sec,omitempty"`
 	// RequestNS is each request's time on the channel beyond its pages'
 	// transfer (0 in the presets).
 	RequestNS int64 `json:"request_ns,omitempty"`
@@ -198,6 +203,9 @@ func DeviceFromProfile(p *formats.DeviceProfile) (Device, error) {
 		return Device{}, fmt.Errorf("load device profile: %w", err)
 	}
 	d := Device{Name: name, Source: src, LatencyNS: int64(lat), BytesPerSec: rate, QueueDepth: p.QueueDepth, Host: host}
+	if rate != p.SeqReadBytesPerSec {
+		d.DirectBytesPerSec = p.SeqReadBytesPerSec
+	}
 	if d.Idle, err = idleCosts(p.Idle); err != nil {
 		return Device{}, fmt.Errorf("load device profile: %w", err)
 	}

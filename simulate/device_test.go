@@ -367,8 +367,8 @@ func TestColdReadRate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.BytesPerSec != 1.2e9 {
-		t.Errorf("transfer rate %v B/s, want the uncached rate 1.2e9", d.BytesPerSec)
+	if d.BytesPerSec != 1.2e9 || d.DirectBytesPerSec != 3e9 {
+		t.Errorf("transfer rate %v B/s, O_DIRECT %v; want the uncached rate 1.2e9 and the sequential 3e9", d.BytesPerSec, d.DirectBytesPerSec)
 	}
 	// A 1024-page read: QD1 latency plus 4 MiB less a page at 1.2 GB/s.
 	want := 1e9/16600 + float64(1023*4096)/1.2e9*1e9
