@@ -119,7 +119,7 @@ func seqPattern(n int) []byte {
 }
 
 // FuzzSQLite runs the SQLite adapter on arbitrary files and accesses.
-// Run: go test -fuzz FuzzSQLite -fuzztime 60s ./adapters
+// Run: go test -fuzz FuzzSQLite -fuzztime 60s -fuzzminimizetime 2s ./adapters
 func FuzzSQLite(f *testing.F) {
 	f.Add(prefix(f, "sqlite/without-rowid.db.gz", 64<<10), seqPattern(16))
 	f.Add(prefix(f, "sqlite/rowid.db.gz", 48<<10), []byte{0, 1, 0, 4, 0, 5, 0x10, 6, 0x20, 7})
@@ -136,7 +136,7 @@ func FuzzSQLite(f *testing.F) {
 // FuzzSQLiteRecord runs the record parsers on arbitrary bytes: the rowid
 // of an index record and a schema record, as an index page's cells and a
 // schema leaf give them.
-// Run: go test -fuzz FuzzSQLiteRecord -fuzztime 60s ./adapters
+// Run: go test -fuzz FuzzSQLiteRecord -fuzztime 60s -fuzzminimizetime 2s ./adapters
 func FuzzSQLiteRecord(f *testing.F) {
 	f.Add(makeRecord([]uint64{text("user0000000042"), 2}, []byte("user0000000042"), []byte{0x0b, 0xb8}))
 	f.Add(makeRecord([]uint64{text("table"), text("t"), text("t"), 1, text("CREATE TABLE t(a PRIMARY KEY) WITHOUT ROWID")},
@@ -175,7 +175,7 @@ func FuzzLMDB(f *testing.F) {
 }
 
 // FuzzGGUF runs the GGUF adapter on arbitrary files and accesses.
-// Run: go test -fuzz FuzzGGUF -fuzztime 60s ./adapters
+// Run: go test -fuzz FuzzGGUF -fuzztime 60s -fuzzminimizetime 2s ./adapters
 func FuzzGGUF(f *testing.F) {
 	f.Add(prefix(f, "gguf/small-q8.gguf", 16<<10), seqPattern(3))
 	f.Add(prefix(f, "gguf/small-q4.gguf", 16<<10), []byte{0, 2, 0, 0, 0, 1, 0xc0, 5})
