@@ -75,6 +75,7 @@ type StatusCounts struct {
 	Invalidated        uint64 `json:"files_invalidated"`
 	Events             uint64 `json:"events"`
 	LaunchEvents       uint64 `json:"launch_events"`
+	WarmUntraced       uint64 `json:"launches_untraced_warm"` // followed launches no longer traced: they ran warm
 	RingDropped        uint64 `json:"ring_dropped"`
 	PagesRequested     uint64 `json:"pages_requested"`
 	PagesSubmitted     uint64 `json:"pages_submitted"`
@@ -229,7 +230,7 @@ func (d *Daemon) Status() Status {
 	s.Counts = StatusCounts{
 		Execs: d.st.execs, Ignored: d.st.ignored, Claimed: d.st.claimed, Learned: d.st.learned, LaunchesPrefetched: d.st.prefetched,
 		NotLearned: d.st.notLearned, Relearned: d.st.relearned, Invalidated: d.st.invalidated, Events: ls.Events,
-		LaunchEvents: d.st.launchEvents, RingDropped: src.Dropped, PagesRequested: bs.PagesRequested,
+		LaunchEvents: d.st.launchEvents, WarmUntraced: d.st.warmUntraced, RingDropped: src.Dropped, PagesRequested: bs.PagesRequested,
 		PagesSubmitted: bs.PagesSubmitted, PagesCached: bs.PagesCached, Dropped: bs.Dropped,
 		Prefetched: eff.Total.Prefetched, UsedInTime: eff.Total.UsedInTime, Late: eff.Total.Late, Wasted: eff.Total.Wasted,
 		Hints: src.Hints,

@@ -70,6 +70,7 @@ type Daemon struct {
 type counters struct {
 	execs, ignored, claimed, learned, prefetched, notLearned, invalidated uint64
 	relearned, strayRemoved, launchEvents                                 uint64
+	warmUntraced                                                          uint64 // followed launches no longer traced: they ran warm
 	byProgram                                                             map[string]*programCounts
 }
 

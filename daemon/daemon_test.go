@@ -881,6 +881,39 @@ func TestDaemonFollowsAdaptedProgram(t *testing.T) {
 		t.Errorf("metrics: %v followed programs, %v tree events; status %d", m[`predictio_daemon_followed_programs`], m[`predictio_daemon_adapter_events_total{kind="tree"}`], st.TreeEvents)
 	}
 	t.Logf("the followed launch: %d tree events derived, %.0f pages requested by tree (the learned one: %d, %.0f)", st.TreeEvents-events, tree()-before, events, before)
+	// A launch that scans the whole table twice with a slow query between
+	// (the daemon's handling of a fast warm scan's events lags behind it),
+	// cold (evicted first: its own readahead reads the file), then again,
+	// warm: the warm one's tracing stops after warmCheck reads, so its
+	// second scan is not traced; the cold one's stays traced.
+	const slow = "select count(*) from (with recursive c(x) as (select 1 union all select x+1 from c limit 400000) select x from c);"
+	twice := func(evict bool) uint64 {
+		t.Helper()
+		if evict {
+			tracetest.Evict(t, db)
+		}
+		ev0 := d.Status().Counts.LaunchEvents
+		q, _ := sqlitedb.ScanSQL(sqlitedb.WithoutRowid, sqlitedb.ByKey, 0, 6000)
+		args := sqlitedb.ScanArgs(prog, db, q)[1:]
+		args = append(args, slow, q)
+		if out, err := exec.Command(prog, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", prog, err, out)
+		}
+		waitFor(t, "the launch to end", func() bool { return len(d.Status().Active) == 0 })
+		return d.Status().Counts.LaunchEvents - ev0
+	}
+	if st.WarmUntraced != 0 {
+		t.Errorf("the cold followed launch was untraced as warm")
+	}
+	cold := twice(true)
+	if n := d.Status().Counts.WarmUntraced; n != 0 {
+		t.Errorf("a cold launch was untraced as warm (%d)", n)
+	}
+	warm := twice(false)
+	t.Logf("two whole-table scans in one launch: %d events traced cold, %d warm", cold, warm)
+	if n := d.Status().Counts.WarmUntraced; n != 1 || warm > cold*3/4 {
+		t.Errorf("the warm launch: %d launches untraced as warm, %d events traced (cold: %d); want 1 and at most three quarters", n, warm, cold)
+	}
 	d.Close()
 	d2, _ := startDaemon(t, cfg)
 	if !followed(d2) {
@@ -889,7 +922,6 @@ func TestDaemonFollowsAdaptedProgram(t *testing.T) {
 	// Launches that read no structured file: after unfollowAfter of them
 	// the program is no longer followed. (slow keeps a launch running
 	// until the daemon has handled its exec, on a loaded machine too.)
-	const slow = "select count(*) from (with recursive c(x) as (select 1 union all select x+1 from c limit 400000) select x from c);"
 	for i := range unfollowAfter {
 		if !followed(d2) {
 			t.Fatalf("unfollowed after %d launches, want %d", i, unfollowAfter)
