@@ -208,6 +208,7 @@ func TestRunExecChain(t *testing.T) {
 	if err := os.WriteFile(shim, []byte("#!/bin/sh\nexec /usr/bin/env \""+self+"\" \"$@\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	aged(t, shim)
 	prof := filepath.Join(t.TempDir(), "profiles")
 	helperEnv(t, "read", files)
 	res, _, warn := runOnce(t, RunConfig{Command: []string{shim}, Profile: prof})
