@@ -103,13 +103,6 @@ type trace struct {
 	tracerNS uint64
 	// ownNS is replay's own system calls' cost taken out with Untraced.
 	ownNS uint64
-	// waitOwnNS is, without Untraced, what replay's own way into and out
-	// of the kernel costs per system call (ownCallNS): a recorded think
-	// time, taken between kernel-side timestamps, already holds the
-	// program's, so each system call operation is due that much earlier
-	// (worker.loop). The recorded wall stays the recording's. With
-	// Untraced the rows moved by it instead (ownNS).
-	waitOwnNS uint64
 	// fileOps counts, per file index, the operations on the file (demand
 	// and metadata, all threads'): a run retires a file after its last.
 	fileOps []int32
@@ -167,8 +160,6 @@ func loadTrace(dir string, untraced bool) (*trace, error) {
 	var un *formats.Untracer
 	if untraced {
 		un = formats.NewUntracer(t.man.Recording.SyscallCostNS, ownCall())
-	} else {
-		t.waitOwnNS = ownCall()
 	}
 	first := true
 	for cur.Next() {

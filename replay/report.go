@@ -114,12 +114,6 @@ type Summary struct {
 	Untraced      bool   `json:"untraced,omitempty"`
 	UntracedNS    uint64 `json:"untraced_ns,omitempty"`
 	UntracedOwnNS uint64 `json:"untraced_own_ns,omitempty"`
-	// OwnCallNS is, without --untraced, what replay's own system call
-	// costs beyond the kernel's work (measured where it runs): each
-	// system call operation is due that much earlier than its recorded
-	// think time says, since the recorded one already holds the
-	// program's (docs/replay.md, "Timing").
-	OwnCallNS uint64 `json:"own_call_ns,omitempty"`
 	// TimingError is |median baseline wall - recorded wall| / recorded
 	// wall, computed for recorded timing at speed 1 with a baseline.
 	// TimingTarget says whether replay's fidelity target applies (kernel
@@ -449,7 +443,7 @@ func (r *Replayer) progress(st *runState, spec string, round int) func() {
 func (rep *Report) timing(t *trace, opt *Options) {
 	s := &rep.Summary
 	s.RecordedWallNS = t.recordedWall
-	s.Untraced, s.UntracedNS, s.UntracedOwnNS, s.OwnCallNS = opt.Untraced, t.tracerNS, t.ownNS, t.waitOwnNS
+	s.Untraced, s.UntracedNS, s.UntracedOwnNS = opt.Untraced, t.tracerNS, t.ownNS
 	if !t.serviceTimes {
 		rep.TimingFallback = "this bundle lacks service times (format 1.0, or a recorder without them): think time counts from each access's start, " +
 			"so the recorded gaps hold the recorded service times too and a cold replay runs longer than the program; record it again with predictio record for a faithful baseline"

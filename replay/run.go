@@ -422,7 +422,7 @@ func (w *worker) loop(ctx context.Context) {
 			st.deliver(&w.th.hints[hi])
 		}
 		if recorded {
-			sleepUntil(w.dueOp(prev, o))
+			sleepUntil(w.due(prev, o.ts))
 		} else {
 			st.hintsUpTo(o.ts)
 		}
@@ -477,18 +477,6 @@ func (w *worker) due(prev *op, ts uint64) time.Time {
 		return w.end
 	}
 	return w.end.Add(time.Duration(float64(ts-from) / w.r.rp.opt.Speed))
-}
-
-// dueOp is due for operation o: a system call (o.end set, not a fault)
-// after a first operation is due replay's own call cost (trace.waitOwnNS)
-// earlier, since its recorded think time already holds the program's way
-// into and out of the kernel, which replay's own call pays again.
-func (w *worker) dueOp(prev, o *op) time.Time {
-	due := w.due(prev, o.ts)
-	if own := w.r.rp.t.waitOwnNS; own > 0 && prev != nil && o.end != 0 && !o.fault {
-		due = due.Add(-time.Duration(float64(own) / w.r.rp.opt.Speed))
-	}
-	return due
 }
 
 // thinkFrom is the recorded time the next access's think time counts

@@ -4,7 +4,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/predictio/predictio/formats"
 )
@@ -107,33 +106,5 @@ func TestOwnCallNS(t *testing.T) {
 	t.Logf("replay's own system call: %d ns", ns)
 	if ns == 0 || ns > 1_000_000 {
 		t.Fatalf("ownCallNS = %d ns, want a system call's cost", ns)
-	}
-}
-
-// TestDueOpTakesOwnCall: without --untraced a system call operation is due
-// replay's own call cost before its recorded think time has passed (the
-// recorded one already holds the program's way into the kernel); a fault
-// (replay touches memory, no system call), the first operation and a
-// bundle without service times are due at the recorded time.
-func TestDueOpTakesOwnCall(t *testing.T) {
-	w := &worker{r: &runState{rp: &Replayer{t: &trace{waitOwnNS: 1300}, opt: Options{Speed: 1}}}, end: time.Unix(100, 0)}
-	prev := &op{ts: 1000, end: 2000}
-	for _, c := range []struct {
-		name string
-		o    op
-		want time.Duration
-	}{
-		{"read", op{ts: 12000, end: 13000, kind: formats.KindRead}, 10000 - 1300},
-		{"stat", op{ts: 12000, end: 12500, kind: formats.KindStat, meta: true}, 10000 - 1300},
-		{"fault", op{ts: 12000, end: 13000, kind: formats.KindFault, fault: true}, 10000},
-		{"no service time", op{ts: 12000, kind: formats.KindRead}, 10000},
-	} {
-		if got := w.dueOp(prev, &c.o).Sub(w.end); got != c.want {
-			t.Errorf("%s: due %v after the previous completion, want %v", c.name, got, c.want)
-		}
-	}
-	w.r.rp.t.waitOwnNS = 0 // --untraced: the rows moved instead
-	if got := w.dueOp(prev, &op{ts: 12000, end: 13000}).Sub(w.end); got != 10000 {
-		t.Errorf("without the own cost: due %v, want 10µs", got)
 	}
 }
