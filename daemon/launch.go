@@ -43,7 +43,12 @@ type launch struct {
 	// daemon's own prefetches for it read pages too: then it is not warm).
 	demand, missed uint64
 	submitted0     uint64
-	untraced       bool
+}
+
+// checksWarm reports whether l's accesses still count toward warmLaunch's
+// check: a followed launch not being learned, before its warmCheck-th read.
+func (l *launch) checksWarm() bool {
+	return l.follow && l.rec == nil && l.demand < warmCheck
 }
 
 // Following a program costs every launch of it its tracing for as long as
@@ -98,23 +103,23 @@ func (d *Daemon) observe(ev *policies.Event) {
 	if l.rec != nil {
 		l.rec.Observe(ev)
 	}
-	if d.stage != nil && ev.Kind == policies.EventFileAccess && (l.adapted < followPages || l.follow && l.demand < warmCheck) && d.stage.Recognized(ev.File) {
+	if d.stage != nil && ev.Kind == policies.EventFileAccess && (l.adapted < followPages || l.checksWarm()) && d.stage.Recognized(ev.File) {
 		if l.adapted < followPages {
 			l.adapted += uint64(max(ev.Access.NPages, 1))
 		}
-		d.warmLaunch(l, ev)
+		if l.checksWarm() {
+			d.warmLaunch(l, ev)
+		}
 	}
 	l.events++
 	d.st.launchEvents++
 }
 
-// warmLaunch counts a followed launch's access ev of a recognized file and
-// stops tracing the launch once its first warmCheck reads and faults ran
-// warm (see warmCheck). A launch being learned keeps its tracing.
+// warmLaunch counts access ev of a recognized file of a launch that
+// checksWarm, and stops tracing the launch if its first warmCheck reads and
+// faults ran warm (see warmCheck). A launch being learned keeps its
+// tracing.
 func (d *Daemon) warmLaunch(l *launch, ev *policies.Event) {
-	if !l.follow || l.rec != nil || l.untraced {
-		return
-	}
 	switch ev.Access.Kind {
 	case formats.KindCacheAdd:
 		l.missed += uint64(max(ev.Access.NPages, 1))
@@ -126,10 +131,9 @@ func (d *Daemon) warmLaunch(l *launch, ev *policies.Event) {
 	if l.demand++; l.demand < warmCheck {
 		return
 	}
-	if l.missed > 0 || d.loop.Stats().Backend.PagesSubmitted != l.submitted0 {
+	if l.missed > 0 || d.loop.Backend().Stats().PagesSubmitted != l.submitted0 {
 		return
 	}
-	l.untraced = true
 	d.st.warmUntraced++
 	for pid := range l.members {
 		_ = d.src.RemovePID(int(pid))
@@ -210,7 +214,7 @@ func (d *Daemon) onExec(n execNote) {
 	}
 	// What the backend read before this exec's prefetch: a launch that
 	// the daemon read pages for is not warm (warmLaunch).
-	submitted0 := d.loop.Stats().Backend.PagesSubmitted
+	submitted0 := d.loop.Backend().Stats().PagesSubmitted
 	requested := false
 	if prof != nil {
 		d.store.touch(program)

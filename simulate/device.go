@@ -181,8 +181,9 @@ func DeviceFromProfile(p *formats.DeviceProfile) (Device, error) {
 	// the O_DIRECT sequential rate (the python3 launch's read-around of
 	// 5.2 MB took 4.5 ms, 1.2 GB/s, where 1 MiB O_DIRECT reads at QD 4
 	// ran 3.0 GB/s).
+	// (HostFromProfile, below, refuses a rate out of range.)
 	rate := p.SeqReadBytesPerSec
-	if p.Host != nil && p.Host.ColdReadBytesPerSec >= 1e6 && p.Host.ColdReadBytesPerSec <= 1e12 {
+	if p.Host != nil && p.Host.ColdReadBytesPerSec > 0 {
 		rate = p.Host.ColdReadBytesPerSec
 	}
 	xfer := 4096 / rate * 1e9
