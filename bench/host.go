@@ -556,10 +556,7 @@ const coldReads = 2000
 // each reads its page alone), and with O_DIRECT, alternating, so that both
 // see the device in the same state.
 func measureColdRead(path string, size int64, n int) (buffered, direct uint64, err error) {
-	if err := evictRetry(path, size); err != nil {
-		return 0, 0, err
-	}
-	f, err := os.Open(path)
+	f, err := openUncached(path, size)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -569,9 +566,6 @@ func measureColdRead(path string, size int64, n int) (buffered, direct uint64, e
 		return 0, 0, err
 	}
 	defer d.Close()
-	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM); err != nil {
-		return 0, 0, fmt.Errorf("turn readahead off for %s: %w", path, err)
-	}
 	ps := os.Getpagesize()
 	pages := int(size / int64(ps))
 	if pages < 4*n {
@@ -601,6 +595,23 @@ func measureColdRead(path string, size int64, n int) (buffered, direct uint64, e
 	return uint64(median(lb)), uint64(median(ld)), nil
 }
 
+// openUncached evicts the file and opens it with readahead off
+// (POSIX_FADV_RANDOM), so that a pread reads exactly its own pages.
+func openUncached(path string, size int64) (*os.File, error) {
+	if err := evictRetry(path, size); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("turn readahead off for %s: %w", path, err)
+	}
+	return f, nil
+}
+
 // coldRateReads is how many 4 MiB and 4 KiB uncached reads measureColdRate
 // alternates (64 MiB), fewer in a file of under 32 4 MiB chunks.
 const coldRateReads = 16
@@ -612,17 +623,11 @@ const coldRateReads = 16
 // evicted file.
 func measureColdRate(path string, size int64) (float64, error) {
 	const big = 4 << 20
-	if err := evictRetry(path, size); err != nil {
-		return 0, err
-	}
-	f, err := os.Open(path)
+	f, err := openUncached(path, size)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
-	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM); err != nil {
-		return 0, fmt.Errorf("turn readahead off for %s: %w", path, err)
-	}
 	chunks := int(size / big)
 	reads := min(coldRateReads, chunks/2)
 	if reads < 2 {
