@@ -483,46 +483,11 @@ func TestLMDBWalk(t *testing.T) {
 		const ps, lag = 4096, 8
 		share := map[bool]float64{}
 		for _, readCached := range []bool{false, true} {
-			files := &simFiles{path: path, ps: ps, cached: map[uint64]int{}}
-			s, err := NewStage(Config{PageSize: ps, ReadCached: readCached}, files)
-			if err != nil {
-				t.Fatal(err)
-			}
-			predicted, read := map[uint64]bool{}, map[uint64]bool{}
-			inTime, distinct := 0, 0
-			for i := range evs {
-				files.now = i
-				p := evs[i].Access.Page
-				if !read[p] {
-					read[p] = true
-					distinct++
-					if at, ok := files.cached[p]; ok && at <= i {
-						inTime++
-					}
-				}
-				if _, ok := files.cached[p]; !ok {
-					files.cached[p] = i
-				}
-				s.Process(&evs[i], func(ev *policies.Event, _ string) {
-					for _, c := range ev.Tree.Children {
-						predicted[c] = true
-						if _, ok := files.cached[c]; !ok {
-							files.cached[c] = i + lag
-						}
-					}
-				})
-			}
-			never := 0
-			for p := range predicted {
-				if !read[p] {
-					never++
-				}
-			}
-			st := s.Stats()
-			share[readCached] = float64(inTime) / float64(distinct)
-			t.Logf("%s, ReadCached %v: %d faults on %d pages, %.3f cached in time, %d predicted never read; stats %+v", env, readCached, len(evs), distinct, share[readCached], never, st)
-			if st.PagesIO > 0 || readCached != (st.PagesCached > 0) {
-				t.Errorf("%s, ReadCached %v: the adapter read what the program had not: stats %+v", env, readCached, st)
+			r := runCached(t, path, ps, readCached, lag, evs)
+			share[readCached] = r.share()
+			t.Logf("%s, ReadCached %v: %d faults on %d pages, %.3f cached in time, %d predicted never read; stats %+v", env, readCached, len(evs), r.distinct, share[readCached], r.never, r.st)
+			if r.st.PagesIO > 0 || readCached != (r.st.PagesCached > 0) {
+				t.Errorf("%s, ReadCached %v: the adapter read what the program had not: stats %+v", env, readCached, r.st)
 			}
 			// Overflow runs are up to 3 pages here: a bound in entries
 			// (DefaultAhead, walkOverread) is 3 times that in pages.
@@ -530,10 +495,9 @@ func TestLMDBWalk(t *testing.T) {
 			if readCached {
 				bound = 3 * walkOverread
 			}
-			if never > bound {
-				t.Errorf("%s, ReadCached %v: %d pages predicted never read, want at most %d", env, readCached, never, bound)
+			if r.never > bound {
+				t.Errorf("%s, ReadCached %v: %d pages predicted never read, want at most %d", env, readCached, r.never, bound)
 			}
-			s.Close()
 		}
 		// What no walk helps: the meta pages, the descent, the entries
 		// that establish the scan and the lag's first faults after it

@@ -842,6 +842,61 @@ func (c simContent) Cached(off, n int64) (bool, error) {
 	return true, nil
 }
 
+// cachedRun is what a stage predicted over a program's reads with a
+// simulated page cache (simFiles) that holds the pages the program read
+// and those predicted at least lag reads before: the pages cached in time
+// for their first read, the distinct pages read, the pages predicted and
+// never read, and the stage's counters.
+type cachedRun struct {
+	inTime, distinct, never int
+	st                      Stats
+}
+
+func (c cachedRun) share() float64 { return float64(c.inTime) / float64(c.distinct) }
+
+// runCached runs a stage (page size ps, Config.ReadCached as given) over
+// evs, one page each, against the file at path with a simulated cache.
+func runCached(t *testing.T, path string, ps int64, readCached bool, lag int, evs []policies.Event) cachedRun {
+	t.Helper()
+	files := &simFiles{path: path, ps: ps, cached: map[uint64]int{}}
+	s, err := NewStage(Config{PageSize: int(ps), ReadCached: readCached}, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var r cachedRun
+	predicted, read := map[uint64]bool{}, map[uint64]bool{}
+	for i := range evs {
+		files.now = i
+		p := evs[i].Access.Page
+		if !read[p] {
+			read[p] = true
+			r.distinct++
+			if at, ok := files.cached[p]; ok && at <= i {
+				r.inTime++
+			}
+		}
+		if _, ok := files.cached[p]; !ok {
+			files.cached[p] = i
+		}
+		s.Process(&evs[i], func(ev *policies.Event, _ string) {
+			for _, c := range ev.Tree.Children {
+				predicted[c] = true
+				if _, ok := files.cached[c]; !ok {
+					files.cached[c] = i + lag
+				}
+			}
+		})
+	}
+	for p := range predicted {
+		if !read[p] {
+			r.never++
+		}
+	}
+	r.st = s.Stats()
+	return r
+}
+
 // TestSQLiteLookupsReadCached builds, with the real shell, a table of
 // 12 500 leaves under 127 interior pages (1 KiB pages, 100 000 rows of 100
 // bytes) and scans 300 rows through its index: most lookups then meet an
@@ -1044,58 +1099,24 @@ func TestSQLiteWalkDeepTree(t *testing.T) {
 	evs := traceScanPS(t, ps, db, q)
 	share := map[bool]float64{}
 	for _, readCached := range []bool{false, true} {
-		files := &simFiles{path: db, ps: ps, cached: map[uint64]int{}}
-		s, err := NewStage(Config{PageSize: ps, ReadCached: readCached}, files)
-		if err != nil {
-			t.Fatal(err)
-		}
-		predicted := map[uint64]bool{}
-		read := map[uint64]bool{}
-		inTime, distinct := 0, 0
-		for i := range evs {
-			files.now = i
-			p := evs[i].Access.Page
-			if !read[p] {
-				read[p] = true
-				distinct++
-				if at, ok := files.cached[p]; ok && at <= i {
-					inTime++
-				}
-			}
-			if _, ok := files.cached[p]; !ok {
-				files.cached[p] = i
-			}
-			s.Process(&evs[i], func(ev *policies.Event, _ string) {
-				for _, c := range ev.Tree.Children {
-					predicted[c] = true
-					if _, ok := files.cached[c]; !ok {
-						files.cached[c] = i + lag
-					}
-				}
-			})
-		}
-		never := 0
-		for p := range predicted {
-			if !read[p] {
-				never++
-			}
-		}
-		st := s.Stats()
-		share[readCached] = float64(inTime) / float64(distinct)
-		t.Logf("ReadCached %v: %d reads of %d pages, %.3f cached in time, %d predicted never read; stats %+v", readCached, len(evs), distinct, share[readCached], never, st)
-		if st.PagesIO > 1 || readCached != (st.PagesCached > 0) {
-			t.Errorf("ReadCached %v: the adapter read what the program had not: stats %+v", readCached, st)
+		r := runCached(t, db, ps, readCached, lag, evs)
+		share[readCached] = r.share()
+		t.Logf("ReadCached %v: %d reads of %d pages, %.3f cached in time, %d predicted never read; stats %+v", readCached, len(evs), r.distinct, share[readCached], r.never, r.st)
+		if r.st.PagesIO > 1 || readCached != (r.st.PagesCached > 0) {
+			t.Errorf("ReadCached %v: the adapter read what the program had not: stats %+v", readCached, r.st)
 		}
 		bound := 3 * DefaultAhead
 		if readCached {
 			bound = walkOverread
 		}
-		if never > bound {
-			t.Errorf("ReadCached %v: %d pages predicted never read, want at most %d", readCached, never, bound)
+		if r.never > bound {
+			t.Errorf("ReadCached %v: %d pages predicted never read, want at most %d", readCached, r.never, bound)
 		}
-		s.Close()
 	}
-	if share[true] < 0.9 || share[true] < share[false]+0.2 {
-		t.Errorf("%.3f of the pages cached in time with the walk, %.3f without: want at least 0.9 and 0.2 more", share[true], share[false])
+	// 0.977 with the walk from every scan step; 0.970 when an overflow
+	// chain's entry did not walk (the seeded table and this scan read the
+	// same pages each time).
+	if share[true] < 0.974 || share[true] < share[false]+0.2 {
+		t.Errorf("%.3f of the pages cached in time with the walk, %.3f without: want at least 0.974 and 0.2 more", share[true], share[false])
 	}
 }
