@@ -24,6 +24,19 @@ func simCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	return o.String(), e.String(), code
 }
 
+// simJSON runs predictio simulate --json with args in-process and decodes
+// its report into v; a non-zero exit fails the test.
+func simJSON(t *testing.T, v any, args ...string) {
+	t.Helper()
+	out, errOut, code := simCLI(t, append([]string{"--json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("code %d: %s", code, errOut)
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
 func trainCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var o, e bytes.Buffer
@@ -110,14 +123,8 @@ func TestSimulateCLI(t *testing.T) {
 		}
 		run := func(args ...string) report {
 			t.Helper()
-			out, errOut, code := simCLI(t, append(append([]string{"--json"}, args...), bt)...)
-			if code != 0 {
-				t.Fatalf("code %d: %s", code, errOut)
-			}
 			var r report
-			if err := json.Unmarshal([]byte(out), &r); err != nil {
-				t.Fatal(err)
-			}
+			simJSON(t, &r, append(args, bt)...)
 			return r
 		}
 		// No profile cached: uncalibrated, and the report says how to
@@ -368,14 +375,8 @@ func TestSimulateUntraced(t *testing.T) {
 	}
 	run := func(args ...string) report {
 		t.Helper()
-		out, errOut, code := simCLI(t, append(append([]string{"--json", "--device", "nvme"}, args...), dir)...)
-		if code != 0 {
-			t.Fatalf("code %d: %s", code, errOut)
-		}
 		var r report
-		if err := json.Unmarshal([]byte(out), &r); err != nil {
-			t.Fatal(err)
-		}
+		simJSON(t, &r, append(append([]string{"--device", "nvme"}, args...), dir)...)
 		return r
 	}
 	plain, un := run(), run("--untraced")
