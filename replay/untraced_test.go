@@ -1,11 +1,11 @@
 package replay
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/internal/tracetest"
 )
 
 // TestUntracedShift: with Untraced, each row of a thread moves earlier by
@@ -19,28 +19,18 @@ import (
 func TestUntracedShift(t *testing.T) {
 	defer func(f func() uint64) { ownCall = f }(ownCall)
 	ownCall = func() uint64 { return 700 }
-	dir := filepath.Join(t.TempDir(), "b")
-	w, err := formats.Create(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Manifest().Timing.ServiceTimes = true
-	w.Manifest().Recording.SyscallCostNS = 500
-	w.AddFile(formats.File{ID: 1, Dev: 0xfc00000, Ino: 12, Path: "/a", Size: 1 << 20, Mode: 0o100644})
+	var rows []formats.Access
 	row := func(ts, end uint64, tid uint32, page uint64, tracer, calls uint32) {
-		w.Append(&formats.Access{TS: ts, EndNS: end, FileID: 1, FirstPage: page, NPages: 1, Kind: formats.KindRead,
+		rows = append(rows, formats.Access{TS: ts, EndNS: end, FileID: 1, FirstPage: page, NPages: 1, Kind: formats.KindRead,
 			Op: ts, PID: 3, TID: tid, TracerNS: tracer, TracerCalls: calls})
 	}
 	row(1000, 2000, 4, 0, 0, 0)
 	row(1500, 2500, 5, 100, 0, 0)
 	row(10000, 20000, 4, 1, 3000, 2) // 3000 + 2×500 + 700 taken out before it
-	w.AppendHint(&formats.Hint{TS: 25000, PID: 3, TID: 4, Kind: formats.HintCustom, FileID: 1, Name: "h"})
 	row(30000, 40000, 4, 2, 1000, 1) // 1000 + 500 + 700 more: 6900 in all
 	row(50000, 50500, 4, 3, 0, 1)    // 500 + 700 more, though its own tracer_ns is 0: 8100
 	row(31000, 41000, 5, 101, 0, 0)
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	dir := tracetest.CostBundle(t, 1<<20, rows, []formats.Hint{{TS: 25000, PID: 3, TID: 4, Kind: formats.HintCustom, FileID: 1, Name: "h"}})
 
 	byTID := func(tr *trace) map[uint32]*thread {
 		m := map[uint32]*thread{}
@@ -83,16 +73,7 @@ func TestUntracedShift(t *testing.T) {
 		t.Errorf("without Untraced: thread 4's last op at %d, cost %d; want 30000 and 0", o[2].ts, plain.tracerNS)
 	}
 
-	old := filepath.Join(t.TempDir(), "old")
-	w, err = formats.Create(old)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.AddFile(formats.File{ID: 1, Dev: 0xfc00000, Ino: 12, Path: "/a", Size: 1 << 20, Mode: 0o100644})
-	w.Append(&formats.Access{TS: 1000, FileID: 1, NPages: 1, Kind: formats.KindRead, PID: 3, TID: 4})
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	old := tracetest.CostBundle(t, 1<<20, []formats.Access{{TS: 1000, EndNS: 2000, FileID: 1, NPages: 1, Kind: formats.KindRead, PID: 3, TID: 4}}, nil)
 	if _, err := New(old, Options{Untraced: true, Backend: BackendNone}); err == nil || !strings.Contains(err.Error(), "tracer_ns") {
 		t.Errorf("New(--untraced) of a bundle without recorder costs: %v, want an error naming tracer_ns", err)
 	}

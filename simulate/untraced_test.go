@@ -2,10 +2,10 @@ package simulate
 
 import (
 	"errors"
-	"path/filepath"
 	"testing"
 
 	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/internal/tracetest"
 )
 
 // untracedBundle writes a bundle of two threads' reads: thread 4 reads
@@ -14,14 +14,7 @@ import (
 // two calls at the manifest's 500 ns), thread 5 one read at 25 µs.
 func untracedBundle(t *testing.T, n int, tracer uint32) string {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "b")
-	w, err := formats.Create(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Manifest().Timing.ServiceTimes = true
-	w.Manifest().Recording.SyscallCostNS = 500
-	w.AddFile(formats.File{ID: 1, Dev: 0xfc00000, Ino: 12, Path: "/a", Size: 64 << 20, Mode: 0o100644})
+	var rows []formats.Access
 	ts := uint64(1000)
 	for i := range n {
 		var calls uint32
@@ -29,17 +22,14 @@ func untracedBundle(t *testing.T, n int, tracer uint32) string {
 		if i > 0 && tracer > 0 {
 			tr, calls = tracer-1000, 2
 		}
-		w.Append(&formats.Access{TS: ts, EndNS: ts + 1000, FileID: 1, FirstPage: uint64(i * 64), NPages: 1, Kind: formats.KindRead,
+		rows = append(rows, formats.Access{TS: ts, EndNS: ts + 1000, FileID: 1, FirstPage: uint64(i * 64), NPages: 1, Kind: formats.KindRead,
 			Op: ts, PID: 3, TID: 4, TracerNS: tr, TracerCalls: calls})
 		if i == 2 {
-			w.Append(&formats.Access{TS: 25000, EndNS: 26000, FileID: 1, FirstPage: 1 << 12, NPages: 1, Kind: formats.KindRead, Op: 25000, PID: 3, TID: 5})
+			rows = append(rows, formats.Access{TS: 25000, EndNS: 26000, FileID: 1, FirstPage: 1 << 12, NPages: 1, Kind: formats.KindRead, Op: 25000, PID: 3, TID: 5})
 		}
 		ts += 11000
 	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	return tracetest.CostBundle(t, 64<<20, rows, nil)
 }
 
 // TestUntracedEvents checks that simulate --untraced takes the recorder's

@@ -13,6 +13,7 @@ import (
 
 	"github.com/predictio/predictio/bench"
 	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/internal/tracetest"
 	"github.com/predictio/predictio/simulate"
 )
 
@@ -348,22 +349,13 @@ func TestTrainCLI(t *testing.T) {
 // TestSimulateUntraced runs simulate --untraced on a bundle that carries
 // the recorder's cost and on one that does not.
 func TestSimulateUntraced(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "b")
-	w, err := formats.Create(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Manifest().Timing.ServiceTimes = true
-	w.Manifest().Recording.SyscallCostNS = 500
-	w.AddFile(formats.File{ID: 1, Dev: 0xfc00000, Ino: 12, Path: "/a", Size: 64 << 20, Mode: 0o100644})
+	var rows []formats.Access
 	for i := range 40 {
 		ts := uint64(1000 + i*20000)
-		w.Append(&formats.Access{TS: ts, EndNS: ts + 1000, FileID: 1, FirstPage: uint64(i * 64), NPages: 1, Kind: formats.KindRead,
+		rows = append(rows, formats.Access{TS: ts, EndNS: ts + 1000, FileID: 1, FirstPage: uint64(i * 64), NPages: 1, Kind: formats.KindRead,
 			Op: ts, PID: 3, TID: 4, TracerNS: 4000, TracerCalls: 2})
 	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	dir := tracetest.CostBundle(t, 64<<20, rows, nil)
 	type report struct {
 		Untraced   bool     `json:"untraced"`
 		UntracedNS uint64   `json:"untraced_ns"`

@@ -1,7 +1,8 @@
 // Package tracetest holds what the tests of the event source and the
 // recorder share: the helper programs they trace (the test binary re-runs
-// itself as one, selected by PREDICTIO_RECORD_HELPER), and files made cold
-// or warm in the page cache, verified with cachestat(2).
+// itself as one, selected by PREDICTIO_RECORD_HELPER), files made cold or
+// warm in the page cache, verified with cachestat(2), and bundles that
+// carry the recorder's cost (CostBundle).
 package tracetest
 
 import (
@@ -19,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/hints"
 )
 
@@ -468,4 +470,34 @@ func helperPreadPaced() int {
 	}
 	fmt.Println(total)
 	return 0
+}
+
+// CostBundle writes a bundle of format 1.2 that carries the recorder's
+// cost, for the --untraced tests: service times on, a
+// recording.syscall_cost_ns of 500 ns, one file (id 1, /a, size bytes),
+// and rows and hints as given; it returns the bundle's directory.
+func CostBundle(t testing.TB, size uint64, rows []formats.Access, hints []formats.Hint) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "b")
+	w, err := formats.Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Manifest().Timing.ServiceTimes = true
+	w.Manifest().Recording.SyscallCostNS = 500
+	w.AddFile(formats.File{ID: 1, Dev: 0xfc00000, Ino: 12, Path: "/a", Size: size, Mode: 0o100644})
+	for i := range rows {
+		if err := w.Append(&rows[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range hints {
+		if err := w.AppendHint(&hints[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
