@@ -37,17 +37,24 @@ func (in *Input) UntracedEvents() ([]policies.Event, uint64, error) {
 		return nil, 0, fmt.Errorf("read hints of %s: %w", in.Dir, err)
 	}
 	defer hc.Close()
-	var hints []formats.Hint
+	// Hints first, so that the stable sort below keeps a hint before an
+	// access of the same time; their times move once every row has.
+	var evs []policies.Event
+	var hintTIDs []uint32 // of evs[:len(hintTIDs)]
 	tooMany := func(table string) error {
 		return fmt.Errorf("untraced events of %s: %s: more than the %d rows --untraced reads into memory", in.Dir, table, MaxUntracedRows)
 	}
 	for hc.Next() {
-		if len(hints) == MaxUntracedRows {
+		if len(evs) == MaxUntracedRows {
 			return nil, 0, tooMany(formats.HintsFile)
 		}
 		h := *hc.At()
 		h.Children = append([]uint64(nil), h.Children...)
-		hints = append(hints, h)
+		var ev policies.Event
+		if ev.FromHint(&h) {
+			evs = append(evs, ev)
+			hintTIDs = append(hintTIDs, h.TID)
+		}
 	}
 	if err := hc.Err(); err != nil {
 		return nil, 0, fmt.Errorf("read hints of %s: %w", in.Dir, err)
@@ -57,16 +64,15 @@ func (in *Input) UntracedEvents() ([]policies.Event, uint64, error) {
 		return nil, 0, fmt.Errorf("read accesses of %s: %w", in.Dir, err)
 	}
 	defer cur.Close()
-	var accs []policies.Event
 	for cur.Next() {
-		if len(hints)+len(accs) == MaxUntracedRows {
+		if len(evs) == MaxUntracedRows {
 			return nil, 0, tooMany(formats.AccessesFile)
 		}
 		a := *cur.At()
 		un.Row(&a)
 		var ev policies.Event
 		ev.FromAccess(&a)
-		accs = append(accs, ev)
+		evs = append(evs, ev)
 	}
 	if err := cur.Err(); err != nil {
 		return nil, 0, fmt.Errorf("read accesses of %s: %w", in.Dir, err)
@@ -74,18 +80,9 @@ func (in *Input) UntracedEvents() ([]policies.Event, uint64, error) {
 	if un.Total() == 0 {
 		return nil, 0, fmt.Errorf("untraced events of %s: %w (tracer_ns and tracer_calls, format 1.2, written by predictio record since 2026-12-06)", in.Dir, ErrNoTracerCost)
 	}
-	// Hints first, so that the stable sort keeps a hint before an access
-	// of the same time.
-	evs := make([]policies.Event, 0, len(hints)+len(accs))
-	for i := range hints {
-		h := &hints[i]
-		h.TS = un.At(h.TID, h.TS)
-		var ev policies.Event
-		if ev.FromHint(h) {
-			evs = append(evs, ev)
-		}
+	for i, tid := range hintTIDs {
+		evs[i].TS = un.At(tid, evs[i].TS)
 	}
-	evs = append(evs, accs...)
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].TS < evs[j].TS })
 	return evs, un.Total(), nil
 }

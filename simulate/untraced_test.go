@@ -6,6 +6,7 @@ import (
 
 	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/internal/tracetest"
+	"github.com/predictio/predictio/policies"
 )
 
 // untracedBundle writes a bundle of two threads' reads: thread 4 reads
@@ -29,7 +30,9 @@ func untracedBundle(t *testing.T, n int, tracer uint32) string {
 		}
 		ts += 11000
 	}
-	return tracetest.CostBundle(t, 64<<20, rows, nil)
+	// A hint of thread 4 between its third and fourth rows.
+	hint := formats.Hint{TS: 30000, PID: 3, TID: 4, Kind: formats.HintTreeChildEnter, FileID: 1, Children: []uint64{9}}
+	return tracetest.CostBundle(t, 64<<20, rows, []formats.Hint{hint})
 }
 
 // TestUntracedEvents checks that simulate --untraced takes the recorder's
@@ -54,9 +57,14 @@ func TestUntracedEvents(t *testing.T) {
 	}
 	var ts4 []uint64
 	var ts5 int
+	hintAt, hintAfter := uint64(0), -1
 	for i, ev := range evs {
 		if i > 0 && ev.TS < evs[i-1].TS {
 			t.Fatalf("event %d at %d before event %d at %d", i, ev.TS, i-1, evs[i-1].TS)
+		}
+		if ev.Kind == policies.EventTreeChildEnter {
+			hintAt, hintAfter = ev.TS, len(ts4)
+			continue
 		}
 		if ev.Access.End-ev.TS != 1000 {
 			t.Errorf("event %d: service time %d, want 1000", i, ev.Access.End-ev.TS)
@@ -76,6 +84,12 @@ func TestUntracedEvents(t *testing.T) {
 	// untraced), before its fourth (34 µs, 30 µs).
 	if ts5 != 3 {
 		t.Errorf("thread 5's row comes after %d of thread 4's, want 3", ts5)
+	}
+	// The hint (30 µs recorded) moves with the row before it (23 µs, 4 µs
+	// of cost so far): 26 µs, between thread 4's third and fourth rows
+	// (19 and 28 µs untraced).
+	if hintAt != 26000 || hintAfter != 3 {
+		t.Errorf("thread 4's hint at %d ns after %d of its rows, want 26000 and 3", hintAt, hintAfter)
 	}
 
 	cfg := Config{PageSize: 4096, CacheBytes: 64 << 20, Device: Device{Name: "t", LatencyNS: 50000, BytesPerSec: 1e9, QueueDepth: 32}, Env: in.Env()}
