@@ -233,15 +233,15 @@ func DeviceFromProfile(p *formats.DeviceProfile) (Device, error) {
 
 // syncCurve returns the profile's synchronous curve with its one-thread
 // point replaced by the queue curve's QD1 point, which measures the same
-// thing (one read in flight at a time) over a phase eight times as long:
+// thing (one read in flight at a time) over a phase eight times as long.
 // `bench device` gives each synchronous point under a second, and on a
 // virtual disk whose latency swings with the host's state from one second
 // to the next, that point came out 5-32% below the QD1 phase's p50 in
 // seven of nine profiles measured on 2026-12-07 (38.8-46.5 against
-// 48.8-58.8 µs; twice equal), while a single-threaded program's reads took the QD1
-// phase's latency (a sqlite3 scan's 18 797 buffered reads 65.6 µs each
-// with the kernel's own work).
-// The points of two threads and more are kept.
+// 48.8-58.8 µs; twice equal), while a single-threaded program's reads
+// took the QD1 phase's latency (a sqlite3 scan's 18 797 buffered reads
+// 65.6 µs each with the kernel's own work). The points of two threads and
+// more are kept.
 func syncCurve(p *formats.DeviceProfile) []formats.QueuePoint {
 	if len(p.Queue) == 0 || p.Queue[0].QD != 1 || p.SyncQueue[0].QD != 1 {
 		return p.SyncQueue
