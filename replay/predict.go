@@ -40,7 +40,16 @@ type Prediction struct {
 	DevicePath string
 	// Notes are caveats about the device (uncalibrated, old profile).
 	Notes []string
+	// FileRates scale each file's device time by the recording
+	// (simulate.FitFileRates); nil: the device's rates for every file.
+	// They describe the recorded files, so a replay under --root leaves
+	// them out.
+	FileRates *simulate.FileRates
 }
+
+// RecordedPaths reports whether the replay reads the recorded files at
+// their recorded paths (no --root).
+func (r *Replayer) RecordedPaths() bool { return r.opt.Root == "" }
 
 // FilePaths returns where the replay reads its files, on this machine.
 func (r *Replayer) FilePaths() []string {
@@ -98,6 +107,9 @@ func (r *Replayer) Predict(rep *Report, pred Prediction) error {
 		cfg.CacheBytes = max(2*total, 64<<20)
 	}
 	cfg.Env = r.policyEnv()
+	if r.RecordedPaths() {
+		cfg.FileRates = pred.FileRates
+	}
 	for _, f := range r.t.files {
 		cfg.BlockFiles = simulate.AddBlockFile(cfg.BlockFiles, &f.File)
 	}

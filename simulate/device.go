@@ -378,6 +378,7 @@ type deviceState struct {
 	busy    []span // channel busy spans, sorted, disjoint
 	floor   int64  // time before which the channel counts as busy (spans dropped)
 	idle    []IdleCost
+	rates   *FileRates // per-file scales of a request's time, or nil
 }
 
 // span is a busy interval [start, end) of the transfer channel.
@@ -406,20 +407,46 @@ func newDeviceState(d Device, pageSize int) *deviceState {
 
 // submit issues a read of n pages at time now and returns its completion
 // time.
-func (s *deviceState) submit(now int64, n uint64) int64 { return s.submitAt(now, n, s.qlat) }
+func (s *deviceState) submit(now int64, n uint64) int64 { return s.submitAt(now, n, s.qlat, 1, 1) }
 
 // submitSync is submit of a demand read, which a thread waits for: with
 // the synchronous curve's latencies.
-func (s *deviceState) submitSync(now int64, n uint64) int64 { return s.submitAt(now, n, s.slat) }
+func (s *deviceState) submitSync(now int64, n uint64) int64 { return s.submitAt(now, n, s.slat, 1, 1) }
 
-// submitAt is submit with latencies lat by depth (nil: the fixed one).
-func (s *deviceState) submitAt(now int64, n uint64, lat []int64) int64 {
+// submitFor is submit of pages of file, its transfer at the file's scale
+// (FileRates).
+func (s *deviceState) submitFor(now int64, n uint64, file uint32) int64 {
+	if s.rates == nil {
+		return s.submitAt(now, n, s.qlat, 1, 1)
+	}
+	return s.submitAt(now, n, s.qlat, 1, s.rates.TransferScale(file))
+}
+
+// submitSyncFor is submitSync of pages of file, its latency at the
+// FileRates' demand-read scale and its transfer at the file's.
+func (s *deviceState) submitSyncFor(now int64, n uint64, file uint32) int64 {
+	if s.rates == nil {
+		return s.submitAt(now, n, s.slat, 1, 1)
+	}
+	return s.submitAt(now, n, s.slat, s.rates.Latency, s.rates.TransferScale(file))
+}
+
+// submitAt is submit with latencies lat by depth (nil: the fixed one),
+// the request's latency scaled by fl and its transfer by fx.
+func (s *deviceState) submitAt(now int64, n uint64, lat []int64, fl, fx float64) int64 {
 	start := max(now, s.slots[s.head])
-	x := start + s.latencyAt(start, lat)
+	l := s.latencyAt(start, lat)
 	d := s.onePage
 	if n != 1 {
 		d = s.reqNS + int64(float64(n)*s.nsPerPg+0.5)
 	}
+	if fl != 1 {
+		l = int64(float64(l)*fl + 0.5)
+	}
+	if fx != 1 {
+		d = int64(float64(d)*fx + 0.5)
+	}
+	x := start + l
 	var done int64
 	if k := len(s.busy); k > 0 && x >= s.busy[k-1].start && x <= s.busy[k-1].end {
 		// In order, queued behind the last span: extend it.

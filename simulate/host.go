@@ -324,7 +324,7 @@ func (l *lane) land(t int64) {
 	for len(*adv) > 0 && (*adv)[0].at <= t {
 		p := adv.pop()
 		l.absentRuns(p.file, p.first, p.first+p.n, func(start, n uint64) {
-			done := l.dev.submit(p.at, n)
+			done := l.dev.submitFor(p.at, n, p.file)
 			l.st.PagesRead += n
 			l.st.Prefetched += n
 			for q := start; q < start+n; q++ {

@@ -100,11 +100,11 @@ func (l *lane) takeMeta(tid uint32, t, e, now int64, inside bool) (int64, bool) 
 				at += scale(m.t0-t, l.speed) // the operation's work before its first read
 				held = true
 			}
-			at = l.dev.submitSync(at, m.n)
+			at = l.dev.submitSyncFor(at, m.n, m.file)
 			lastT = m.lastT
 			l.st.MetaSyncRequests++
 		default:
-			l.dev.submit(m.at, m.n)
+			l.dev.submitFor(m.at, m.n, m.file)
 		}
 		l.st.MetaPagesRead += m.n
 		l.st.MetaRequests++
@@ -120,7 +120,7 @@ func (l *lane) takeMeta(tid uint32, t, e, now int64, inside bool) (int64, bool) 
 func (l *lane) finishMeta() {
 	l.flushMeta()
 	for _, m := range l.metaPend {
-		l.dev.submit(m.at, m.n)
+		l.dev.submitFor(m.at, m.n, m.file)
 		l.st.MetaPagesRead += m.n
 		l.st.MetaRequests++
 	}

@@ -320,7 +320,11 @@ func (l *lane) plain(s *Simulator, b *batch, from, to int) {
 			c.touch(idx)
 		} else {
 			st.Misses++
-			wait = dev.submitOne(now)
+			if dev.rates != nil {
+				wait = dev.submitSyncFor(now, 1, file)
+			} else {
+				wait = dev.submitOne(now)
+			}
 			if !fastLRU || page >= uint64(len(tab)) || c.replaceDirect(file, page, wait, flagReferenced) < 0 {
 				c.insertSlow(file, page, wait, flagReferenced)
 			}

@@ -13,7 +13,7 @@ var victimAhead uint64 = 6
 
 func (l *lane) plainRun(ts, pages []uint64, i int, ts0 uint64, th *thread, file uint32, tab []uint32) int {
 	c, dev := l.cache, l.dev
-	if c.model != LRU || c.onEvict != nil || len(c.entries) != c.capacity || !th.started || l.speed != 1 || th.op != 0 {
+	if c.model != LRU || c.onEvict != nil || len(c.entries) != c.capacity || !th.started || l.speed != 1 || th.op != 0 || dev.rates != nil {
 		return i
 	}
 	n := min(len(ts), len(pages))

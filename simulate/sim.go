@@ -72,6 +72,10 @@ type Config struct {
 	// rows are a filesystem's metadata reads, submitted to the device
 	// model (meta.go). nil: none.
 	BlockFiles map[uint32]bool
+	// FileRates scales each file's device time by how the recording's
+	// cold operations on it ran (FitFileRates); nil: the device's rates
+	// for every file. Reports carry it.
+	FileRates *FileRates
 }
 
 func (c *Config) pageSize() int {
@@ -199,6 +203,9 @@ type Report struct {
 	// summed over the threads.
 	Untraced   bool   `json:"untraced,omitempty"`
 	UntracedNS uint64 `json:"untraced_ns,omitempty"`
+	// FileRates are the per-file scales of the device's time
+	// (Config.FileRates), or nil.
+	FileRates *FileRates `json:"file_rates,omitempty"`
 	// PredictedCalibrated is true when the device model was measured
 	// (Config.Calibrated).
 	PredictedCalibrated bool `json:"predicted_calibrated"`
@@ -408,11 +415,15 @@ func (s *Simulator) Report() *Report {
 		PageSize:            s.cfg.pageSize(),
 		Threads:             len(s.lanes[0].threads.th),
 		PredictedCalibrated: s.cfg.Calibrated,
+		FileRates:           s.cfg.FileRates,
 		ReadaheadParams:     s.cfg.ReadaheadParams,
 	}
 	r.ThinkTime, r.Notes = s.thinkTime()
 	if n := s.cfg.Device.queueNote(s.cfg.Calibrated); n != "" {
 		r.Notes = append(r.Notes, n)
+	}
+	if s.cfg.FileRates != nil {
+		r.Notes = append(r.Notes, s.cfg.FileRates.Note())
 	}
 	if n := s.hostNote(); n != "" {
 		r.Notes = append(r.Notes, n)
@@ -551,6 +562,7 @@ func (s *Simulator) newLane(name, spec string) (*lane, error) {
 	env.PageSize = s.cfg.pageSize()
 	l.cache = newPageCache(s.cfg.CacheModel, s.cfg.CapacityPages(), env.FilePages)
 	l.dev = newDeviceState(s.cfg.Device, s.cfg.pageSize())
+	l.dev.rates = s.cfg.FileRates
 	env.Resident = func(file uint32, page uint64) bool {
 		return page <= maxPage && file <= maxFile && l.cache.lookup(file, page) >= 0
 	}
@@ -994,10 +1006,10 @@ func (l *lane) read(file uint32, first, n uint64) {
 	}
 	var done int64
 	if dlo < dhi {
-		done = l.dev.submitSync(l.now, n)
+		done = l.dev.submitSyncFor(l.now, n, file)
 		l.demandWait = done + l.missNS
 	} else {
-		done = l.dev.submit(l.now, n)
+		done = l.dev.submitFor(l.now, n, file)
 	}
 	l.st.PagesRead += n
 	l.st.Requests++

@@ -32,15 +32,75 @@ const profileMaxAge = 90 * 24 * time.Hour
 // deviceFlags choose the device model of a prediction (simulate, and
 // replay's predicted column).
 type deviceFlags struct {
-	profile string
-	preset  string
-	measure bool
+	profile   string
+	preset    string
+	measure   bool
+	fileRates string
+}
+
+// File rates modes (--file-rates).
+const (
+	fileRatesAuto     = "auto"
+	fileRatesRecorded = "recorded"
+	fileRatesProfile  = "profile"
+)
+
+const fileRatesUsage = "device time per file: recorded (scale each file's by how its cold reads and faults ran in the recording against the device profile), profile (the profile's rates for every file), or auto (recorded when the device is a measured profile and the bundle was recorded on this host and kernel)"
+
+// checkFileRates checks the --file-rates value.
+func (d *deviceFlags) checkFileRates() error {
+	switch d.fileRates {
+	case fileRatesAuto, fileRatesRecorded, fileRatesProfile:
+	default:
+		return usageError{fmt.Errorf("flag --file-rates: %q: use auto, recorded or profile", d.fileRates)}
+	}
+	if d.fileRates == fileRatesRecorded && d.preset != "" {
+		return usageError{errors.New("flags --file-rates recorded and --device: the file rates scale a measured profile of this machine; use --device-profile or this machine's cached profile")}
+	}
+	return nil
 }
 
 func (d *deviceFlags) register(fs *flag.FlagSet, what string) {
 	fs.StringVar(&d.profile, "device-profile", "", "device profile `FILE` measured by 'predictio bench device' for "+what)
 	fs.StringVar(&d.preset, "device", "", "device preset for "+what+" ("+strings.Join(simulate.PresetNames(), ", ")+"), instead of this machine's device; default: the cached profile of the device holding the files")
 	fs.BoolVar(&d.measure, "measure-device", false, "when this machine's device has no cached profile, measure one now ('bench device' on "+defaultScratch+", about 30 s) and cache it")
+	fs.StringVar(&d.fileRates, "file-rates", fileRatesAuto, fileRatesUsage)
+}
+
+// orDash returns s, or "-" when it is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// fileRates fits the file rates of bundle b for device choice ch, as f's
+// --file-rates says (FitFileRates); nil and a note where they are not
+// used.
+func fileRates(f deviceFlags, ch deviceChoice, b *formats.Bundle, pageSize int) (*simulate.FileRates, string, error) {
+	switch {
+	case f.fileRates == fileRatesProfile:
+		return nil, "", nil
+	case !ch.calibrated:
+		if f.fileRates == fileRatesRecorded {
+			return nil, "", usageError{errors.New("flag --file-rates recorded: the device is not a measured profile; measure one with 'predictio bench device' or add --measure-device")}
+		}
+		return nil, "", nil
+	case f.fileRates == fileRatesAuto:
+		here := formats.HostInfo()
+		if h := b.Manifest().Host; h.Hostname != here.Hostname || h.KernelRelease != here.KernelRelease {
+			return nil, fmt.Sprintf("file rates: the profile's for every file (the bundle was recorded on %s, kernel %s, not on this host; --file-rates recorded scales them by the recording anyway)", orDash(h.Hostname), orDash(h.KernelRelease)), nil
+		}
+	}
+	r, err := simulate.FitFileRates(b, ch.device, pageSize)
+	if err != nil {
+		return nil, "", err
+	}
+	if r == nil && f.fileRates == fileRatesRecorded {
+		return nil, "file rates: the profile's for every file (the bundle has no cold read or fault with a service time to scale them by)", nil
+	}
+	return r, "", nil
 }
 
 // deviceChoice is the device model of a prediction and where it came from.
@@ -192,10 +252,28 @@ func loadDeviceProfile(path string) (*formats.DeviceProfile, error) {
 
 // predictReplay fills replay's predicted column with this machine's device
 // (or the one the flags name).
-func predictReplay(r *replay.Replayer, rep *replay.Report, f deviceFlags) error {
+func predictReplay(r *replay.Replayer, rep *replay.Report, f deviceFlags, bundle string) error {
 	ch, err := chooseDevice(f, r.FilePaths(), os.Stderr)
 	if err != nil {
 		return err
 	}
-	return r.Predict(rep, replay.Prediction{Device: ch.device, Calibrated: ch.calibrated, DevicePath: ch.path, Notes: ch.notes})
+	pred := replay.Prediction{Device: ch.device, Calibrated: ch.calibrated, DevicePath: ch.path, Notes: ch.notes}
+	if r.RecordedPaths() {
+		b, err := formats.Open(bundle)
+		if err != nil {
+			return err
+		}
+		rates, note, err := fileRates(f, ch, b, b.Manifest().Host.PageSize)
+		b.Close()
+		if err != nil {
+			return err
+		}
+		pred.FileRates = rates
+		if note != "" {
+			pred.Notes = append(pred.Notes, note)
+		}
+	} else if f.fileRates == fileRatesRecorded {
+		pred.Notes = append(pred.Notes, "file rates: the profile's for every file (the replay reads other files than the recording, --root)")
+	}
+	return r.Predict(rep, pred)
 }

@@ -39,18 +39,19 @@ func runReplay(c *command, args []string) int {
 	}
 	fs := newFlagSet(c, "replay")
 	var (
-		opt       replay.Options
-		runs      string
-		policy    string
-		cache     string
-		model     string
-		jsonOut   bool
-		plotFile  string
-		profile   string
-		device    string
-		noPredict bool
-		measure   bool
-		progress  string
+		opt           replay.Options
+		runs          string
+		policy        string
+		cache         string
+		model         string
+		jsonOut       bool
+		plotFile      string
+		profile       string
+		device        string
+		noPredict     bool
+		measure       bool
+		fileRatesFlag string
+		progress      string
 	)
 	fs.StringVar(&opt.Root, "root", "", "replay the files under `DIR` (as written by 'replay materialize') instead of at their recorded paths")
 	fs.BoolVar(&opt.AllowChanged, "allow-changed", false, "replay files whose size or mtime differ from the recording (they must still be long enough)")
@@ -77,6 +78,7 @@ func runReplay(c *command, args []string) int {
 	fs.StringVar(&profile, "device-profile", "", "device profile `FILE` ('predictio bench device') for the predicted speedup")
 	fs.StringVar(&device, "device", "", "device preset for the predicted speedup ("+strings.Join(simulate.PresetNames(), ", ")+"); default: the cached profile of this machine's device holding the files")
 	fs.BoolVar(&measure, "measure-device", false, "when that device has no cached profile, measure one now ('bench device', about 30 s) and cache it")
+	fs.StringVar(&fileRatesFlag, "file-rates", fileRatesAuto, "for the predicted speedup: "+fileRatesUsage)
 	fs.BoolVar(&noPredict, "no-predict", false, "do not compute simulate's predicted speedup")
 	fs.StringVar(&progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
 	limit(fs, "speed", 0.001, 1e6)
@@ -138,6 +140,10 @@ func runReplay(c *command, args []string) int {
 			return fail(2, fmt.Errorf("replay: flag --device: %w", err))
 		}
 	}
+	devFlags := deviceFlags{profile: profile, preset: device, measure: measure, fileRates: fileRatesFlag}
+	if err := devFlags.checkFileRates(); err != nil {
+		return fail(2, fmt.Errorf("replay: %w", err))
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -150,7 +156,7 @@ func runReplay(c *command, args []string) int {
 		return fail(1, err)
 	}
 	if !noPredict {
-		if err := predictReplay(r, rep, deviceFlags{profile: profile, preset: device, measure: measure}); err != nil {
+		if err := predictReplay(r, rep, devFlags, bundle); err != nil {
 			fmt.Fprintf(os.Stderr, "predictio: warning: %v\n", err)
 		}
 	}

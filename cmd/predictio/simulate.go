@@ -100,6 +100,9 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 			return usageErr(fmt.Errorf("flag --device: %w", err))
 		}
 	}
+	if err := dev.checkFileRates(); err != nil {
+		return usageErr(err)
+	}
 	var sizes []int64
 	if *sweep != "" {
 		if sizes, err = simulate.ParseSweep(*sweep); err != nil {
@@ -153,6 +156,18 @@ func runSimulate(c *command, args []string, stdout, stderr io.Writer) int {
 		return failErr(err)
 	}
 	cfg.Device, cfg.Calibrated = choice.device, choice.calibrated
+	rates, note, err := fileRates(dev, choice, in.Bundle, in.PageSize)
+	if err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			return usageErr(err)
+		}
+		return failErr(err)
+	}
+	cfg.FileRates = rates
+	if note != "" {
+		choice.notes = append(choice.notes, note)
+	}
 	if cfg.Device.Host != nil {
 		cfg.Dirs = in.Dirs() // the host model's path lookups
 		cfg.PerKind = true   // modelled times per kind, to set beside replay's

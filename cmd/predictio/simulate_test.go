@@ -238,6 +238,8 @@ func TestSimulateCLI(t *testing.T) {
 			{[]string{filepath.Join(t.TempDir(), "missing")}, 1, "missing"},
 			{[]string{"--model", filepath.Join(t.TempDir(), "none.model"), bt}, 1, "none.model"},
 			{[]string{"--device-profile", filepath.Join(t.TempDir(), "dev.json"), bt}, 1, "dev.json"},
+			{[]string{"--file-rates", "fast", bt}, 2, "--file-rates"},
+			{[]string{"--file-rates", "recorded", "--device", "nvme", bt}, 2, "--file-rates recorded and --device"},
 		} {
 			_, errOut, code := simCLI(t, tc.args...)
 			if code != tc.code || !strings.Contains(errOut, tc.want) {
@@ -262,6 +264,21 @@ func TestSimulateCLI(t *testing.T) {
 		out, errOut, code := simCLI(t, "--device-profile", p, bt)
 		if code != 0 || !strings.Contains(out, "device vda") {
 			t.Errorf("code %d\n%s%s", code, out, errOut)
+		}
+		// File rates: a synthetic bundle was not recorded here, and has
+		// no cold operation to fit them on.
+		for _, tc := range []struct{ mode, want string }{
+			{"auto", "the bundle was recorded on synth"},
+			{"recorded", "no cold read or fault"},
+		} {
+			var rep struct {
+				Notes     []string        `json:"notes"`
+				FileRates json.RawMessage `json:"file_rates"`
+			}
+			simJSON(t, &rep, "--device-profile", p, "--file-rates", tc.mode, bt)
+			if rep.FileRates != nil || !strings.Contains(strings.Join(rep.Notes, "; "), tc.want) {
+				t.Errorf("--file-rates %s: file_rates %s, notes %q; want none, and a note naming %q", tc.mode, rep.FileRates, rep.Notes, tc.want)
+			}
 		}
 		os.WriteFile(p, []byte(`{"version":1,"read_latency_ns":0}`), 0o644)
 		_, errOut, code = simCLI(t, "--device-profile", p, bt)
