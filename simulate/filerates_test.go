@@ -179,3 +179,39 @@ func TestFileRatesNone(t *testing.T) {
 		t.Fatalf("FitFileRates = %v, %v; want nil, nil", r, err)
 	}
 }
+
+// FuzzFitRates: any operations and insertions fit scales within their
+// bounds, or none, without a panic.
+func FuzzFitRates(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23})
+	f.Add(make([]byte, 96))
+	d := Device{Name: "t", LatencyNS: 50_000, BytesPerSec: 1e9, QueueDepth: 4, Idle: []IdleCost{{GapNS: 1000, ExtraNS: 0}, {GapNS: 1e6, ExtraNS: 50_000}}}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var ops []fitOp
+		var adds []fitAdd
+		for len(b) >= 12 {
+			ts := int64(b[0])<<16 | int64(b[1])<<8 | int64(b[2])
+			span := int64(b[3])<<12 | int64(b[4])
+			tid, file := uint32(b[5]&3), uint32(b[6]&7)
+			if b[7]&1 == 0 {
+				ops = append(ops, fitOp{ts: ts, end: ts + span, tid: tid, file: file})
+			} else {
+				adds = append(adds, fitAdd{ts: ts, tid: tid, file: file, pages: uint32(b[8])<<8 | uint32(b[9])})
+			}
+			b = b[12:]
+		}
+		r := fitRates(ops, adds, d, 4096)
+		if r == nil {
+			return
+		}
+		in := func(x float64) bool { return x >= minRateScale && x <= maxRateScale }
+		if !in(r.Latency) || !in(r.Transfer) || r.Files > 0 && (!in(r.Min) || !in(r.Max)) {
+			t.Fatalf("scales out of bounds: %+v", r)
+		}
+		for f := range uint32(8) {
+			if !in(r.TransferScale(f)) {
+				t.Fatalf("file %d's scale %v out of bounds", f, r.TransferScale(f))
+			}
+		}
+	})
+}
