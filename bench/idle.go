@@ -8,10 +8,10 @@ import (
 	"runtime"
 	"slices"
 	"time"
-	"unsafe"
 
 	"github.com/predictio/predictio/engine"
 	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/internal/rawsys"
 	"golang.org/x/sys/unix"
 )
 
@@ -106,27 +106,19 @@ func idleSummary(pts []formats.IdlePoint) string {
 }
 
 // rawSleep and rawPread are nanosleep(2) and pread(2) without telling the
-// Go scheduler (RawSyscall): a blocking system call wakes the runtime's
-// monitor thread, which then polls every 20 µs and keeps the CPU from
-// idling as a C program's would. Measured 2026-12-06: with the runtime's
-// wrappers a read after 1 ms of quiet took 50-62 µs, as a Python loop's
-// took 77-103 µs; without them ... (docs/device-profile.md).
-func rawSleep(d time.Duration) {
-	ts := unix.NsecToTimespec(d.Nanoseconds())
-	for {
-		_, _, e := unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), uintptr(unsafe.Pointer(&ts)), 0)
-		if e != unix.EINTR {
-			return
-		}
-	}
-}
+// Go scheduler (internal/rawsys): a blocking system call wakes the
+// runtime's monitor thread, which then polls every 20 µs and keeps the CPU
+// from idling as a C program's would. Measured 2026-12-06: with the
+// runtime's wrappers a read after 1 ms of quiet took 50-62 µs, as a Python
+// loop's took 77-103 µs; without them ... (docs/device-profile.md).
+func rawSleep(d time.Duration) { rawsys.Sleep(d) }
 
 func rawPread(fd int, b []byte, off int64) error {
-	n, _, e := unix.RawSyscall6(unix.SYS_PREAD64, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(off), 0, 0)
+	n, err := rawsys.Pread(fd, b, off)
 	switch {
-	case e != 0:
-		return e
-	case int(n) != len(b):
+	case err != nil:
+		return err
+	case n != len(b):
 		return fmt.Errorf("short read: %d of %d bytes", n, len(b))
 	}
 	return nil

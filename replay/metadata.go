@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/internal/rawsys"
 )
 
 // Metadata counts a run's metadata operations: the opens, stats and
@@ -105,7 +106,7 @@ func (w *worker) metadata(o *op, files []*openFile) {
 	switch o.kind {
 	case formats.KindOpen:
 		var fd int
-		fd, err = unix.Openat(dir, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		fd, err = w.paths.Openat(dir, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		if err == nil {
 			w.pending, w.pendingFile = fd+1, o.file
 			w.lastOpen = o.file + 1
@@ -116,9 +117,9 @@ func (w *worker) metadata(o *op, files []*openFile) {
 		// AT_EMPTY_PATH)): no path walk.
 		var st unix.Stat_t
 		if fd := w.fdOf(o.file, files); fd >= 0 && lastOpen == o.file+1 {
-			err = unix.Fstat(fd, &st)
+			err = rawsys.Fstat(fd, &st)
 		} else {
-			err = unix.Fstatat(dir, name, &st, 0)
+			err = w.paths.Fstatat(dir, name, &st, 0)
 		}
 	case formats.KindReaddir:
 		var n int
@@ -167,7 +168,7 @@ func (w *worker) settle(files []*openFile) {
 				return
 			}
 		}
-		unix.Close(fd)
+		rawsys.Close(fd)
 		return
 	}
 	w.keep(idx, fd)
@@ -180,14 +181,14 @@ func (w *worker) keep(idx uint32, fd int) {
 		w.fds = make(map[uint32]int, metaFDs)
 	}
 	if old, ok := w.fds[idx]; ok {
-		unix.Close(old)
+		rawsys.Close(old)
 	} else {
 		w.fdOrder = append(w.fdOrder, idx)
 	}
 	w.fds[idx] = fd
 	for len(w.fdOrder) > metaFDs {
 		if old, ok := w.fds[w.fdOrder[0]]; ok {
-			unix.Close(old)
+			rawsys.Close(old)
 			delete(w.fds, w.fdOrder[0])
 		}
 		w.fdOrder = w.fdOrder[1:]
@@ -198,7 +199,7 @@ func (w *worker) keep(idx uint32, fd int) {
 func (w *worker) closeFDs(files []*openFile) {
 	w.settle(files)
 	for _, fd := range w.fds {
-		unix.Close(fd)
+		rawsys.Close(fd)
 	}
 	w.fds, w.fdOrder = nil, nil
 }
@@ -211,7 +212,7 @@ func (w *worker) readdir(idx uint32, dir int, name string) (int, error) {
 	fd, ok := w.fds[idx]
 	if !ok {
 		var err error
-		if fd, err = unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		if fd, err = w.paths.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 			return 0, err
 		}
 		w.keep(idx, fd)
@@ -219,7 +220,7 @@ func (w *worker) readdir(idx uint32, dir int, name string) (int, error) {
 	if cap(w.buf) < 32<<10 {
 		w.buf = alignedBuffer(32 << 10)
 	}
-	return unix.Getdents(fd, w.buf[:32<<10])
+	return rawsys.Getdents(fd, w.buf[:32<<10])
 }
 
 // coldMetadata drops dentries and inodes (drop_caches 2: the whole

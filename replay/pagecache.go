@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/internal/rawsys"
 )
 
 // ErrNotCold means a cold run could not start because the bundle's files
@@ -52,7 +53,7 @@ func (d *pageCacheDemand) demand(w *worker, o *op) error {
 	} else {
 		buf := w.buffer(int(n))
 		for done := 0; done < len(buf); {
-			m, err := unix.Pread(f.fd, buf[done:], int64(off)+int64(done))
+			m, err := rawsys.Pread(f.fd, buf[done:], int64(off)+int64(done))
 			if err == unix.EINTR {
 				continue
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/predictio/predictio/backend"
 	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/internal/rawsys"
 	"github.com/predictio/predictio/policies"
 )
 
@@ -42,6 +43,9 @@ type worker struct {
 	warn        string
 
 	slots, waitOn []waitSlot // direct backend scratch
+	// paths makes the replayed calls that take a path: raw system calls,
+	// as the program made them (internal/rawsys).
+	paths rawsys.Paths
 }
 
 // buffer returns a scratch buffer of n bytes, page aligned.
