@@ -55,6 +55,20 @@ func Pread(fd int, b []byte, off int64) (int, error) {
 	}
 }
 
+// Read is read(2).
+func Read(fd int, b []byte) (int, error) {
+	var p unsafe.Pointer
+	if len(b) > 0 {
+		p = unsafe.Pointer(&b[0])
+	}
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(p), uintptr(len(b)))
+		if e != unix.EINTR {
+			return int(n), errnoErr(e)
+		}
+	}
+}
+
 // Getdents is getdents64(2) into buf.
 func Getdents(fd int, buf []byte) (int, error) {
 	var p unsafe.Pointer

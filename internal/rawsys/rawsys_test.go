@@ -2,8 +2,11 @@ package rawsys
 
 import (
 	"errors"
+	"flag"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -31,6 +34,9 @@ func TestCalls(t *testing.T) {
 	buf := make([]byte, 64)
 	if n, err := Pread(fd, buf, 7); err != nil || string(buf[:n]) != "raw world" {
 		t.Errorf("Pread = %q, %v; want \"raw world\"", buf[:n], err)
+	}
+	if n, err := Read(fd, buf[:5]); err != nil || string(buf[:n]) != "hello" {
+		t.Errorf("Read = %q, %v; want \"hello\" (from the file offset, which Pread leaves)", buf[:n], err)
 	}
 	var a, b unix.Stat_t
 	if err := Fstat(fd, &a); err != nil {
@@ -60,5 +66,66 @@ func TestCalls(t *testing.T) {
 	var st unix.Stat_t
 	if n := testing.AllocsPerRun(100, func() { p.Fstatat(dfd, "f", &st, 0) }); n != 0 {
 		t.Errorf("Fstatat allocates %v times a call, want 0", n)
+	}
+}
+
+var walkList = flag.String("rawsys.files", "", "BenchmarkColdWalk: a file listing the paths to walk, one a line")
+
+// BenchmarkColdWalk opens, reads to the end in 96 KiB reads and closes
+// each file of -rawsys.files, cold (drop_caches before each iteration,
+// root), through the runtime's wrappers or raw: what a replay of grep -r
+// pays on each file (scripts/rawsys-ab.sh runs it beside a C loop).
+func BenchmarkColdWalk(b *testing.B) {
+	if *walkList == "" {
+		b.Skip("no -rawsys.files")
+	}
+	data, err := os.ReadFile(*walkList)
+	if err != nil {
+		b.Fatal(err)
+	}
+	paths := strings.Fields(string(data))
+	buf := make([]byte, 96<<10)
+	for _, mode := range []string{"wrappers", "raw"} {
+		b.Run(mode, func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var p Paths
+			for range b.N {
+				b.StopTimer()
+				unix.Sync()
+				if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0); err != nil {
+					b.Skipf("drop caches: %v (needs root)", err)
+				}
+				b.StartTimer()
+				for _, path := range paths {
+					var fd int
+					var err error
+					if mode == "raw" {
+						fd, err = p.Openat(unix.AT_FDCWD, path, unix.O_RDONLY, 0)
+					} else {
+						fd, err = unix.Open(path, unix.O_RDONLY, 0)
+					}
+					if err != nil {
+						continue
+					}
+					for {
+						var n int
+						if mode == "raw" {
+							n, err = Read(fd, buf)
+						} else {
+							n, err = unix.Read(fd, buf)
+						}
+						if n <= 0 || err != nil {
+							break
+						}
+					}
+					if mode == "raw" {
+						Close(fd)
+					} else {
+						unix.Close(fd)
+					}
+				}
+			}
+		})
 	}
 }
