@@ -18,6 +18,7 @@ import (
 	"github.com/predictio/predictio/backend"
 	"github.com/predictio/predictio/engine"
 	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/internal/rawsys"
 	"github.com/predictio/predictio/policies"
 )
 
@@ -582,7 +583,7 @@ func measureColdRead(path string, size int64, n int) (buffered, direct uint64, e
 		for j, fd := range []int{int(f.Fd()), int(d.Fd())} {
 			p := perm[2*i+j]
 			t0 := time.Now()
-			if n, err := unix.Pread(fd, buf, int64(p)*int64(ps)); err != nil || n < ps {
+			if n, err := rawsys.Pread(fd, buf, int64(p)*int64(ps)); err != nil || n < ps {
 				return 0, 0, fmt.Errorf("read %s page %d: %d bytes, %v", path, p, n, err)
 			}
 			if j == 0 {
@@ -645,7 +646,7 @@ func measureColdRate(path string, size int64) (float64, error) {
 		for j, n := range []int{big, ps} {
 			off := int64(perm[2*i+j]) * big
 			t0 := time.Now()
-			if got, err := unix.Pread(int(f.Fd()), buf[:n], off); err != nil || got < n {
+			if got, err := rawsys.Pread(int(f.Fd()), buf[:n], off); err != nil || got < n {
 				return 0, fmt.Errorf("read %d bytes of %s at %d: %d bytes, %v", n, path, off, got, err)
 			}
 			if j == 0 {
@@ -663,7 +664,8 @@ func measureColdRate(path string, size int64) (float64, error) {
 }
 
 // medianRead returns the median ns per pread of len(buf) bytes at random
-// offsets of offs over 50 batches of 200.
+// offsets of offs over 50 batches of 200. The preads are raw system calls
+// (internal/rawsys), as replay and a C program make them.
 func medianRead(fd int, buf []byte, offs []int64) (uint64, error) {
 	const batches, reads = 50, 200
 	per := make([]uint64, batches)
@@ -674,7 +676,7 @@ func medianRead(fd int, buf []byte, offs []int64) (uint64, error) {
 		}
 		t0 := time.Now()
 		for _, off := range at {
-			n, err := unix.Pread(fd, buf, off)
+			n, err := rawsys.Pread(fd, buf, off)
 			if err != nil || n < len(buf) {
 				return 0, fmt.Errorf("read cached pages at %d: %d bytes, %v", off, n, err)
 			}
