@@ -215,3 +215,48 @@ func FuzzFitRates(f *testing.F) {
 		}
 	})
 }
+
+// TestFileRatesConcurrent: a recording whose threads' cold reads overlap
+// (all but one pair here) fits no scales: the few that ran alone are no
+// sample of the device.
+func TestFileRatesConcurrent(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "b")
+	w, err := formats.Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Manifest().Timing.ServiceTimes = true
+	w.AddFile(formats.File{ID: 1, Dev: 0xfc00000, Ino: 11, Path: "/f", Size: 4096 * 4096, Mode: 0o100644})
+	ts, op := uint64(1e9), uint64(0)
+	for i := range 40 {
+		for tid := uint32(1); tid <= 2; tid++ {
+			op++
+			start := ts + uint64(tid)*10_000 // the two threads' reads overlap
+			if i == 39 && tid == 2 {
+				start += 1_000_000 // but the last one
+			}
+			page := uint64(i*2) + uint64(tid)
+			for _, a := range []formats.Access{
+				{TS: start + 1000, PID: 1, TID: tid, FileID: 1, FirstPage: page, NPages: 1, Kind: formats.KindCacheAdd},
+				{TS: start, EndNS: start + 60_000, Op: op, Ret: 4096, PID: 1, TID: tid, FileID: 1, FirstPage: page, NPages: 1, Kind: formats.KindRead},
+			} {
+				if err := w.Append(&a); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		ts += 100_000
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := formats.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	d := Device{Name: "t", LatencyNS: 50_000, BytesPerSec: 1e9, QueueDepth: 32}
+	if r, err := FitFileRates(b, d, 4096); err != nil || r != nil {
+		t.Errorf("FitFileRates of overlapping reads = %+v, %v; want nil, nil", r, err)
+	}
+}

@@ -97,8 +97,8 @@ func fileRates(f deviceFlags, ch deviceChoice, b *formats.Bundle, pageSize int) 
 	if err != nil {
 		return nil, "", err
 	}
-	if r == nil && f.fileRates == fileRatesRecorded {
-		return nil, "file rates: the profile's for every file (the bundle has no cold read or fault with a service time to scale them by)", nil
+	if r == nil {
+		return nil, "file rates: the profile's for every file (the bundle has no cold read or fault with a service time that ran alone, or fewer than half of them did: its threads read concurrently)", nil
 	}
 	return r, "", nil
 }
