@@ -28,8 +28,9 @@ type FileRates struct {
 	// own: the recorded service of the bundle's fitted operations of more
 	// than 2 pages, less their scaled latency, over the model's transfer.
 	Transfer float64 `json:"transfer"`
-	// Ops and Files count the fitted operations and their files; Min and
-	// Max are the extreme per-file transfer scales.
+	// Ops counts the fitted operations, and Files the files with
+	// operations of more than 2 pages (a transfer scale of their own);
+	// Min and Max are the extreme per-file transfer scales.
 	Ops   int     `json:"ops"`
 	Files int     `json:"files"`
 	Min   float64 `json:"min"`
@@ -60,7 +61,7 @@ const (
 	minSmallOps  = 8
 	ratePriorOps = 2
 	ratePriorNS  = 250_000
-	maxFitOps    = 1 << 18 // reads and faults held (8 MiB)
+	maxFitOps    = 1 << 18 // reads and faults held (10 MiB)
 	maxFitAdds   = 1 << 20 // page-cache insertions held (24 MiB)
 )
 
@@ -96,7 +97,7 @@ type fitAdd struct {
 // transfer, pooled with two operations (and at least 250 µs of transfer)
 // at the bundle's scale. Scales are
 // bounded to [0.25, 8]. It holds at most 256 Ki reads and faults and 1 Mi
-// insertions (32 MiB) and fits on the rows before the bound
+// insertions (34 MiB) and fits on the rows before the bound
 // (FileRates.Rows). It returns nil when the bundle has no such operation,
 // or when fewer than half of its cold operations ran alone (a program
 // whose threads read concurrently: their service times measure the
