@@ -72,11 +72,14 @@ func (d *pageCacheDemand) demand(w *worker, o *op) error {
 // mapRow replays a map row, n bytes from its first page: its pages were
 // cached and up to date when the program's fault mapped them around the
 // faulting page (the kernel maps no other), so the program touched them
-// later for free. Replay touches only those it finds uncached (one
-// mincore for the row), lest it fault, map and wait for reads in flight
-// where the program did not. A run with the effect observer touches them
-// all: the observer classifies a prefetched page at its first demand
-// lookup, and a page never looked up would count as wasted.
+// later for free and never waited for them. Replay looks for the ones its
+// run has not cached (one mincore for the row) and has the kernel read
+// them (FADV_WILLNEED of each run), without waiting: the program's kernel
+// had read them ahead. Touching them made a python3 launch's replay wait
+// 2.2 ms for 39 such pages (56 µs each) in 213 map rows that the program
+// spent 0.4 ms in. A run with the effect observer touches them all
+// (demand): the observer classifies a prefetched page at its first
+// demand lookup, and a page never looked up would count as wasted.
 func (d *pageCacheDemand) mapRow(w *worker, f *openFile, o *op, n uint64) error {
 	ps := uint64(d.ps)
 	mem, first, err := f.mapped(o, o.page, d.ps)
@@ -96,10 +99,22 @@ func (d *pageCacheDemand) mapRow(w *worker, f *openFile, o *op, n uint64) error 
 	if mincore(mem[start:end], vec) != nil {
 		clear(vec)
 	}
-	for i := range vec {
-		if vec[i]&1 == 0 {
-			w.sink += mem[start+uint64(i)*ps]
+	for i := 0; i < len(vec); {
+		if vec[i]&1 != 0 {
+			i++
+			continue
 		}
+		j := i + 1
+		for j < len(vec) && vec[j]&1 == 0 {
+			j++
+		}
+		off := int64(first*ps + start + uint64(i)*ps)
+		if err := unix.Fadvise(f.fd, off, int64(j-i)*int64(ps), unix.FADV_WILLNEED); err != nil {
+			for k := i; k < j; k++ { // no fadvise here: read them as before
+				w.sink += mem[start+uint64(k)*ps]
+			}
+		}
+		i = j
 	}
 	// Pages past this mapping (a row longer than the recorded range) go
 	// through the file's other mappings.
