@@ -21,8 +21,9 @@ import (
 // keeps the profile's latency at its depth (docs/simulate.md, "File
 // rates").
 type FileRates struct {
-	// Latency scales a demand read's latency: the recorded service of
-	// the fitted operations of at most 2 pages over the model's.
+	// Latency scales a demand read's latency: what the fitted operations
+	// of at most 2 pages took beyond the model's transfer, over the
+	// model's latency.
 	Latency float64 `json:"latency"`
 	// Transfer scales the transfer of a file without operations of its
 	// own: the recorded service of the bundle's fitted operations of more
@@ -90,9 +91,9 @@ type fitAdd struct {
 // device's alone; a retried fault counts once. The model's service of
 // each is one request of those pages on an idle device: the latency at
 // queue depth 1 after the idle gap before it, with the host's
-// buffered-read cost, then the transfer. The latency scale is the
-// recorded service of the operations of at most 2 pages over the
-// model's (1 with fewer than 8 of them); a file's transfer scale is what
+// buffered-read cost, then the transfer. The latency scale is what the
+// operations of at most 2 pages took beyond the model's transfer, over the
+// model's latency (1 with fewer than 8 of them); a file's transfer scale is what
 // its larger operations took beyond their scaled latency over the model's
 // transfer, pooled with two operations (and at least 250 µs of transfer)
 // at the bundle's scale. Scales are
@@ -150,24 +151,40 @@ func fitRates(ops []fitOp, adds []fitAdd, d Device, pageSize int) *FileRates {
 		return nil
 	}
 	m := newRateModel(d, pageSize)
-	// The latency, from the operations whose service is mostly latency.
-	var rec, model float64
+	r := &FileRates{Latency: fitLatency(alone, m), Ops: len(alone), byFile: map[uint32]float64{}}
+	r.fitTransfer(alone, m)
+	return r
+}
+
+// boundScale bounds a fitted scale to [minRateScale, maxRateScale].
+func boundScale(x float64) float64 { return min(max(x, minRateScale), maxRateScale) }
+
+// fitLatency returns the latency scale: what the operations of at most
+// smallOpPages pages, whose service is mostly latency, took beyond the
+// model's transfer, over the model's latency; 1 with fewer than
+// minSmallOps of them.
+func fitLatency(alone []fitOp, m rateModel) float64 {
+	var rest, lat float64
 	small := 0
 	for _, o := range alone {
 		if o.pages <= smallOpPages {
-			lat, xfer := m.parts(o)
-			rec += float64(o.end - o.ts)
-			model += float64(lat + xfer)
+			l, x := m.parts(o)
+			rest += float64(o.end-o.ts) - float64(x)
+			lat += float64(l)
 			small++
 		}
 	}
-	bound := func(x float64) float64 { return min(max(x, minRateScale), maxRateScale) }
-	r := &FileRates{Latency: 1, Transfer: 1, Ops: len(alone), byFile: map[uint32]float64{}}
-	if small >= minSmallOps && model > 0 {
-		r.Latency = bound(rec / model)
+	if small < minSmallOps || lat <= 0 {
+		return 1
 	}
-	// The transfer: what the larger operations took beyond their scaled
-	// latency, by file and for the bundle.
+	return boundScale(rest / lat)
+}
+
+// fitTransfer sets r's transfer scales, given its latency scale: what the
+// larger operations took beyond their scaled latency over the model's
+// transfer, for the bundle (Transfer) and by file, each file's pooled
+// with the bundle's.
+func (r *FileRates) fitTransfer(alone []fitOp, m rateModel) {
 	type sums struct{ rest, xfer float64 }
 	per := map[uint32]*sums{}
 	var all sums
@@ -176,36 +193,35 @@ func fitRates(ops []fitOp, adds []fitAdd, d Device, pageSize int) *FileRates {
 		if o.pages <= smallOpPages {
 			continue
 		}
-		lat, xfer := m.parts(o)
+		l, x := m.parts(o)
 		p := per[o.file]
 		if p == nil {
 			p = &sums{}
 			per[o.file] = p
 		}
-		rest := float64(o.end-o.ts) - r.Latency*float64(lat)
+		rest := float64(o.end-o.ts) - r.Latency*float64(l)
 		p.rest += rest
-		p.xfer += float64(xfer)
+		p.xfer += float64(x)
 		all.rest += rest
-		all.xfer += float64(xfer)
+		all.xfer += float64(x)
 		large++
 	}
 	r.Files = len(per)
-	r.Min, r.Max = r.Transfer, r.Transfer
+	r.Transfer, r.Min, r.Max = 1, 1, 1
 	if large == 0 || all.xfer <= 0 {
-		return r
+		return
 	}
-	r.Transfer = bound(all.rest / all.xfer)
+	r.Transfer = boundScale(all.rest / all.xfer)
 	// The pseudo-operations' transfer: two average ones, and at least
 	// 250 µs, so that a file's few small reads, whose latency varies by
 	// more than their transfer takes, do not set its scale alone.
 	prior := max(ratePriorOps*all.xfer/float64(large), ratePriorNS)
 	r.Min, r.Max = maxRateScale, minRateScale
 	for f, p := range per {
-		x := bound((p.rest + prior*r.Transfer) / (p.xfer + prior))
+		x := boundScale((p.rest + prior*r.Transfer) / (p.xfer + prior))
 		r.byFile[f] = x
 		r.Min, r.Max = min(r.Min, x), max(r.Max, x)
 	}
-	return r
 }
 
 // aloneOps returns the operations that inserted pages and that no other
