@@ -473,23 +473,8 @@ const (
 // mean time from submitting each FADVISE to its completion (the backend
 // waits for it, having nothing else to do: Report.AdviseNS).
 func measureWake(path string, size int64) (wake, submit, advise uint64, err error) {
-	if err := evictRetry(path, size); err != nil {
-		return 0, 0, 0, err
-	}
-	ref, err := fileRef(path)
+	waits, subs, r, err := wakePass(path, size, wakeRequests, func() { time.Sleep(wakeGap) })
 	if err != nil {
-		return 0, 0, 0, err
-	}
-	reg := backend.NewRegistry()
-	defer reg.Close()
-	if _, err := reg.Add(ref); err != nil {
-		return 0, 0, 0, err
-	}
-	var issued atomic.Int64
-	b := backend.NewKernel(reg, backend.Options{Issued: func(uint32, uint64, uint64) { issued.Store(time.Now().UnixNano()) }})
-	waits, subs, err := timeWakes(b, &issued, int(size/int64(os.Getpagesize())))
-	r, cerr := b.Close()
-	if err = errors.Join(err, cerr); err != nil {
 		return 0, 0, 0, err
 	}
 	if r.Advised > 0 {
@@ -498,14 +483,40 @@ func measureWake(path string, size int64) (wake, submit, advise uint64, err erro
 	return uint64(median(waits)), uint64(median(subs)), advise, nil
 }
 
-// timeWakes submits measureWake's requests to b, of random pages of
-// file 1 (pages long), and returns the times until issued (which b's
-// Issued stores in issued) and of the Submit calls, in ns.
-func timeWakes(b *backend.Kernel, issued *atomic.Int64, pages int) (waits, subs []float64, err error) {
+// wakePass evicts file path, registers it as file 1 of a new kernel
+// backend and submits n one-page requests of random pages of it, each
+// after wait returns (the backend idle since the last was issued), from
+// one OS thread; it returns the times from each Submit until the backend
+// issued it and of the Submit calls, in ns, and the backend's report.
+func wakePass(path string, size int64, n int, wait func()) (waits, subs []float64, r backend.Report, err error) {
+	if err := evictRetry(path, size); err != nil {
+		return nil, nil, r, err
+	}
+	ref, err := fileRef(path)
+	if err != nil {
+		return nil, nil, r, err
+	}
+	reg := backend.NewRegistry()
+	defer reg.Close()
+	if _, err := reg.Add(ref); err != nil {
+		return nil, nil, r, err
+	}
+	var issued atomic.Int64
+	b := backend.NewKernel(reg, backend.Options{Issued: func(uint32, uint64, uint64) { issued.Store(time.Now().UnixNano()) }})
+	waits, subs, err = timeWakes(b, &issued, int(size/int64(os.Getpagesize())), n, wait)
+	r, cerr := b.Close()
+	return waits, subs, r, errors.Join(err, cerr)
+}
+
+// timeWakes submits n requests (at most pages) to b, of random pages of
+// file 1 (pages long), each after wait returns, and returns the times
+// until issued (which b's Issued stores in issued) and of the Submit
+// calls, in ns.
+func timeWakes(b *backend.Kernel, issued *atomic.Int64, pages, n int, wait func()) (waits, subs []float64, err error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	for _, p := range rand.Perm(pages)[:min(wakeRequests, pages)] {
-		time.Sleep(wakeGap)
+	for _, p := range rand.Perm(pages)[:min(n, pages)] {
+		wait()
 		issued.Store(0)
 		t0 := time.Now()
 		if err := b.Submit(&policies.Request{File: 1, Ranges: []policies.Range{{First: uint64(p), N: 1}}}); err != nil {

@@ -69,7 +69,7 @@ func idleCurve(ctx context.Context, path string, size int64) ([]formats.IdlePoin
 			// measured.
 			for k := range idleWarm + idleRun {
 				if d := idleGaps[i] - time.Since(last); d > 0 {
-					rawSleep(d)
+					rawsys.Sleep(d)
 				}
 				off := rng.Int64N(blocks) * BlockSize
 				t0 := time.Now()
@@ -105,14 +105,13 @@ func idleSummary(pts []formats.IdlePoint) string {
 	return string(b)
 }
 
-// rawSleep and rawPread are nanosleep(2) and pread(2) without telling the
-// Go scheduler (internal/rawsys): a blocking system call wakes the
-// runtime's monitor thread, which then polls every 20 µs and keeps the CPU
-// from idling as a C program's would. Measured 2026-12-06: with the
-// runtime's wrappers a read after 1 ms of quiet took 50-62 µs, as a Python
-// loop's took 77-103 µs; without them ... (docs/device-profile.md).
-func rawSleep(d time.Duration) { rawsys.Sleep(d) }
-
+// rawPread is a whole pread(2) without telling the Go scheduler
+// (internal/rawsys; the idle curve sleeps with rawsys.Sleep too): a
+// blocking system call wakes the runtime's monitor thread, which then
+// polls every 20 µs and keeps the CPU from idling as a C program's would.
+// Measured 2026-12-06: with the runtime's wrappers a read after 1 ms of
+// quiet took 50-62 µs, as a Python loop's took 77-103 µs; without them
+// ... (docs/device-profile.md).
 func rawPread(fd int, b []byte, off int64) error {
 	n, err := rawsys.Pread(fd, b, off)
 	switch {
