@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/predictio/predictio/formats"
+	"github.com/predictio/predictio/internal/tracetest"
 )
 
 // rateBundle writes a recording of one thread's cold reads, 100 µs
@@ -19,14 +20,9 @@ import (
 // wall.
 func rateBundle(t *testing.T, d Device, lat, slow float64) (string, int64) {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "b")
-	w, err := formats.Create(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Manifest().Timing.ServiceTimes = true
+	var files []formats.File
 	for id := uint32(1); id <= 3; id++ {
-		w.AddFile(formats.File{ID: id, Dev: 0xfc00000, Ino: uint64(10 + id), Path: "/f" + string(rune('0'+id)), Size: 4096 * 4096, Mode: 0o100644})
+		files = append(files, formats.File{ID: id, Dev: 0xfc00000, Ino: uint64(10 + id), Path: "/f" + string(rune('0'+id)), Size: 4096 * 4096, Mode: 0o100644})
 	}
 	xfer := func(n int64) int64 { return d.RequestNS + int64(float64(n)*4096/d.BytesPerSec*1e9+0.5) }
 	one := int64(float64(d.LatencyNS)*lat+0.5) + xfer(1)
@@ -66,15 +62,7 @@ func rateBundle(t *testing.T, d Device, lat, slow float64) (string, int64) {
 	add(formats.Access{TS: uint64(ts), EndNS: uint64(ts + one), Op: op, PID: 1, TID: 1, FileID: 2, FirstPage: 2000, NPages: 1, Kind: formats.KindFault})
 	add(formats.Access{TS: uint64(ts + 2000), PID: 1, TID: 1, FileID: 2, FirstPage: 2000, NPages: 1, Kind: formats.KindCacheAdd})
 	add(formats.Access{TS: uint64(ts + 3000), EndNS: uint64(ts + one), Op: op, PID: 1, TID: 1, FileID: 2, FirstPage: 2000, NPages: 1, Kind: formats.KindFault})
-	for i := range rows {
-		if err := w.Append(&rows[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return dir, ts + one - first
+	return tracetest.ServiceBundle(t, nil, files, rows, nil), ts + one - first
 }
 
 // TestFileRates: a recording whose demand reads waited 1.2 times the
@@ -220,13 +208,7 @@ func FuzzFitRates(f *testing.F) {
 // (all but one pair here) fits no scales: the few that ran alone are no
 // sample of the device.
 func TestFileRatesConcurrent(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "b")
-	w, err := formats.Create(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Manifest().Timing.ServiceTimes = true
-	w.AddFile(formats.File{ID: 1, Dev: 0xfc00000, Ino: 11, Path: "/f", Size: 4096 * 4096, Mode: 0o100644})
+	var rows []formats.Access
 	ts, op := uint64(1e9), uint64(0)
 	for i := range 40 {
 		for tid := uint32(1); tid <= 2; tid++ {
@@ -236,21 +218,14 @@ func TestFileRatesConcurrent(t *testing.T) {
 				start += 1_000_000 // but the last one
 			}
 			page := uint64(i*2) + uint64(tid)
-			for _, a := range []formats.Access{
-				{TS: start + 1000, PID: 1, TID: tid, FileID: 1, FirstPage: page, NPages: 1, Kind: formats.KindCacheAdd},
-				{TS: start, EndNS: start + 60_000, Op: op, Ret: 4096, PID: 1, TID: tid, FileID: 1, FirstPage: page, NPages: 1, Kind: formats.KindRead},
-			} {
-				if err := w.Append(&a); err != nil {
-					t.Fatal(err)
-				}
-			}
+			rows = append(rows,
+				formats.Access{TS: start + 1000, PID: 1, TID: tid, FileID: 1, FirstPage: page, NPages: 1, Kind: formats.KindCacheAdd},
+				formats.Access{TS: start, EndNS: start + 60_000, Op: op, Ret: 4096, PID: 1, TID: tid, FileID: 1, FirstPage: page, NPages: 1, Kind: formats.KindRead})
 		}
 		ts += 100_000
 	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	b, err := formats.Open(dir)
+	files := []formats.File{{ID: 1, Dev: 0xfc00000, Ino: 11, Path: "/f", Size: 4096 * 4096, Mode: 0o100644}}
+	b, err := formats.Open(tracetest.ServiceBundle(t, nil, files, rows, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -478,14 +478,29 @@ func helperPreadPaced() int {
 // and rows and hints as given; it returns the bundle's directory.
 func CostBundle(t testing.TB, size uint64, rows []formats.Access, hints []formats.Hint) string {
 	t.Helper()
+	files := []formats.File{{ID: 1, Dev: 0xfc00000, Ino: 12, Path: "/a", Size: size, Mode: 0o100644}}
+	return ServiceBundle(t, func(m *formats.Manifest) { m.Recording.SyscallCostNS = 500 }, files, rows, hints)
+}
+
+// ServiceBundle writes a bundle with service times on (manifest
+// timing.service_times), edit applied to its manifest (nil: none), and
+// files, rows and hints as given; it returns the bundle's directory.
+func ServiceBundle(t testing.TB, edit func(*formats.Manifest), files []formats.File, rows []formats.Access, hints []formats.Hint) string {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "b")
 	w, err := formats.Create(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.Manifest().Timing.ServiceTimes = true
-	w.Manifest().Recording.SyscallCostNS = 500
-	w.AddFile(formats.File{ID: 1, Dev: 0xfc00000, Ino: 12, Path: "/a", Size: size, Mode: 0o100644})
+	if edit != nil {
+		edit(w.Manifest())
+	}
+	for _, f := range files {
+		if err := w.AddFile(f); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for i := range rows {
 		if err := w.Append(&rows[i]); err != nil {
 			t.Fatal(err)
