@@ -42,41 +42,23 @@ func errnoErr(e unix.Errno) error {
 }
 
 // Pread is pread(2).
-func Pread(fd int, b []byte, off int64) (int, error) {
-	var p unsafe.Pointer
-	if len(b) > 0 {
-		p = unsafe.Pointer(&b[0])
-	}
-	for {
-		n, _, e := unix.RawSyscall6(unix.SYS_PREAD64, uintptr(fd), uintptr(p), uintptr(len(b)), uintptr(off), 0, 0)
-		if e != unix.EINTR {
-			return int(n), errnoErr(e)
-		}
-	}
-}
+func Pread(fd int, b []byte, off int64) (int, error) { return bufCall(unix.SYS_PREAD64, fd, b, off) }
 
 // Read is read(2).
-func Read(fd int, b []byte) (int, error) {
+func Read(fd int, b []byte) (int, error) { return bufCall(unix.SYS_READ, fd, b, 0) }
+
+// Getdents is getdents64(2) into buf.
+func Getdents(fd int, buf []byte) (int, error) { return bufCall(unix.SYS_GETDENTS64, fd, buf, 0) }
+
+// bufCall makes system call nr(fd, b, len(b), off), made again after
+// EINTR; calls of three arguments ignore off.
+func bufCall(nr uintptr, fd int, b []byte, off int64) (int, error) {
 	var p unsafe.Pointer
 	if len(b) > 0 {
 		p = unsafe.Pointer(&b[0])
 	}
 	for {
-		n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(p), uintptr(len(b)))
-		if e != unix.EINTR {
-			return int(n), errnoErr(e)
-		}
-	}
-}
-
-// Getdents is getdents64(2) into buf.
-func Getdents(fd int, buf []byte) (int, error) {
-	var p unsafe.Pointer
-	if len(buf) > 0 {
-		p = unsafe.Pointer(&buf[0])
-	}
-	for {
-		n, _, e := unix.RawSyscall(unix.SYS_GETDENTS64, uintptr(fd), uintptr(p), uintptr(len(buf)))
+		n, _, e := unix.RawSyscall6(nr, uintptr(fd), uintptr(p), uintptr(len(b)), uintptr(off), 0, 0)
 		if e != unix.EINTR {
 			return int(n), errnoErr(e)
 		}
