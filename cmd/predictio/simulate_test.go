@@ -280,6 +280,36 @@ func TestSimulateCLI(t *testing.T) {
 				t.Errorf("--file-rates %s: file_rates %s, notes %q; want none, and a note naming %q", tc.mode, rep.FileRates, rep.Notes, tc.want)
 			}
 		}
+		// A recording made here, whose 20 cold reads took twice the
+		// profile's 70 µs: by default (auto) the file rates scale the
+		// device; --file-rates profile turns them off.
+		here := formats.HostInfo()
+		var rows []formats.Access
+		for i := range uint64(20) {
+			ts, page := 1e9+i*200_000, i*10_007 // far apart: no readahead between them
+			rows = append(rows,
+				formats.Access{TS: ts + 1000, PID: 1, TID: 1, FileID: 1, FirstPage: page, NPages: 1, Kind: formats.KindCacheAdd},
+				formats.Access{TS: ts, EndNS: ts + 140_000, Op: i + 1, Ret: 4096, PID: 1, TID: 1, FileID: 1, FirstPage: page, NPages: 1, Kind: formats.KindRead})
+		}
+		local := tracetest.ServiceBundle(t, func(m *formats.Manifest) { m.Host = here },
+			[]formats.File{{ID: 1, Dev: 0xfc00000, Ino: 12, Path: "/a", Size: 1 << 30, Mode: 0o100644}}, rows, nil)
+		var walls [2]int64
+		for i, mode := range []string{"auto", "profile"} {
+			var rep struct {
+				FileRates *struct {
+					Latency float64 `json:"latency"`
+				} `json:"file_rates"`
+				Policies []simulate.Stats `json:"policies"`
+			}
+			simJSON(t, &rep, "--device-profile", p, "--file-rates", mode, "--no-oracle", local)
+			if (rep.FileRates != nil) != (mode == "auto") || mode == "auto" && (rep.FileRates.Latency < 1.8 || rep.FileRates.Latency > 2.2) {
+				t.Errorf("--file-rates %s on a recording made here: file_rates %+v; want a latency scale of about 2 with auto, none with profile", mode, rep.FileRates)
+			}
+			walls[i] = rep.Policies[0].WallNS
+		}
+		if walls[0] < walls[1]+20*50_000 {
+			t.Errorf("the baseline's wall %d ns with the file rates, %d ns without; want the 20 reads' doubled latency in it (about 1.4 ms more)", walls[0], walls[1])
+		}
 		os.WriteFile(p, []byte(`{"version":1,"read_latency_ns":0}`), 0o644)
 		_, errOut, code = simCLI(t, "--device-profile", p, bt)
 		if code != 1 || !strings.Contains(errOut, "read_latency_ns") {
