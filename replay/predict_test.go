@@ -165,3 +165,43 @@ func TestPredictHostByBackend(t *testing.T) {
 		t.Errorf("direct backend: predicted %.0f ns; predictor %q", wall(d), d.Summary.Predictor)
 	}
 }
+
+// TestPredictFileRates: the predicted column scales the device by the
+// file rates it is given when the replay reads the recorded files, and
+// leaves them out under --root, whose files are others.
+func TestPredictFileRates(t *testing.T) {
+	const n = 40
+	files := []formats.File{{ID: 1, Dev: 1, Ino: 1, Path: "/data/a.bin", Size: 4096 * 4096, MtimeNS: mtime, Mode: formats.ModeRegular | 0o644}}
+	var rows []formats.Access
+	for i := range n {
+		ts := uint64(1_000_000_000 + i*1_000_000)
+		rows = append(rows, formats.Access{TS: ts, EndNS: ts + 500_000, PID: 1, TID: 1, FileID: 1, FirstPage: uint64(i * 64), NPages: 1,
+			Kind: formats.KindRead, Op: uint64(i + 1), Ret: 4096})
+	}
+	bundle, root := bundle11(t, files, rows, true)
+	r, err := New(bundle, Options{Root: root, Backend: BackendKernel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wall := func(rates *simulate.FileRates) float64 {
+		rep := &Report{}
+		rep.summarize([]string{Baseline})
+		pred := simulateDevice(t)
+		pred.FileRates = rates
+		if err := r.Predict(rep, pred); err != nil {
+			t.Fatal(err)
+		}
+		return rep.Summary.Policies[0].PredictedWallNS
+	}
+	slow := &simulate.FileRates{Latency: 3, Transfer: 1}
+	plain := wall(nil)
+	if got := wall(slow); got != plain {
+		t.Errorf("under --root the file rates changed the prediction: %.0f ns against %.0f", got, plain)
+	}
+	r.opt.Root = "" // as if replayed at the recorded paths
+	// 40 demand reads whose latency (about 96 µs on the nvme preset)
+	// triples: about 7.7 ms more.
+	if got := wall(slow); got < plain+5e6 {
+		t.Errorf("at the recorded paths the file rates' latency ×3 gave %.0f ns against %.0f without; want about 7.7 ms more", got, plain)
+	}
+}
