@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -67,14 +68,6 @@ func (d *deviceFlags) register(fs *flag.FlagSet, what string) {
 	fs.StringVar(&d.fileRates, "file-rates", fileRatesAuto, fileRatesUsage)
 }
 
-// orDash returns s, or "-" when it is empty.
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
 // fileRates fits the file rates of bundle b for device choice ch, as f's
 // --file-rates says (FitFileRates); nil and a note where they are not
 // used.
@@ -90,7 +83,7 @@ func fileRates(f deviceFlags, ch deviceChoice, b *formats.Bundle, pageSize int) 
 	case f.fileRates == fileRatesAuto:
 		here := formats.HostInfo()
 		if h := b.Manifest().Host; h.Hostname != here.Hostname || h.KernelRelease != here.KernelRelease {
-			return nil, fmt.Sprintf("file rates: the profile's for every file (the bundle was recorded on %s, kernel %s, not on this host; --file-rates recorded scales them by the recording anyway)", orDash(h.Hostname), orDash(h.KernelRelease)), nil
+			return nil, fmt.Sprintf("file rates: the profile's for every file (the bundle was recorded on %s, kernel %s, not on this host; --file-rates recorded scales them by the recording anyway)", cmp.Or(h.Hostname, "-"), cmp.Or(h.KernelRelease, "-")), nil
 		}
 	}
 	r, err := simulate.FitFileRates(b, ch.device, pageSize)
