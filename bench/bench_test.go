@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -242,6 +243,20 @@ func checkHost(t *testing.T, p *formats.DeviceProfile) {
 	if strings.Contains(h.PrefetchVia, "io_uring") && h.AdviseNS == 0 {
 		t.Errorf("advise latency 0 with %s", h.PrefetchVia)
 	}
+	// The backend's own time a request: something, and not more than
+	// a request's share of a saturated pass (the goroutine is part of it).
+	if h.PrefetchOwnNS == 0 || h.PrefetchOwnNS > 2*h.Prefetch[0].NS {
+		t.Errorf("the backend's own time %d ns a request, a saturated pass %d ns", h.PrefetchOwnNS, h.Prefetch[0].NS)
+	}
+	// The advise curve: a point a gap, rates ascending, latencies too.
+	if len(h.AdviseCurve) != len(adviseGaps) {
+		t.Errorf("advise curve %+v, want %d points", h.AdviseCurve, len(adviseGaps))
+	}
+	for i, p := range h.AdviseCurve {
+		if p.NS == 0 || i > 0 && (p.PerSec <= h.AdviseCurve[i-1].PerSec || p.NS < h.AdviseCurve[i-1].NS) {
+			t.Errorf("advise curve %+v: point %d out of order or 0", h.AdviseCurve, i)
+		}
+	}
 	if _, err := simulate.DeviceFromProfile(p); err != nil {
 		t.Errorf("simulate refuses the profile: %v", err)
 	}
@@ -446,5 +461,28 @@ func TestWarmHost(t *testing.T) {
 	}
 	if n != 8<<20 || rate <= 0 {
 		t.Errorf("warmHost read %d bytes at %.0f B/s, want the file's 8 MiB once", n, rate)
+	}
+}
+
+// TestMonotone: pooling adjacent violators makes an advise curve's
+// latencies non-decreasing in the rate, each violating run replaced by
+// its mean, and leaves a non-decreasing one as it is.
+func TestMonotone(t *testing.T) {
+	pts := func(ns ...uint64) []formats.AdvisePoint {
+		var c []formats.AdvisePoint
+		for i, n := range ns {
+			c = append(c, formats.AdvisePoint{PerSec: float64(1000 * (i + 1)), NS: n})
+		}
+		return c
+	}
+	for _, c := range []struct{ in, want []formats.AdvisePoint }{
+		{pts(30, 70, 110, 113, 124), pts(30, 70, 110, 113, 124)},
+		{pts(50, 130, 120, 170, 160), pts(50, 125, 125, 165, 165)},
+		{pts(90, 60, 30), pts(60, 60, 60)},
+		{pts(40), pts(40)},
+	} {
+		if got := monotone(c.in); !slices.Equal(got, c.want) {
+			t.Errorf("monotone(%v) = %v, want %v", c.in, got, c.want)
+		}
 	}
 }

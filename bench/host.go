@@ -115,6 +115,14 @@ func MeasureHost(ctx context.Context, c HostConfig) (*formats.HostCosts, error) 
 	}
 	fmt.Fprintf(log, "a request to an idle kernel backend: issued after %.1f us; the submission took %.1f us; its FADVISE completed %.1f us after it was submitted\n",
 		float64(h.PrefetchWakeNS)/1e3, float64(h.SubmitWakeNS)/1e3, float64(h.AdviseNS)/1e3)
+	if h.PrefetchOwnNS, h.AdviseCurve, err = measureAdvise(path, size); err != nil {
+		return nil, fmt.Errorf("measure host: %w", err)
+	}
+	fmt.Fprintf(log, "the kernel backend's own time a request, fed one every %v: %.1f us; a FADVISE's latency with one submitted every", ownGap, float64(h.PrefetchOwnNS)/1e3)
+	for _, p := range h.AdviseCurve {
+		fmt.Fprintf(log, " %v: %.0f us", time.Duration(float64(time.Second)/p.PerSec), float64(p.NS)/1e3)
+	}
+	fmt.Fprintln(log)
 	last, err := measurePrefetches(ctx, c, sz, h)
 	if err != nil {
 		return nil, err
@@ -481,6 +489,119 @@ func measureWake(path string, size int64) (wake, submit, advise uint64, err erro
 		advise = r.AdviseNS / r.Advised
 	}
 	return uint64(median(waits)), uint64(median(subs)), advise, nil
+}
+
+// adviseGaps are the intervals of the open-loop passes that measure the
+// backend's own time (at ownGap, where the kernel keeps up: a saturated
+// pass takes about 5 us a request here) and the FADVISE latency by rate
+// (HostCosts.AdviseCurve); each pass submits adviseRequests one-page
+// requests, and adviseRounds rounds rotate the order. One pass's mean
+// latency swings 2-5x from one pass to the next at the same rate (42 to
+// 200 us at 100 K a second, 2026-12-07), with the CPUs' halting and
+// io-wq's pool of workers, so the curve pools every round's FADVISEs.
+var adviseGaps = []time.Duration{200 * time.Microsecond, 50 * time.Microsecond, 20 * time.Microsecond, 10 * time.Microsecond, 5 * time.Microsecond}
+
+const (
+	ownGap         = 50 * time.Microsecond
+	adviseRequests = 1000
+	adviseRounds   = 8
+)
+
+// measureAdvise returns the backend's own time a request at ownGap and
+// the advise curve: for each of adviseGaps, the mean time from
+// submitting a FADVISE to its completion over every round's passes, with
+// requests submitted one every gap whether or not the backend has issued
+// the last (as a policy's stream comes), made non-decreasing in the rate
+// (monotone).
+func measureAdvise(path string, size int64) (uint64, []formats.AdvisePoint, error) {
+	sum := make([]float64, len(adviseGaps))
+	cnt := make([]float64, len(adviseGaps))
+	var own, owned float64
+	for r := range adviseRounds {
+		for k := range adviseGaps {
+			i := (k + r) % len(adviseGaps)
+			rep, n, err := pacedPass(path, size, adviseGaps[i])
+			if err != nil {
+				return 0, nil, err
+			}
+			if rep.Advised == 0 || rep.BusyNS < rep.OpenNS {
+				return 0, nil, fmt.Errorf("time FADVISEs one every %v: %d of %d advised, busy %d ns, opening %d ns", adviseGaps[i], rep.Advised, n, rep.BusyNS, rep.OpenNS)
+			}
+			sum[i] += float64(rep.AdviseNS)
+			cnt[i] += float64(rep.Advised)
+			if adviseGaps[i] == ownGap {
+				own += float64(rep.BusyNS - rep.OpenNS)
+				owned += float64(n)
+			}
+		}
+	}
+	var curve []formats.AdvisePoint
+	for i, gap := range adviseGaps { // descending gaps: ascending rates
+		curve = append(curve, formats.AdvisePoint{PerSec: float64(time.Second / gap), NS: uint64(sum[i] / cnt[i])})
+	}
+	return uint64(own / owned), monotone(curve), nil
+}
+
+// monotone returns c with its latencies made non-decreasing by pooling
+// adjacent violators (each violating run replaced by its mean).
+func monotone(c []formats.AdvisePoint) []formats.AdvisePoint {
+	type block struct{ sum, n float64 }
+	var bs []block
+	for _, p := range c {
+		bs = append(bs, block{float64(p.NS), 1})
+		for len(bs) > 1 && bs[len(bs)-2].sum/bs[len(bs)-2].n > bs[len(bs)-1].sum/bs[len(bs)-1].n {
+			a, b := bs[len(bs)-2], bs[len(bs)-1]
+			bs = append(bs[:len(bs)-2], block{a.sum + b.sum, a.n + b.n})
+		}
+	}
+	out := make([]formats.AdvisePoint, 0, len(c))
+	for _, b := range bs {
+		for range int(b.n) {
+			out = append(out, formats.AdvisePoint{PerSec: c[len(out)].PerSec, NS: uint64(b.sum / b.n)})
+		}
+	}
+	return out
+}
+
+// pacedPass evicts file path, registers it as file 1 of a new kernel
+// backend, submits adviseRequests one-page requests of random pages of
+// it, one every gap (the submitting thread spins between them), and
+// returns the backend's report and how many it submitted.
+func pacedPass(path string, size int64, gap time.Duration) (backend.Report, int, error) {
+	if err := evictRetry(path, size); err != nil {
+		return backend.Report{}, 0, err
+	}
+	ref, err := fileRef(path)
+	if err != nil {
+		return backend.Report{}, 0, err
+	}
+	reg := backend.NewRegistry()
+	defer reg.Close()
+	if _, err := reg.Add(ref); err != nil {
+		return backend.Report{}, 0, err
+	}
+	b := backend.NewKernel(reg, backend.Options{})
+	n, err := feedPaced(b, int(size/int64(os.Getpagesize())), adviseRequests, gap)
+	r, cerr := b.Close()
+	return r, n, errors.Join(err, cerr)
+}
+
+// feedPaced submits n requests (at most pages) of random pages of file
+// 1 to b, one every gap from one OS thread, and returns how many.
+func feedPaced(b *backend.Kernel, pages, n int, gap time.Duration) (int, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	perm := rand.Perm(pages)[:min(n, pages)]
+	next := time.Now()
+	for _, p := range perm {
+		next = next.Add(gap)
+		for time.Now().Before(next) {
+		}
+		if err := b.Submit(&policies.Request{File: 1, Ranges: []policies.Range{{First: uint64(p), N: 1}}}); err != nil {
+			return 0, err
+		}
+	}
+	return len(perm), nil
 }
 
 // wakePass evicts file path, registers it as file 1 of a new kernel

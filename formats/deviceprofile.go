@@ -123,8 +123,29 @@ type HostCosts struct {
 	// the pages are read that much after the backend issued them.
 	// Profiles measured before it was added have none (0).
 	AdviseNS uint64 `json:"advise_ns,omitempty"`
+	// PrefetchOwnNS is the backend's own time per one-page request fed
+	// one every 50 us (Report.BusyNS less OpenNS: re-checking the path,
+	// cachestat and queueing the FADVISE), when the kernel keeps up;
+	// Prefetch's points, with every request submitted at once, are what
+	// the whole pipeline sustains (the goroutine, io-wq's workers and the
+	// device's queue). Profiles measured before 2026-12-07's afternoon
+	// have none (0).
+	PrefetchOwnNS uint64 `json:"prefetch_own_ns,omitempty"`
+	// AdviseCurve is the mean time from the backend's submitting a
+	// one-page request's FADVISE to its completion, by the rate requests
+	// come at (one every 200, 50, 20, 10 and 5 us, whether or not the
+	// last was issued; ascending rates): io-wq's workers queue them as
+	// they come faster. Measured with PrefetchOwnNS, in the same passes.
+	AdviseCurve []AdvisePoint `json:"advise_curve,omitempty"`
 	// PrefetchVia says how the backend issued them.
 	PrefetchVia string `json:"prefetch_via,omitempty"`
+}
+
+// AdvisePoint is the mean FADVISE latency (NS) while requests come at
+// PerSec a second.
+type AdvisePoint struct {
+	PerSec float64 `json:"per_sec"`
+	NS     uint64  `json:"ns"`
 }
 
 // QueuePoint is the 4 KiB random-read throughput at one queue depth, and
