@@ -370,12 +370,6 @@ type deviceState struct {
 	latency int64
 	qlat    []int64 // Device.QueueLatencyNS, or nil
 	slat    []int64 // Device.SyncLatencyNS, else qlat
-	// sync holds when each demand read in flight completes (with a
-	// synchronous curve of its own: slat's depth counts only them), once
-	// a request that is not one has been submitted (async); until then
-	// every request in flight is one.
-	sync    []int64
-	async   bool
 	nsPerPg float64
 	reqNS   int64   // a request's channel time beyond its pages
 	onePage int64   // channel time of a one-page request
@@ -413,81 +407,35 @@ func newDeviceState(d Device, pageSize int) *deviceState {
 
 // submit issues a read of n pages at time now and returns its completion
 // time.
-func (s *deviceState) submit(now int64, n uint64) int64 { return s.submitAt(now, n, false, 1, 1) }
+func (s *deviceState) submit(now int64, n uint64) int64 { return s.submitAt(now, n, s.qlat, 1, 1) }
 
 // submitSync is submit of a demand read, which a thread waits for: with
 // the synchronous curve's latencies.
-func (s *deviceState) submitSync(now int64, n uint64) int64 { return s.submitAt(now, n, true, 1, 1) }
-
-// maxSync bounds the demand reads deviceState.sync remembers.
-const maxSync = 1024
-
-// syncLatency returns the latency of a demand read that starts at start.
-// With a synchronous curve of its own, that is the device's latency at
-// the depth of every request in flight (queue curve), or the
-// synchronous curve's at the depth of the other demand reads in flight,
-// whichever is longer: the synchronous curve, measured with N threads
-// each reading one page at a time, holds what N waiting threads cost
-// the CPUs (their wake-ups), which prefetches in flight do not. Demand
-// reads that completed by start are forgotten (a thread on a later clock
-// may then count fewer than were in flight at its earlier start).
-func (s *deviceState) syncLatency(start int64) int64 {
-	if s.qlat == nil || !s.async || &s.slat[0] == &s.qlat[0] {
-		return s.latencyAt(start, s.slat)
-	}
-	k := 0
-	for _, t := range s.sync {
-		if t > start {
-			s.sync[k] = t
-			k++
-		}
-	}
-	s.sync = s.sync[:k]
-	return max(s.latencyAt(start, s.qlat), s.slat[min(k, len(s.slat)-1)])
-}
-
-// syncDone records a demand read in flight until done.
-func (s *deviceState) syncDone(done int64) {
-	if s.qlat == nil || &s.slat[0] == &s.qlat[0] {
-		return
-	}
-	if len(s.sync) == maxSync {
-		s.sync = s.sync[:copy(s.sync, s.sync[1:])]
-	}
-	s.sync = append(s.sync, done)
-}
+func (s *deviceState) submitSync(now int64, n uint64) int64 { return s.submitAt(now, n, s.slat, 1, 1) }
 
 // submitFor is submit of pages of file, its transfer at the file's scale
 // (FileRates).
 func (s *deviceState) submitFor(now int64, n uint64, file uint32) int64 {
 	if s.rates == nil {
-		return s.submitAt(now, n, false, 1, 1)
+		return s.submitAt(now, n, s.qlat, 1, 1)
 	}
-	return s.submitAt(now, n, false, 1, s.rates.TransferScale(file))
+	return s.submitAt(now, n, s.qlat, 1, s.rates.TransferScale(file))
 }
 
 // submitSyncFor is submitSync of pages of file, its latency at the
 // FileRates' demand-read scale and its transfer at the file's.
 func (s *deviceState) submitSyncFor(now int64, n uint64, file uint32) int64 {
 	if s.rates == nil {
-		return s.submitAt(now, n, true, 1, 1)
+		return s.submitAt(now, n, s.slat, 1, 1)
 	}
-	return s.submitAt(now, n, true, s.rates.Latency, s.rates.TransferScale(file))
+	return s.submitAt(now, n, s.slat, s.rates.Latency, s.rates.TransferScale(file))
 }
 
-// submitAt is submit, of a demand read (sync: syncLatency) or not (the
-// queue curve's latency by depth, or the fixed one), the request's
-// latency scaled by fl and its transfer by fx.
-func (s *deviceState) submitAt(now int64, n uint64, sync bool, fl, fx float64) int64 {
+// submitAt is submit with latencies lat by depth (nil: the fixed one),
+// the request's latency scaled by fl and its transfer by fx.
+func (s *deviceState) submitAt(now int64, n uint64, lat []int64, fl, fx float64) int64 {
 	start := max(now, s.slots[s.head])
-	var l int64
-	if sync {
-		l = s.syncLatency(start)
-	} else {
-		l = s.latencyAt(start, s.qlat)
-		s.async = true
-	}
-
+	l := s.latencyAt(start, lat)
 	d := s.onePage
 	if n != 1 {
 		d = s.reqNS + int64(float64(n)*s.nsPerPg+0.5)
@@ -519,16 +467,13 @@ func (s *deviceState) submitAt(now int64, n uint64, sync bool, fl, fx float64) i
 	} else {
 		s.free(done)
 	}
-	if sync {
-		s.syncDone(done)
-	}
 	return done
 }
 
 // submitOne is submitSync of one page, with the in-order cases inline.
 func (s *deviceState) submitOne(now int64) int64 {
 	start := max(now, s.slots[s.head])
-	x := start + s.syncLatency(start)
+	x := start + s.latencyAt(start, s.slat)
 	k := len(s.busy)
 	if k == 0 || x < s.busy[k-1].start {
 		return s.submitSync(now, 1)
@@ -546,18 +491,18 @@ func (s *deviceState) submitOne(now int64) int64 {
 		}
 	}
 	q := len(s.slots)
-	switch j := s.head - 1; {
-	case q > 1 && (j >= 0 && s.slots[j] <= done || j < 0 && s.slots[q-1] <= done):
+	if j := s.head - 1; q > 1 && (j >= 0 && s.slots[j] <= done || j < 0 && s.slots[q-1] <= done) {
 		s.slots[s.head] = done
 		if s.head++; s.head == q {
 			s.head = 0
 		}
-	case q == 1:
-		s.slots[0] = done
-	default:
-		s.free(done)
+		return done
 	}
-	s.syncDone(done)
+	if q == 1 {
+		s.slots[0] = done
+		return done
+	}
+	s.free(done)
 	return done
 }
 

@@ -221,49 +221,6 @@ func TestDeviceSyncCurve(t *testing.T) {
 	}
 }
 
-// TestSyncReadAmidPrefetches: a demand read takes the synchronous curve
-// at the depth of the other demand reads in flight, and the queue curve
-// at the depth of every request in flight, whichever is longer. Eight
-// prefetches in flight make it wait the queue curve's nine-deep latency
-// (measured on this machine's disk: a demand miss amid a FADVISE stream
-// 8-39 deep took 66-131 µs, where the synchronous curve at that depth
-// says 150-650), eight other demand reads the synchronous curve's.
-func TestSyncReadAmidPrefetches(t *testing.T) {
-	p := &formats.DeviceProfile{Version: formats.DeviceProfileVersion, Name: "vda", ReadLatencyNS: 28900,
-		SeqReadBytesPerSec: 1069e6, QueueDepth: 32,
-		Queue: []formats.QueuePoint{{QD: 1, IOPS: 35739}, {QD: 2, IOPS: 60921}, {QD: 4, IOPS: 90188},
-			{QD: 8, IOPS: 123429}, {QD: 16, IOPS: 148950}, {QD: 32, IOPS: 163501}},
-		SyncQueue: []formats.QueuePoint{{QD: 1, IOPS: 37077}, {QD: 2, IOPS: 59620}, {QD: 4, IOPS: 60818}, {QD: 8, IOPS: 60327}}}
-	d, err := DeviceFromProfile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := newDeviceState(d, 4096)
-	for range 8 {
-		s.submit(0, 1)
-	}
-	got := s.submitSync(0, 1) - s.onePage
-	if want := d.QueueLatencyNS[8]; got < want || got > want+int64(8*s.onePage) {
-		t.Errorf("a demand read beside 8 prefetches: %d ns, want the queue curve's %d (the synchronous curve says %d)", got, want, d.SyncLatencyNS[8])
-	}
-	s = newDeviceState(d, 4096)
-	for range 8 {
-		s.submitSync(0, 1)
-	}
-	got = s.submitSync(0, 1) - s.onePage
-	if want := d.SyncLatencyNS[8]; got < want || got > want+int64(8*s.onePage) {
-		t.Errorf("a demand read beside 8 others: %d ns, want the synchronous curve's %d", got, want)
-	}
-	// The one-page fast path (submitOne) counts the same way.
-	s = newDeviceState(d, 4096)
-	for range 8 {
-		s.submit(0, 1)
-	}
-	if got := s.submitOne(0) - s.onePage; got > d.QueueLatencyNS[8]+int64(8*s.onePage) {
-		t.Errorf("submitOne beside 8 prefetches: %d ns, want the queue curve's %d", got, d.QueueLatencyNS[8])
-	}
-}
-
 // TestThreadsWaitOnSyncCurve: four threads of cold one-page reads, each
 // waiting for its own, take the synchronous curve's time in a whole run,
 // on both demand paths (the readahead baseline's and a plain lane's):

@@ -28,18 +28,8 @@ type Host struct {
 	// backend or the program.
 	OpenNS int64 `json:"open_ns"`
 	// Issue is the backend's time per request by range length, ascending
-	// (linear between the points, and past the last by its last slope),
-	// measured with every request submitted at once. Without OwnNS
-	// (profiles before it) the model charges it to the backend; with it,
-	// what a longer range adds over a one-page one is io-wq's work on its
-	// FADVISE.
+	// (linear between the points, and past the last by its last slope).
 	Issue []IssueCost `json:"issue"`
-	// OwnNS is the backend's own time per request when the kernel keeps
-	// up (requests one every 50 µs); Advise the mean time from submitting
-	// a one-page FADVISE to its completion by the rate FADVISEs come at.
-	// Both or neither (profiles before them).
-	OwnNS  int64         `json:"own_ns,omitempty"`
-	Advise []AdviseDelay `json:"advise,omitempty"`
 	// IssueCachedNS is a request whose pages are all cached.
 	IssueCachedNS int64 `json:"issue_cached_ns"`
 	// WakeNS delays a request that finds the backend idle (its goroutine
@@ -63,13 +53,6 @@ type Host struct {
 	Slowdown  float64 `json:"slowdown"`
 }
 
-// AdviseDelay is the mean time from submitting a FADVISE to its
-// completion while FADVISEs come at PerSec a second.
-type AdviseDelay struct {
-	PerSec float64 `json:"per_sec"`
-	NS     int64   `json:"ns"`
-}
-
 // IssueCost is the backend's time per request of Pages pages.
 type IssueCost struct {
 	Pages uint64 `json:"pages"`
@@ -91,20 +74,17 @@ func HostFromProfile(h *formats.HostCosts) (*Host, error) {
 		return nil, fmt.Errorf("field host.busy_slowdown is %v, want 1..100", h.BusySlowdown)
 	case h.ColdReadBytesPerSec != 0 && !(h.ColdReadBytesPerSec >= 1e6 && h.ColdReadBytesPerSec <= 1e12):
 		return nil, fmt.Errorf("field host.cold_read_bytes_per_sec is %v, want 0 (not measured) or 1e6..1e12", h.ColdReadBytesPerSec)
-	case h.PrefetchWakeNS > 1e9 || h.SubmitWakeNS > 1e9 || h.AdviseNS > 1e9 || h.PrefetchOwnNS > 1e9:
-		return nil, errors.New("field host.prefetch_wake_ns, submit_wake_ns, advise_ns or prefetch_own_ns is over 1 s")
-	case (h.PrefetchOwnNS == 0) != (len(h.AdviseCurve) == 0):
-		return nil, fmt.Errorf("field host.prefetch_own_ns is %d with %d advise_curve points; want both or neither", h.PrefetchOwnNS, len(h.AdviseCurve))
+	case h.PrefetchWakeNS > 1e9 || h.SubmitWakeNS > 1e9 || h.AdviseNS > 1e9:
+		return nil, errors.New("field host.prefetch_wake_ns, submit_wake_ns or advise_ns is over 1 s")
 	case h.PrefetchBusyNS == 0 || h.PrefetchBusyNS > 1e9:
 		return nil, fmt.Errorf("field host.prefetch_busy_ns is %d, want 1 ns..1 s", h.PrefetchBusyNS)
 	case len(h.Prefetch) == 0 || len(h.Prefetch) > 64:
 		return nil, fmt.Errorf("field host.prefetch has %d points, want 1..64", len(h.Prefetch))
 	}
-	var err error
 	m := &Host{HitNS: int64(h.CachedReadNS), HitPageNS: int64(h.CachedReadPageNS),
 		MissNS: max(int64(h.ColdReadNS)-int64(h.ColdReadDirectNS), 0), OpenNS: int64(h.OpenNS),
 		IssueCachedNS: int64(h.PrefetchCachedNS), Slowdown: h.BusySlowdown,
-		WakeNS: int64(h.PrefetchWakeNS), SubmitWakeNS: int64(h.SubmitWakeNS), OwnNS: int64(h.PrefetchOwnNS)}
+		WakeNS: int64(h.PrefetchWakeNS), SubmitWakeNS: int64(h.SubmitWakeNS)}
 	for i, p := range h.Prefetch {
 		if p.Pages == 0 || p.NS == 0 || p.NS > 1e9 || i > 0 && uint64(p.Pages) <= m.Issue[i-1].Pages {
 			return nil, fmt.Errorf("field host.prefetch[%d] is %d pages in %d ns, want ascending pages and 1 ns..1 s", i, p.Pages, p.NS)
@@ -119,42 +99,7 @@ func HostFromProfile(h *formats.HostCosts) (*Host, error) {
 		return nil, fmt.Errorf("field host.prefetch_busy_ns is %d, %.0f times prefetch[0].ns; want at most 100 times", h.PrefetchBusyNS, m.IssueBusy)
 	}
 	m.AdviseDelayNS = max(int64(h.AdviseNS)-m.Issue[0].NS, 0)
-	if m.Advise, err = adviseCurve(h.AdviseCurve); err != nil {
-		return nil, err
-	}
 	return m, nil
-}
-
-// adviseCurve checks and converts a profile's advise curve.
-func adviseCurve(c []formats.AdvisePoint) ([]AdviseDelay, error) {
-	if len(c) > 16 {
-		return nil, fmt.Errorf("field host.advise_curve has %d points, want at most 16", len(c))
-	}
-	var out []AdviseDelay
-	for i, p := range c {
-		if !(p.PerSec >= 1 && p.PerSec <= 1e8) || p.NS == 0 || p.NS > 1e9 || i > 0 && p.PerSec <= c[i-1].PerSec {
-			return nil, fmt.Errorf("field host.advise_curve[%d] is %v a second in %d ns, want ascending rates 1..1e8 and 1 ns..1 s", i, p.PerSec, p.NS)
-		}
-		out = append(out, AdviseDelay{PerSec: p.PerSec, NS: int64(p.NS)})
-	}
-	return out, nil
-}
-
-// adviseNS is the mean time from submitting a FADVISE to its completion
-// while FADVISEs come at rate a second: linear between the curve's
-// points, its first below it and its last past it.
-func (h *Host) adviseNS(rate float64) int64 {
-	c := h.Advise
-	if rate <= c[0].PerSec {
-		return c[0].NS
-	}
-	for i := 1; i < len(c); i++ {
-		if rate <= c[i].PerSec {
-			a, b := c[i-1], c[i]
-			return a.NS + int64(float64(b.NS-a.NS)*(rate-a.PerSec)/(b.PerSec-a.PerSec))
-		}
-	}
-	return c[len(c)-1].NS
 }
 
 // issueNS is the backend's time for one range of n uncached pages.
@@ -208,7 +153,6 @@ type issuer struct {
 	opened   map[uint32]bool // files the backend has opened
 	woken    bool            // a request of the access being served woke it
 	adv      advised         // issued ranges the kernel has not run yet
-	rate     load            // FADVISEs submitted lately (Host.Advise)
 	rng      *rand.Rand      // adviseDelay's draws, seeded: runs repeat
 }
 
@@ -283,11 +227,7 @@ func (l *lane) issue(it issueItem, start int64) int64 {
 	}
 	issued := false
 	l.absentRuns(it.file, it.first, it.first+it.n, func(start, n uint64) {
-		if h.OwnNS == 0 {
-			at += cost(h.issueNS(n))
-		} else {
-			at = l.ringSlot(at) + cost(h.OwnNS)
-		}
+		at += cost(h.issueNS(n))
 		l.prefetchRun(it.file, start, n, at, it.req)
 		issued = true
 	})
@@ -349,24 +289,6 @@ func (h *advised) pop() pending {
 	return top
 }
 
-// adviseRing is how many FADVISEs the kernel backend keeps in flight
-// (backend.NewKernel's ring): with that many submitted and not
-// completed, it waits for one to complete.
-const adviseRing = 64
-
-// ringSlot returns when, from at, the backend has a free FADVISE slot:
-// at, or when the earliest in flight completes (and its pages land).
-// Only with Host.OwnNS: before it, the modelled backend's saturated
-// issue cost held them back.
-func (l *lane) ringSlot(at int64) int64 {
-	adv := &l.iss.adv
-	for len(*adv) >= adviseRing && (*adv)[0].at > at {
-		at = (*adv)[0].at
-		l.land(at)
-	}
-	return at
-}
-
 // prefetchRun hands pages [first, first+n) of file, requested at req and
 // issued at at, to the kernel: its io-wq runs the FADVISE after a delay
 // (adviseDelay), and only then do the pages enter the cache and their
@@ -376,34 +298,21 @@ func (l *lane) ringSlot(at int64) int64 {
 func (l *lane) prefetchRun(file uint32, first, n uint64, at, req int64) {
 	l.st.Requests++
 	l.st.Advised++
-	p := pending{file: file, first: first, n: n, at: at + l.adviseDelay(at, n)}
+	p := pending{file: file, first: first, n: n, at: at + l.adviseDelay()}
 	l.st.PipelineNS += p.at - req
 	l.iss.adv.push(p)
 }
 
-// adviseDelay draws how long after its submission at at the kernel runs
-// a FADVISE of n pages: exponentially distributed (an io-wq worker wakes
-// and waits for a CPU; the delays replay measures spread about as an
-// exponential's do) with mean AdviseDelayNS, or with Host.Advise the
-// curve's at the rate FADVISEs have been submitted lately (io-wq queues
-// them as they come faster), plus what its pages beyond the first cost
-// io-wq (Issue's slope).
-func (l *lane) adviseDelay(at int64, n uint64) int64 {
-	h := l.iss.host
-	m := h.AdviseDelayNS
-	if h.Advise != nil {
-		r := &l.iss.rate
-		r.at(at)
-		r.v++
-		m = h.adviseNS(r.v / loadTau * 1e9)
-	}
+// adviseDelay draws how long after its submission the kernel runs a
+// FADVISE: exponentially distributed with mean AdviseDelayNS (an io-wq
+// worker wakes and waits for a CPU; the delays replay measures spread
+// about as an exponential's do).
+func (l *lane) adviseDelay() int64 {
+	m := l.iss.host.AdviseDelayNS
 	if m <= 0 {
 		return 0
 	}
 	d := int64(l.iss.rng.ExpFloat64() * float64(m))
-	if h.Advise != nil && n > 1 {
-		d += h.issueNS(n) - h.Issue[0].NS
-	}
 	l.st.AdviseDelayNS += d
 	return d
 }
@@ -476,15 +385,9 @@ func (s *Simulator) hostNote() string {
 		return "the device profile has no host costs (measured before they were added; measure again with 'predictio bench device'): " +
 			"reads served from the cache cost nothing, and a policy's requests reach the device the moment they are made"
 	}
-	issue := fmt.Sprintf("the kernel backend issues a 1-page request in %.1f µs", float64(h.Issue[0].NS)/1e3)
-	if h.OwnNS > 0 {
-		a := h.Advise
-		issue = fmt.Sprintf("the kernel backend spends %.1f µs of its own on a request, and its FADVISE runs %.0f µs after it on average at %.0f K a second, %.0f µs at %.0f K",
-			float64(h.OwnNS)/1e3, float64(a[0].NS)/1e3, a[0].PerSec/1e3, float64(a[len(a)-1].NS)/1e3, a[len(a)-1].PerSec/1e3)
-	}
 	return fmt.Sprintf("host costs from the profile: a cached 4 KiB read %.1f µs, an uncached one %.1f µs more than the device's latency; "+
-		"%s (x%.2f while a thread of the program is on a CPU, which runs x%.2f slower meanwhile), and opens a file in %.1f µs when its path is cached",
-		float64(h.HitNS)/1e3, float64(h.MissNS)/1e3, issue, h.IssueBusy, h.Slowdown, float64(h.OpenNS)/1e3)
+		"the kernel backend issues a 1-page request in %.1f µs (x%.2f while a thread of the program is on a CPU, which runs x%.2f slower meanwhile), and opens a file in %.1f µs when its path is cached",
+		float64(h.HitNS)/1e3, float64(h.MissNS)/1e3, float64(h.Issue[0].NS)/1e3, h.IssueBusy, h.Slowdown, float64(h.OpenNS)/1e3)
 }
 
 // paths is a lane's model of the path lookups a cold run starts without

@@ -183,11 +183,6 @@ func TestHostFromProfile(t *testing.T) {
 	if h.MissNS != 2_000 || h.HitNS != 1300 || h.IssueBusy != 1.4 || h.Slowdown != 1.5 || h.OpenNS != 3000 || h.AdviseDelayNS != 30_000 {
 		t.Errorf("host model %+v", h)
 	}
-	p := good()
-	p.PrefetchOwnNS, p.AdviseCurve = 1500, []formats.AdvisePoint{{PerSec: 5000, NS: 30_000}, {PerSec: 100_000, NS: 130_000}}
-	if h, err := HostFromProfile(p); err != nil || h.OwnNS != 1500 || len(h.Advise) != 2 || h.adviseNS(52_500) != 80_000 || h.adviseNS(1) != 30_000 || h.adviseNS(1e6) != 130_000 {
-		t.Errorf("with own time and an advise curve: %+v, %v", h, err)
-	}
 	if h, err := HostFromProfile(nil); h != nil || err != nil {
 		t.Errorf("no host costs: %v, %v; want nil, nil", h, err)
 	}
@@ -203,16 +198,6 @@ func TestHostFromProfile(t *testing.T) {
 		{"prefetch_busy_ns", func(h *formats.HostCosts) { h.PrefetchBusyNS = 0 }},
 		{"cold_read_ns", func(h *formats.HostCosts) { h.ColdReadNS = 1e12 }},
 		{"advise_ns", func(h *formats.HostCosts) { h.AdviseNS = 2e9 }},
-		{"prefetch_own_ns is 1500 with 0 advise_curve", func(h *formats.HostCosts) { h.PrefetchOwnNS = 1500 }},
-		{"advise_curve points; want both", func(h *formats.HostCosts) { h.AdviseCurve = []formats.AdvisePoint{{PerSec: 5000, NS: 30_000}} }},
-		{"advise_curve[1]", func(h *formats.HostCosts) {
-			h.PrefetchOwnNS = 1500
-			h.AdviseCurve = []formats.AdvisePoint{{PerSec: 5000, NS: 30_000}, {PerSec: 5000, NS: 40_000}}
-		}},
-		{"advise_curve[0]", func(h *formats.HostCosts) {
-			h.PrefetchOwnNS = 1500
-			h.AdviseCurve = []formats.AdvisePoint{{PerSec: 5000, NS: 0}}
-		}},
 	} {
 		p := good()
 		c.mod(p)
@@ -230,11 +215,6 @@ func FuzzDeviceProfile(f *testing.F) {
 		"host":{"cpus":2,"cached_read_ns":1300,"cached_read_page_ns":500,"cold_read_ns":28000,"cold_read_direct_ns":26000,"open_ns":3600,
 		"prefetch":[{"pages":1,"ns":9600},{"pages":4,"ns":17700},{"pages":32,"ns":63500},{"pages":256,"ns":153500}],
 		"prefetch_cached_ns":2400,"prefetch_busy_ns":12800,"busy_slowdown":1.55,"prefetch_wake_ns":67900,"submit_wake_ns":8100}}`))
-	f.Add([]byte(`{"version":1,"read_latency_ns":26000,"randread_bytes_per_sec":6e8,"seqread_bytes_per_sec":1e9,"queue_depth":32,
-		"host":{"cpus":2,"cached_read_ns":1300,"cached_read_page_ns":500,"cold_read_ns":28000,"cold_read_direct_ns":26000,"open_ns":3600,
-		"prefetch":[{"pages":1,"ns":5000},{"pages":256,"ns":77000}],"prefetch_cached_ns":900,"prefetch_busy_ns":4700,"busy_slowdown":1.4,
-		"prefetch_wake_ns":84000,"submit_wake_ns":15000,"advise_ns":91000,"prefetch_own_ns":1700,
-		"advise_curve":[{"per_sec":5000,"ns":35000},{"per_sec":20000,"ns":70000},{"per_sec":200000,"ns":130000}]}}`))
 	f.Add([]byte(`{"version":1,"read_latency_ns":1,"seqread_bytes_per_sec":1e-300,"queue_depth":1,"host":{"cpus":1,"prefetch":[{"pages":1,"ns":1000000000}],"prefetch_busy_ns":1000000000,"busy_slowdown":100}}`))
 	f.Add([]byte(`{"version":1,"read_latency_ns":29000,"seqread_bytes_per_sec":1e9,"queue_depth":32,
 		"queue":[{"qd":1,"iops":33778},{"qd":2,"iops":61276},{"qd":4,"iops":91010},{"qd":8,"iops":120714},{"qd":16,"iops":146809},{"qd":32,"iops":162592}],
@@ -290,66 +270,6 @@ func TestHostAdviseDelay(t *testing.T) {
 	// FADVISE holds them.
 	if mean := float64(late.AdviseDelayNS) / float64(late.Advised); mean < 40e6 || mean > 60e6 || late.PipelineNS < late.AdviseDelayNS {
 		t.Errorf("%d FADVISEs, delays %.0f ns on average (want about 50 ms), pipeline %d ns in all", late.Advised, mean, late.PipelineNS)
-	}
-}
-
-// ownHost is testHost with the backend's own time measured apart (1 µs a
-// request) and a FADVISE latency curve: 50 µs at 10 K FADVISEs a second
-// or less, 500 µs at 400 K a second or more.
-func ownHost() *Host {
-	h := testHost()
-	h.OwnNS = 1_000
-	h.Advise = []AdviseDelay{{PerSec: 10_000, NS: 50_000}, {PerSec: 400_000, NS: 500_000}}
-	return h
-}
-
-// TestHostOwnCost: with its own time measured apart, the modelled backend
-// spends 1 µs a request, not the saturated 10 µs of Issue: 4000 requests
-// keep it busy about 4 ms, and the oracle is no longer held to 10 µs a
-// page (TestHostIssuerBoundsOracle's 40 ms).
-func TestHostOwnCost(t *testing.T) {
-	evs := timedReads(4000, 1, 1)
-	o := runHost(t, ownHost(), evs, nil).Lane("oracle")
-	if o.BackendBusyNS < 3900*1_000 || o.BackendBusyNS > 4000*1_000+100_000 {
-		t.Errorf("the backend was busy %d ns for %d requests, want 1 µs each", o.BackendBusyNS, o.Requests)
-	}
-	if o.WallNS > 30e6 {
-		t.Errorf("oracle wall %d ns, want well under the 40 ms that 10 µs a request would hold it to", o.WallNS)
-	}
-}
-
-// TestHostAdviseCurve: a FADVISE's delay follows the curve at the rate
-// FADVISEs have been submitted lately: reads 100 µs apart (10 K a
-// second) draw delays of about 50 µs on average, reads recorded 2 µs
-// apart several times that (the program, waiting for pages the slower
-// FADVISEs have not read yet, then reads more slowly than recorded, and
-// the rate settles below 500 K); the idle AdviseDelayNS (5 ms) is not
-// used.
-func TestHostAdviseCurve(t *testing.T) {
-	mean := func(think uint64) float64 {
-		h := ownHost()
-		h.AdviseDelayNS = 5e6
-		o := runHost(t, h, timedReads(3000, think, 3), nil).Lane("oracle")
-		return float64(o.AdviseDelayNS) / float64(o.Advised)
-	}
-	if m := mean(1); m < 150_000 || m > 500_000 {
-		t.Errorf("FADVISEs requested 2 µs apart: %.0f ns on average, want 150-500 µs", m)
-	}
-	if m := mean(99); m < 40_000 || m > 60_000 {
-		t.Errorf("FADVISEs 100 µs apart: %.0f ns on average, want about 50 µs", m)
-	}
-}
-
-// TestHostAdviseRing: the backend keeps at most 64 FADVISEs in flight;
-// when they take 5 ms each, 1000 requests made 2 µs apart wait for slots
-// (those whose pages the program has read by then issue nothing), where
-// its own time is 1 µs a request.
-func TestHostAdviseRing(t *testing.T) {
-	h := ownHost()
-	h.Advise = []AdviseDelay{{PerSec: 1, NS: 5e6}}
-	o := runHost(t, h, timedReads(1000, 1, 4), nil).Lane("oracle")
-	if o.BackendBusyNS < 10e6 {
-		t.Errorf("the backend was busy %d ns for %d requests, want it to wait for ring slots: well over their 1 µs each", o.BackendBusyNS, o.Requests)
 	}
 }
 
