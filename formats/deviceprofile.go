@@ -136,6 +136,7 @@ type HostCosts struct {
 	// come at (one every 200, 50, 20, 10 and 5 us, whether or not the
 	// last was issued; ascending rates): io-wq's workers queue them as
 	// they come faster. Measured with PrefetchOwnNS, in the same passes.
+	// simulate models neither yet (docs/device-profile.md).
 	AdviseCurve []AdvisePoint `json:"advise_curve,omitempty"`
 	// PrefetchVia says how the backend issued them.
 	PrefetchVia string `json:"prefetch_via,omitempty"`
