@@ -568,22 +568,34 @@ func monotone(c []formats.AdvisePoint) []formats.AdvisePoint {
 // it, one every gap (the submitting thread spins between them), and
 // returns the backend's report and how many it submitted.
 func pacedPass(path string, size int64, gap time.Duration) (backend.Report, int, error) {
+	var n int
+	r, err := withColdBackend(path, size, backend.Options{}, func(b *backend.Kernel) (err error) {
+		n, err = feedPaced(b, int(size/int64(os.Getpagesize())), adviseRequests, gap)
+		return err
+	})
+	return r, n, err
+}
+
+// withColdBackend evicts file path, registers it as file 1 of a new
+// kernel backend with options o, runs fn with the backend, closes it and
+// returns its report.
+func withColdBackend(path string, size int64, o backend.Options, fn func(*backend.Kernel) error) (backend.Report, error) {
 	if err := evictRetry(path, size); err != nil {
-		return backend.Report{}, 0, err
+		return backend.Report{}, err
 	}
 	ref, err := fileRef(path)
 	if err != nil {
-		return backend.Report{}, 0, err
+		return backend.Report{}, err
 	}
 	reg := backend.NewRegistry()
 	defer reg.Close()
 	if _, err := reg.Add(ref); err != nil {
-		return backend.Report{}, 0, err
+		return backend.Report{}, err
 	}
-	b := backend.NewKernel(reg, backend.Options{})
-	n, err := feedPaced(b, int(size/int64(os.Getpagesize())), adviseRequests, gap)
+	b := backend.NewKernel(reg, o)
+	err = fn(b)
 	r, cerr := b.Close()
-	return r, n, errors.Join(err, cerr)
+	return r, errors.Join(err, cerr)
 }
 
 // feedPaced submits n requests (at most pages) of random pages of file
@@ -610,23 +622,13 @@ func feedPaced(b *backend.Kernel, pages, n int, gap time.Duration) (int, error) 
 // one OS thread; it returns the times from each Submit until the backend
 // issued it and of the Submit calls, in ns, and the backend's report.
 func wakePass(path string, size int64, n int, wait func()) (waits, subs []float64, r backend.Report, err error) {
-	if err := evictRetry(path, size); err != nil {
-		return nil, nil, r, err
-	}
-	ref, err := fileRef(path)
-	if err != nil {
-		return nil, nil, r, err
-	}
-	reg := backend.NewRegistry()
-	defer reg.Close()
-	if _, err := reg.Add(ref); err != nil {
-		return nil, nil, r, err
-	}
 	var issued atomic.Int64
-	b := backend.NewKernel(reg, backend.Options{Issued: func(uint32, uint64, uint64) { issued.Store(time.Now().UnixNano()) }})
-	waits, subs, err = timeWakes(b, &issued, int(size/int64(os.Getpagesize())), n, wait)
-	r, cerr := b.Close()
-	return waits, subs, r, errors.Join(err, cerr)
+	o := backend.Options{Issued: func(uint32, uint64, uint64) { issued.Store(time.Now().UnixNano()) }}
+	r, err = withColdBackend(path, size, o, func(b *backend.Kernel) (err error) {
+		waits, subs, err = timeWakes(b, &issued, int(size/int64(os.Getpagesize())), n, wait)
+		return err
+	})
+	return waits, subs, r, err
 }
 
 // timeWakes submits n requests (at most pages) to b, of random pages of

@@ -99,24 +99,35 @@ type missStats struct {
 
 func (m *missStats) mean() float64 { return m.sum / max(m.n, 1) }
 
+// add counts a miss of us microseconds that started depth reads deep.
+func (m *missStats) add(us float64, depth uint64) {
+	m.n++
+	m.sum += us
+	m.depth += float64(depth)
+	k := 0
+	if depth >= 32 {
+		k = 2
+	} else if depth >= 8 {
+		k = 1
+	}
+	m.byDepth[k] += us
+	m.byDepthN[k]++
+}
+
 // missPass evicts path and reads n of its pages as BenchmarkMissAmidPrefetch
 // says, from one OS thread.
 func missPass(path string, size int64, n, ahead int, maj, mnr uint32) (missStats, error) {
 	var m missStats
-	if err := evictRetry(path, size); err != nil {
-		return m, err
-	}
-	ref, err := fileRef(path)
-	if err != nil {
-		return m, err
-	}
-	reg := backend.NewRegistry()
-	defer reg.Close()
-	if _, err := reg.Add(ref); err != nil {
-		return m, err
-	}
-	kb := backend.NewKernel(reg, backend.Options{})
-	defer kb.Close()
+	_, err := withColdBackend(path, size, backend.Options{}, func(kb *backend.Kernel) (err error) {
+		m, err = missReads(kb, path, size, n, ahead, maj, mnr)
+		return err
+	})
+	return m, err
+}
+
+// missReads is missPass's reads through the backend kb.
+func missReads(kb *backend.Kernel, path string, size int64, n, ahead int, maj, mnr uint32) (missStats, error) {
+	var m missStats
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return m, err
@@ -163,21 +174,9 @@ func missPass(path string, size int64, n, ahead int, maj, mnr uint32) (missStats
 		if _, err := unix.Pread(fd, buf, int64(p)*int64(len(buf))); err != nil {
 			return m, err
 		}
-		if !forced {
-			continue
+		if forced {
+			m.add(float64(time.Since(t0).Nanoseconds())/1e3, depth)
 		}
-		us := float64(time.Since(t0).Nanoseconds()) / 1e3
-		m.n++
-		m.sum += us
-		m.depth += float64(depth)
-		k := 0
-		if depth >= 32 {
-			k = 2
-		} else if depth >= 8 {
-			k = 1
-		}
-		m.byDepth[k] += us
-		m.byDepthN[k]++
 	}
 	return m, nil
 }
