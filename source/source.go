@@ -296,8 +296,10 @@ func (s *Source) Start(c Consumer) error {
 		go func() { defer s.wg.Done(); p.decode() }()
 	}
 	if s.cfg.Latency == Batched {
+		// In wg too: Close must not close the rings under a tick.
 		s.tick = make(chan struct{})
-		go s.pollTicks(s.tick)
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.pollTicks(s.tick) }()
 	}
 	if s.cfg.bench != nil {
 		if err := s.cfg.bench.attach(s); err != nil {

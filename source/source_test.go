@@ -519,3 +519,31 @@ func TestPauseResume(t *testing.T) {
 		t.Errorf("%s, read by a child forked while paused, after Resume: traced %v", b, ok)
 	}
 }
+
+// TestCloseUnderTicks closes Batched sources while their poll ticks and a
+// traced command fills the rings: the ticker's goroutine must be gone
+// before Close closes the rings it looks at (it dereferenced a closed
+// reader in one of three short daemon tests before it was waited for).
+// A plain run rarely hits the window; with -race (scripts/test.sh) it
+// fails every time without the wait.
+func TestCloseUnderTicks(t *testing.T) {
+	requireSource(t, "filemap:mm_filemap_get_pages")
+	cache := t.TempDir()
+	for range 20 {
+		src, err := Open(Config{Command: true, Latency: Batched, Poll: minPoll, BTFCacheDir: cache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := src.Start(newCollector()); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("sh", "-c", "while :; do cat /etc/passwd /etc/group; done >/dev/null")
+		if err := src.StartCommand(cmd); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+		src.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+}
