@@ -955,3 +955,50 @@ func TestDaemonFollowsAdaptedProgram(t *testing.T) {
 		}
 	}
 }
+
+// TestDaemonSkipsFrontToBack: a launch that reads a database front to back
+// (a table filled in order, scanned by rowid) is left to the kernel's
+// readahead: its reads continue one another, so the program is not
+// followed, where TestDaemonFollowsAdaptedProgram's scan by random key
+// is. Counting every page read instead follows it (1500 pages).
+func TestDaemonSkipsFrontToBack(t *testing.T) {
+	requireDaemon(t)
+	testenv.Tool(t, "sqlite3")
+	dir := t.TempDir()
+	shell, err := exec.LookPath("sqlite3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(shell)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog := filepath.Join(dir, "sqlite3")
+	if err := os.WriteFile(prog, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(tracetest.DiskDir(t), "seq.db")
+	fill := "create table t(x blob); with recursive c(i) as (select 1 union all select i+1 from c where i < 6000) insert into t select randomblob(1000) from c;"
+	if out, err := exec.Command(shell, db, fill).CombinedOutput(); err != nil {
+		t.Fatalf("fill %s: %v: %s", db, err, out)
+	}
+	cfg := testConfig(t, dir)
+	cfg.Learn.Launches = 1
+	d, _ := startDaemon(t, cfg)
+	tracetest.Evict(t, db)
+	// The slow query first keeps the launch running until the daemon has
+	// handled its exec.
+	const slow = "select count(*) from (with recursive c(x) as (select 1 union all select x+1 from c limit 400000) select x from c);"
+	if out, err := exec.Command(prog, "-batch", db, "PRAGMA mmap_size=0", "PRAGMA cache_size=-2048", slow, "select sum(length(x)) from t").CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v: %s", prog, err, out)
+	}
+	waitFor(t, "the launch to be learned", func() bool { return launches(d, prog) == 1 })
+	if st := d.Status().Counts; st.LaunchEvents < 1000 {
+		t.Fatalf("the launch was traced for %d events, want its scan's (the daemon handled its exec too late)", st.LaunchEvents)
+	}
+	for _, p := range d.Status().Profiles {
+		if p.Program == prog && p.Followed {
+			t.Errorf("a launch that read its database front to back made the daemon follow %s", prog)
+		}
+	}
+}
