@@ -122,15 +122,17 @@ func (d *Daemon) observe(ev *policies.Event) {
 	d.st.launchEvents++
 }
 
-// inOrder reports whether access ev continues the last read of its file
-// within seqGap pages (a read of a file read before), or is no read or
-// fault (the kernel's readahead and fault-around rows, which follow the
-// reads), and records it. A table scan's occasional interior page costs
+// inOrder reports whether access ev continues the last demand of its
+// file within seqGap pages (a file read before), or is no demand (the
+// kernel's readahead and page insertions, which follow the demands), and
+// records it. An mmap reader's demand is mostly its fault-around rows
+// (map): an LMDB scan with MDB_NORDAHEAD showed 946 of them against 198
+// faults. A table scan's occasional interior page costs
 // two reads out of order: the jump to it and the one back. Past maxOrderFiles files, every read counts as
 // out of order.
 func (l *launch) inOrder(ev *policies.Event) bool {
 	a := &ev.Access
-	if a.Kind != formats.KindRead && a.Kind != formats.KindFault {
+	if !a.Kind.Demand() {
 		return true
 	}
 	next := a.Page + uint64(max(a.NPages, 1))
