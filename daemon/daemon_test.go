@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/predictio/predictio/formats"
 	"github.com/predictio/predictio/hints"
 	"github.com/predictio/predictio/internal/testenv"
 	"github.com/predictio/predictio/internal/tracetest"
@@ -999,6 +1000,36 @@ func TestDaemonSkipsFrontToBack(t *testing.T) {
 	for _, p := range d.Status().Profiles {
 		if p.Program == prog && p.Followed {
 			t.Errorf("a launch that read its database front to back made the daemon follow %s", prog)
+		}
+	}
+}
+
+// TestLaunchInOrder: the follow count's order rule (inOrder). A read that
+// continues its file's last demand within seqGap pages is in order; one
+// further or back is not; every demand kind counts (an mmap reader's
+// fault-around rows are most of its demand), the kernel's own insertions
+// do not.
+func TestLaunchInOrder(t *testing.T) {
+	ev := func(k formats.AccessKind, file uint32, page uint64, n uint32) *policies.Event {
+		return &policies.Event{Kind: policies.EventFileAccess, File: file, Access: policies.FileAccess{Kind: k, Page: page, NPages: n}}
+	}
+	l := &launch{}
+	for i, c := range []struct {
+		ev   *policies.Event
+		want bool
+	}{
+		{ev(formats.KindRead, 1, 0, 1), false},       // first read of the file
+		{ev(formats.KindRead, 1, 1, 4), true},        // continues it
+		{ev(formats.KindRead, 1, 5+seqGap, 1), true}, // a gap within seqGap
+		{ev(formats.KindRead, 1, 900, 1), false},     // a jump
+		{ev(formats.KindRead, 1, 3, 1), false},       // back
+		{ev(formats.KindMap, 2, 40000, 16), false},   // another file, an mmap reader
+		{ev(formats.KindMap, 2, 7000, 16), false},
+		{ev(formats.KindFault, 2, 7016, 1), true},
+		{ev(formats.KindCacheAdd, 2, 123456, 1), true}, // the kernel's insertion: not counted
+	} {
+		if got := l.inOrder(c.ev); got != c.want {
+			t.Errorf("%d: %v page %d of file %d: in order %v, want %v", i, c.ev.Access.Kind, c.ev.Access.Page, c.ev.File, got, c.want)
 		}
 	}
 }
