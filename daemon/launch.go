@@ -34,7 +34,7 @@ type launch struct {
 	events  uint64
 	follow  bool              // traced until the first process exits
 	adapted uint64            // pages it read out of order of files an adapter recognized (up to followPages)
-	last    map[uint32]uint64 // by recognized file: the page after its last read (inOrder)
+	last    map[uint32]uint64 // by recognized file: the page after its last demand (inOrder)
 	done    bool
 	// A followed launch that is not learned stops being traced once its
 	// first warmCheck reads and faults of recognized files were all
@@ -127,9 +127,9 @@ func (d *Daemon) observe(ev *policies.Event) {
 // kernel's readahead and page insertions, which follow the demands), and
 // records it. An mmap reader's demand is mostly its fault-around rows
 // (map): an LMDB scan with MDB_NORDAHEAD showed 946 of them against 198
-// faults. A table scan's occasional interior page costs
-// two reads out of order: the jump to it and the one back. Past maxOrderFiles files, every read counts as
-// out of order.
+// faults. A table scan's occasional interior page costs two reads out of
+// order: the jump to it and the one back. Past maxOrderFiles files, every
+// read of another file counts as out of order.
 func (l *launch) inOrder(ev *policies.Event) bool {
 	a := &ev.Access
 	if !a.Kind.Demand() {
