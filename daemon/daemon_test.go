@@ -814,16 +814,17 @@ func TestDaemonRefresh(t *testing.T) {
 	}
 }
 
-// TestDaemonFollowsAdaptedProgram: a learned launch of the unmodified
-// sqlite3 shell reads a database the SQLite adapter recognizes, so the
-// daemon follows the program: its next launch, whose profile is full and
-// which is not learned, is traced while it runs, and the tree policy
-// prefetches the B-tree pages of a range the profile never saw. Following
-// survives a restart (followed.list).
-func TestDaemonFollowsAdaptedProgram(t *testing.T) {
-	requireDaemon(t)
+// slow is a query that reads no file and takes about 100 ms: a launch
+// that runs it first lives until the daemon has handled its exec, on a
+// loaded machine too.
+const slow = "select count(*) from (with recursive c(x) as (select 1 union all select x+1 from c limit 400000) select x from c);"
+
+// sqlite3Copy copies the sqlite3 shell into dir as name (a program of
+// its own for the daemon's profiles) and returns the shell's path and the
+// copy's; it skips the test without sqlite3.
+func sqlite3Copy(t *testing.T, dir, name string) (shell, prog string) {
+	t.Helper()
 	testenv.Tool(t, "sqlite3")
-	dir := t.TempDir()
 	shell, err := exec.LookPath("sqlite3")
 	if err != nil {
 		t.Fatal(err)
@@ -832,10 +833,23 @@ func TestDaemonFollowsAdaptedProgram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prog := filepath.Join(dir, "sqlite3")
+	prog = filepath.Join(dir, name)
 	if err := os.WriteFile(prog, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return shell, prog
+}
+
+// TestDaemonFollowsAdaptedProgram: a learned launch of the unmodified
+// sqlite3 shell reads a database the SQLite adapter recognizes, so the
+// daemon follows the program: its next launch, whose profile is full and
+// which is not learned, is traced while it runs, and the tree policy
+// prefetches the B-tree pages of a range the profile never saw. Following
+// survives a restart (followed.list).
+func TestDaemonFollowsAdaptedProgram(t *testing.T) {
+	requireDaemon(t)
+	dir := t.TempDir()
+	shell, prog := sqlite3Copy(t, dir, "sqlite3")
 	db := filepath.Join(tracetest.DiskDir(t), "f.db")
 	if err := sqlitedb.Build(context.Background(), sqlitedb.Config{Path: db, Layout: sqlitedb.WithoutRowid, Rows: 6000, Seed: 9, Compressible: true}); err != nil {
 		t.Fatal(err)
@@ -887,7 +901,6 @@ func TestDaemonFollowsAdaptedProgram(t *testing.T) {
 	// cold (evicted first: its own readahead reads the file), then again,
 	// warm: the warm one's tracing stops after warmCheck reads, so its
 	// second scan is not traced; the cold one's stays traced.
-	const slow = "select count(*) from (with recursive c(x) as (select 1 union all select x+1 from c limit 400000) select x from c);"
 	twice := func(evict bool) uint64 {
 		t.Helper()
 		if evict {
@@ -937,10 +950,7 @@ func TestDaemonFollowsAdaptedProgram(t *testing.T) {
 	}
 	// A launch that reads little of a database (a tiny one) does not make
 	// another program followed.
-	small := filepath.Join(dir, "sqlite3-small")
-	if err := os.WriteFile(small, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	_, small := sqlite3Copy(t, dir, "sqlite3-small")
 	tiny := filepath.Join(tracetest.DiskDir(t), "tiny.db")
 	if out, err := exec.Command(shell, tiny, "create table t(x); insert into t values (1);").CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v: %s", small, err, out)
@@ -964,20 +974,8 @@ func TestDaemonFollowsAdaptedProgram(t *testing.T) {
 // is. Counting every page read instead follows it (1500 pages).
 func TestDaemonSkipsFrontToBack(t *testing.T) {
 	requireDaemon(t)
-	testenv.Tool(t, "sqlite3")
 	dir := t.TempDir()
-	shell, err := exec.LookPath("sqlite3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(shell)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prog := filepath.Join(dir, "sqlite3")
-	if err := os.WriteFile(prog, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	shell, prog := sqlite3Copy(t, dir, "sqlite3")
 	db := filepath.Join(tracetest.DiskDir(t), "seq.db")
 	fill := "create table t(x blob); with recursive c(i) as (select 1 union all select i+1 from c where i < 6000) insert into t select randomblob(1000) from c;"
 	if out, err := exec.Command(shell, db, fill).CombinedOutput(); err != nil {
@@ -989,7 +987,6 @@ func TestDaemonSkipsFrontToBack(t *testing.T) {
 	tracetest.Evict(t, db)
 	// The slow query first keeps the launch running until the daemon has
 	// handled its exec.
-	const slow = "select count(*) from (with recursive c(x) as (select 1 union all select x+1 from c limit 400000) select x from c);"
 	if out, err := exec.Command(prog, "-batch", db, "PRAGMA mmap_size=0", "PRAGMA cache_size=-2048", slow, "select sum(length(x)) from t").CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v: %s", prog, err, out)
 	}
