@@ -349,6 +349,18 @@ func (p *prefetchRun) withThread(size int64, read bool) (time.Duration, float64,
 	return d, max(during/alone, 1), awaitCached(p.path, p.reqs, want)
 }
 
+// onePage is a request of page p of file 1.
+func onePage(p int) *policies.Request {
+	return &policies.Request{File: 1, Ranges: []policies.Range{{First: uint64(p), N: 1}}}
+}
+
+// spinUntil spins until t: a paced submitter that does not sleep, so that
+// its CPU does not idle between requests.
+func spinUntil(t time.Time) {
+	for time.Now().Before(t) {
+	}
+}
+
 // spinSink keeps spinWork's result alive.
 var spinSink uint64
 
@@ -607,9 +619,8 @@ func feedPaced(b *backend.Kernel, pages, n int, gap time.Duration) (int, error) 
 	next := time.Now()
 	for _, p := range perm {
 		next = next.Add(gap)
-		for time.Now().Before(next) {
-		}
-		if err := b.Submit(&policies.Request{File: 1, Ranges: []policies.Range{{First: uint64(p), N: 1}}}); err != nil {
+		spinUntil(next)
+		if err := b.Submit(onePage(p)); err != nil {
 			return 0, err
 		}
 	}
@@ -642,7 +653,7 @@ func timeWakes(b *backend.Kernel, issued *atomic.Int64, pages, n int, wait func(
 		wait()
 		issued.Store(0)
 		t0 := time.Now()
-		if err := b.Submit(&policies.Request{File: 1, Ranges: []policies.Range{{First: uint64(p), N: 1}}}); err != nil {
+		if err := b.Submit(onePage(p)); err != nil {
 			return nil, nil, err
 		}
 		t1 := time.Now()

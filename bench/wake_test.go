@@ -11,7 +11,6 @@ import (
 
 	"github.com/predictio/predictio/backend"
 	"github.com/predictio/predictio/internal/blockdev"
-	"github.com/predictio/predictio/policies"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,10 +31,7 @@ func BenchmarkBackendWake(b *testing.B) {
 	}
 	for _, gap := range []time.Duration{2 * time.Microsecond, 10 * time.Microsecond, 30 * time.Microsecond, 100 * time.Microsecond, 300 * time.Microsecond} {
 		b.Run(gap.String(), func(b *testing.B) {
-			spin := func() {
-				for t0 := time.Now(); time.Since(t0) < gap; {
-				}
-			}
+			spin := func() { spinUntil(time.Now().Add(gap)) }
 			waits, _, r, err := wakePass(path, size, b.N, spin)
 			if err != nil {
 				b.Fatal(err)
@@ -144,7 +140,7 @@ func missReads(kb *backend.Kernel, path string, size int64, n, ahead int, maj, m
 		if ahead == 0 || i >= n {
 			return nil
 		}
-		return kb.Submit(&policies.Request{File: 1, Ranges: []policies.Range{{First: uint64(seq[i]), N: 1}}})
+		return kb.Submit(onePage(seq[i]))
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -158,8 +154,7 @@ func missReads(kb *backend.Kernel, path string, size int64, n, ahead int, maj, m
 		if err := request(i + ahead); err != nil {
 			return m, err
 		}
-		for t0 := time.Now(); time.Since(t0) < 2*time.Microsecond; {
-		}
+		spinUntil(time.Now().Add(2 * time.Microsecond))
 		p, forced := seq[i], i%20 == 10
 		var depth uint64
 		if forced {
