@@ -157,6 +157,10 @@ func (p *LaunchProfile) Plan() []LaunchStep {
 		need := Recurring(s.Seen)
 		if mapped(s.Kinds) {
 			need = 1
+		} else if s.Seen < scatterSeen {
+			for j, rs := range per[i] {
+				per[i][j] = scatterHead(rs)
+			}
 		}
 		s.Ranges = recurringRanges(per[i], need)
 		out = append(out, s)
@@ -213,6 +217,29 @@ func (p *LaunchProfile) Pages() uint64 {
 		}
 	}
 	return n
+}
+
+// Scattered reads. A launch that read a file at many small scattered
+// places (a database queried at some keys) says little about where the
+// next launch will read it: the keys change. Until scatterSeen launches
+// have touched the file, so that Recurring keeps the pages they share,
+// such a touch counts only its first scatterRanges ranges, in the order
+// it read them: the header, the schema and the top of the descent that
+// queries at other keys read again.
+const (
+	scatterSeen   = 3
+	scatterRanges = 64
+	scatterPages  = 4 // a touch is scattered when its ranges average fewer pages
+)
+
+// scatterHead returns rs (one launch's touch, in access order) or, when it
+// is scattered (more than scatterRanges ranges averaging fewer than
+// scatterPages pages), its first scatterRanges ranges.
+func scatterHead(rs []Range) []Range {
+	if len(rs) <= scatterRanges || rangePages(rs) >= scatterPages*uint64(len(rs)) {
+		return rs
+	}
+	return rs[:scatterRanges]
 }
 
 // seqRun is the shortest run of pages readsForward counts as a stretch of

@@ -113,6 +113,63 @@ func TestPlanRecurring(t *testing.T) {
 	}
 }
 
+// TestPlanScattered: a launch that queried a database at scattered pages
+// says little about the next launch's keys, so until three launches have
+// touched the file its plan holds only the first scatterRanges ranges each
+// read (the header and the top of the descent), not the 2000 pages of
+// another key range; reads of larger ranges, and mapped files, keep all
+// their pages; from three launches on, the pages they share decide.
+func TestPlanScattered(t *testing.T) {
+	files := map[uint32]LaunchFile{1: lf("/db", 1), 2: lf("/chunks", 2), 3: lf("/data.mdb", 3)}
+	p := &LaunchProfile{Program: lf("/usr/bin/sqlite3", 9)}
+	query := func(key uint64) []Event {
+		evs := []Event{acc(1000, 1, formats.KindRead, 0, 1), acc(1010, 1, formats.KindRead, 1, 1)}
+		for i := range uint64(2000) {
+			evs = append(evs, acc(1100+i, 1, formats.KindRead, 100+(key+i*7919)%100000, 1))
+		}
+		for i := range uint64(100) {
+			evs = append(evs, acc(5000+i, 2, formats.KindRead, (i*37)%100*64, 16))
+			evs = append(evs, acc(6000+i, 3, formats.KindFault, 200000+(key+i*7919)%100000, 1))
+		}
+		return evs
+	}
+	planOf := func(path string) []Range {
+		for _, s := range p.Plan() {
+			if s.File.Path == path {
+				return s.Ranges
+			}
+		}
+		t.Fatalf("%s not in the plan", path)
+		return nil
+	}
+	recordLaunch(t, p, files, query(0), 3)
+	want := []Event{acc(0, 1, formats.KindRead, 0, 2)}
+	for i := range uint64(scatterRanges - 1) {
+		want = append(want, acc(0, 1, formats.KindRead, 100+i*7919%100000, 1))
+	}
+	var wantRanges []Range
+	for _, e := range want {
+		wantRanges = append(wantRanges, Range{First: e.Access.Page, N: e.Access.NPages})
+	}
+	if got := planOf("/db"); !reflect.DeepEqual(got, mergeRanges(wantRanges)) {
+		t.Errorf("/db after one launch: %d ranges, %d pages; want its first %d ranges read", len(got), rangePages(got), scatterRanges)
+	}
+	if got := planOf("/chunks"); rangePages(got) != 1600 {
+		t.Errorf("/chunks, read in 16-page ranges: %d pages planned, want all 1600", rangePages(got))
+	}
+	if got := planOf("/data.mdb"); rangePages(got) != 100 {
+		t.Errorf("/data.mdb, mapped: %d pages planned, want all 100", rangePages(got))
+	}
+	recordLaunch(t, p, files, query(50000), 3)
+	if got := planOf("/db"); rangePages(got) > 2*scatterRanges+1 {
+		t.Errorf("/db after two launches: %d pages planned, want the two heads' union", rangePages(got))
+	}
+	recordLaunch(t, p, files, query(50000), 3)
+	if got := planOf("/db"); rangePages(got) != 2002 {
+		t.Errorf("/db after three launches, two at one key: %d pages planned, want the 2002 that two read", rangePages(got))
+	}
+}
+
 func TestRecurringRangesSplitsLongSpans(t *testing.T) {
 	big := Range{First: 10, N: math.MaxUint32}
 	got := recurringRanges([][]Range{{big, {First: 10 + math.MaxUint32, N: 5}}, {{First: 0, N: math.MaxUint32}, {First: math.MaxUint32, N: 100}}}, 2)
