@@ -878,6 +878,25 @@ func TestDaemonFollowsAdaptedProgram(t *testing.T) {
 	if !followed(d) {
 		t.Fatalf("after a launch that read a database: not followed; status %+v", d.Status().Counts)
 	}
+	// The learned launch marks the database as structured: its next
+	// launches' keys decide its pages, so the plan keeps only the head of
+	// what this scan read (policies.TouchStructured).
+	var step *policies.LaunchStep
+	waitFor(t, "the profile on disk", func() bool {
+		m, err := policies.LoadLaunchModel(cfg.ProfileDir)
+		if err != nil || m.Get(prog) == nil {
+			return false
+		}
+		for _, s := range m.Get(prog).Plan() {
+			if s.File.Path == db {
+				step = &s
+			}
+		}
+		return step != nil
+	})
+	if step.Kinds&policies.TouchStructured == 0 || len(step.Ranges) > 64 {
+		t.Errorf("the database's plan: kinds %#x, %d ranges; want it structured, at most 64 ranges", step.Kinds, len(step.Ranges))
+	}
 	tree := func() float64 { return metrics(t, d)[`predictio_daemon_requested_pages_total{policy="tree"}`] }
 	events, before := d.Status().Counts.TreeEvents, tree()
 	learned := d.Status().Counts.Learned

@@ -110,7 +110,10 @@ func (d *Daemon) observe(ev *policies.Event) {
 	if l.rec != nil {
 		l.rec.Observe(ev)
 	}
-	if d.stage != nil && ev.Kind == policies.EventFileAccess && (l.adapted < followPages || l.checksWarm()) && d.stage.Recognized(ev.File) {
+	if d.stage != nil && ev.Kind == policies.EventFileAccess && (l.rec != nil || l.adapted < followPages || l.checksWarm()) && d.stage.Recognized(ev.File) {
+		if l.rec != nil {
+			l.rec.MarkStructured(ev.File)
+		}
 		if l.adapted < followPages && !l.inOrder(ev) {
 			l.adapted += uint64(max(ev.Access.NPages, 1))
 		}

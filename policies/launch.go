@@ -63,6 +63,14 @@ func (f *LaunchFile) Same(g *LaunchFile) bool {
 	return f.Path == g.Path && f.Dev == g.Dev && f.Ino == g.Ino && f.Size == g.Size && f.MtimeNS == g.MtimeNS
 }
 
+// TouchStructured is a bit of LaunchTouch.Kinds beyond the access kinds:
+// a structure adapter recognized the file (a database, an LMDB env, a
+// model), so the pages a launch read of it follow the keys it looked up
+// more than the program. Such a file is planned from the pages its
+// launches share even when mapped, and from each launch's first
+// scatterRanges ranges until scatterSeen launches touched it.
+const TouchStructured = 1 << 31
+
 // LaunchTouch is what one launch did with one file: when it first
 // touched it and its demand accesses' pages in the order it touched them
 // (an access that continues the previous one is merged into it), so that
@@ -155,9 +163,15 @@ func (p *LaunchProfile) Plan() []LaunchStep {
 			continue
 		}
 		need := Recurring(s.Seen)
-		if mapped(s.Kinds) {
+		switch {
+		case s.Kinds&TouchStructured != 0 && s.Seen < scatterSeen:
+			for j, rs := range per[i] {
+				per[i][j] = rs[:min(len(rs), scatterRanges)]
+			}
+		case s.Kinds&TouchStructured != 0:
+		case mapped(s.Kinds):
 			need = 1
-		} else if s.Seen < scatterSeen {
+		case s.Seen < scatterSeen:
 			for j, rs := range per[i] {
 				per[i][j] = scatterHead(rs)
 			}
@@ -851,6 +865,14 @@ func (r *LaunchRecorder) Observe(ev *Event) {
 	}
 	r.ranges++
 	t.ranges = append(t.ranges, Range{First: first, N: uint32(n)})
+}
+
+// MarkStructured marks file id, if the launch touched it, as one a
+// structure adapter recognized (TouchStructured).
+func (r *LaunchRecorder) MarkStructured(id uint32) {
+	if i, ok := r.idx[id]; ok {
+		r.touches[i].kinds |= TouchStructured
+	}
 }
 
 // Launch returns the recorded launch and its files. resolve gives each

@@ -170,6 +170,56 @@ func TestPlanScattered(t *testing.T) {
 	}
 }
 
+// TestPlanStructured: an LMDB env the adapters recognized, read through
+// its mapping at other keys by each launch, is planned from the first
+// scatterRanges ranges of each of its first two launches and then from
+// the pages the launches share, not from the union that an unrecognized
+// mapped file (a library) keeps.
+func TestPlanStructured(t *testing.T) {
+	files := map[uint32]LaunchFile{1: lf("/env/data.mdb", 1), 2: lf("/usr/lib/liblmdb.so", 2)}
+	p := &LaunchProfile{Program: lf("/usr/bin/scan", 9)}
+	scan := func(key uint64) {
+		t.Helper()
+		r := NewLaunchRecorder(1000)
+		for i := range uint64(200) {
+			r.Observe(ptr(acc(1000+i, 1, formats.KindMap, key+i*64, 16)))
+			r.Observe(ptr(acc(1000+i, 2, formats.KindMap, key/10+i*64, 16)))
+		}
+		r.Observe(ptr(acc(5000, 1, formats.KindFault, 0, 1))) // the meta page, every launch
+		r.MarkStructured(1)
+		r.MarkStructured(3) // not touched: nothing
+		l, fs := r.Launch(func(id uint32) (LaunchFile, bool) { f, ok := files[id]; return f, ok }, 42, 5e6)
+		if err := p.AddLaunch(l, fs, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pages := func(path string) uint64 {
+		for _, s := range p.Plan() {
+			if s.File.Path == path {
+				return rangePages(s.Ranges)
+			}
+		}
+		return 0
+	}
+	scan(100000)
+	if got := pages("/env/data.mdb"); got != scatterRanges*16 {
+		t.Errorf("data.mdb after one launch: %d pages planned, want its first %d ranges' %d", got, scatterRanges, scatterRanges*16)
+	}
+	if got := pages("/usr/lib/liblmdb.so"); got != 3200 {
+		t.Errorf("the library after one launch: %d pages planned, want all 3200", got)
+	}
+	scan(500000)
+	scan(900000)
+	if got := pages("/env/data.mdb"); got != 1 {
+		t.Errorf("data.mdb after three launches at other keys: %d pages planned, want the meta page they share", got)
+	}
+	if got := pages("/usr/lib/liblmdb.so"); got != 3*3200 {
+		t.Errorf("the library after three launches: %d pages planned, want the union", got)
+	}
+}
+
+func ptr(e Event) *Event { return &e }
+
 func TestRecurringRangesSplitsLongSpans(t *testing.T) {
 	big := Range{First: 10, N: math.MaxUint32}
 	got := recurringRanges([][]Range{{big, {First: 10 + math.MaxUint32, N: 5}}, {{First: 0, N: math.MaxUint32}, {First: math.MaxUint32, N: 100}}}, 2)

@@ -38,7 +38,8 @@ func init() {
 //	program, ran: file
 //	uvarint files, files: file...
 //	uvarint launches, each: varint start_unix_ns, uvarint wall_ns,
-//	    uvarint touches, each: uvarint file, uvarint first_ns, uvarint kinds,
+//	    uvarint touches, each: uvarint file, uvarint first_ns,
+//	        uvarint kinds (bit k: access kind k; bit 31: TouchStructured),
 //	        uvarint ranges, each: varint first (from the previous range's end), uvarint n
 //	uint32 CRC32C (Castagnoli) of everything before it, little endian
 //
