@@ -610,7 +610,7 @@ type launchPolicy struct {
 	minSeen  int
 	meta     bool
 	chunk    uint32 // pages per request at most
-	seqLimit uint64 // a file read front to back with more pages gets only its first chunk
+	seqLimit uint64 // a file read front to back with more pages gets no pages (its metadata only)
 	fired    map[launchFire]struct{}
 	req      Request
 	ranges   []Range
@@ -704,11 +704,13 @@ func (p *launchPolicy) Handle(ev *Event, emit Emit) {
 		eof := p.env.eof(id)
 		p.ranges = p.ranges[:0]
 		// A large file read front to back is left to the kernel's
-		// readahead beyond its first chunk: prefetching all of it only
-		// competes with the program's other reads.
+		// readahead, which keeps ahead of such a reader once it has
+		// started: prefetching it, even its first chunk, only competes
+		// with the program's other reads (a sqlite3 query of a 60 MiB
+		// table, 2026-12-07: +5-7% with its first 8 MiB, -5-6% without).
 		limit := budget
 		if st.Sequential && p.seqLimit > 0 && rangePages(st.Ranges) > p.seqLimit {
-			limit = min(budget, uint64(p.chunk))
+			limit = 0
 		}
 		used := uint64(0)
 		for _, r := range st.Ranges {

@@ -25,7 +25,7 @@ func init() {
 			{"seen", "1", "prefetch only files touched by at least this many of the profile's launches"},
 			{"meta", "on", "on: warm each file's metadata before its pages; off: pages only"},
 			{"chunk", "2048", "pages per request at most (2048: 8 MiB): a launch's prefetch reads like the kernel's readahead of a large window, not in small requests"},
-			{"seqlimit", "4096", "a file every launch read front to back with more pages than this gets only its first chunk: the kernel's readahead keeps ahead of it; 0: prefetch it all"},
+			{"seqlimit", "4096", "a file every launch read front to back with more pages than this gets no pages, only its metadata: the kernel's readahead keeps ahead of it; 0: prefetch it all"},
 		},
 		build: buildLaunch,
 	})
