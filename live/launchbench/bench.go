@@ -70,6 +70,12 @@ type MetricsDelta struct {
 	UsedInTime float64 `json:"pages_used_in_time"`
 	Late       float64 `json:"pages_late"`
 	Launches   float64 `json:"launches_prefetched"`
+	// Submitted is the pages the daemon's backend read ahead (not cached
+	// already), over the whole daemon: the launch is all it serves then.
+	Submitted float64 `json:"backend_pages_submitted"`
+	// Effect says the daemon counted its pages' effect (its effect
+	// setting): without it Prefetched, UsedInTime and Late are absent.
+	Effect bool `json:"effect"`
 	// DaemonRead is what the daemon process read from storage over the
 	// launch (/proc/PID/io read_bytes), in 4 KiB pages: its prefetches,
 	// measured outside it.
@@ -440,7 +446,11 @@ func delta(a, b map[string]float64, program string) *MetricsDelta {
 	get := func(m map[string]float64, effect string) float64 {
 		return m[`predictio_daemon_program_pages_total{effect="`+effect+`",program="`+program+`"}`]
 	}
+	const submitted = `predictio_daemon_backend_pages_total{state="submitted"}`
+	_, effect := b[`predictio_daemon_program_pages_total{effect="prefetched",program="`+program+`"}`]
 	return &MetricsDelta{
+		Submitted:  b[submitted] - a[submitted],
+		Effect:     effect,
 		Prefetched: get(b, "prefetched") - get(a, "prefetched"),
 		UsedInTime: get(b, "used_in_time") - get(a, "used_in_time"),
 		Late:       get(b, "late") - get(a, "late"),

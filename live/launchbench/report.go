@@ -99,6 +99,13 @@ type Agreement struct {
 	// and outside the daemon.
 	MetricsPrefetched float64 `json:"metrics_prefetched_pages"`
 	DaemonRead        float64 `json:"daemon_read_pages"`
+	// MetricsSubmitted is the median of the pages the daemon's backend
+	// read ahead per launch (/metrics, backend submitted), which
+	// DaemonRead measures outside the daemon; Effect says the daemon
+	// counted effects (MetricsPrefetched, MetricsPages), which it does only
+	// with effect = true.
+	MetricsSubmitted float64 `json:"metrics_submitted_pages"`
+	Effect           bool    `json:"effect"`
 	// MetricsPages is the median of used_in_time + late over the daemon
 	// launches; SavedPages the baseline's median block reads (4 KiB
 	// pages) minus the daemon launches' median.
@@ -113,8 +120,9 @@ type Agreement struct {
 func agreement(ss []Sample) []Agreement {
 	var out []Agreement
 	for _, p := range DefaultPrograms {
-		var base, dm, used, pref, dread []float64
+		var base, dm, used, pref, dread, sub []float64
 		var launches float64
+		effect := false
 		n := 0
 		for _, s := range ss {
 			if s.Program != p {
@@ -129,6 +137,8 @@ func agreement(ss []Sample) []Agreement {
 					used = append(used, s.Metrics.UsedInTime+s.Metrics.Late)
 					pref = append(pref, s.Metrics.Prefetched)
 					dread = append(dread, s.Metrics.DaemonRead)
+					sub = append(sub, s.Metrics.Submitted)
+					effect = effect || s.Metrics.Effect
 					launches += s.Metrics.Launches
 				}
 				n++
@@ -142,8 +152,10 @@ func agreement(ss []Sample) []Agreement {
 		slices.Sort(used)
 		slices.Sort(pref)
 		slices.Sort(dread)
+		slices.Sort(sub)
 		out = append(out, Agreement{Program: p, MetricsPages: quantile(used, 0.5), SavedPages: quantile(base, 0.5) - quantile(dm, 0.5),
-			MetricsPrefetched: quantile(pref, 0.5), DaemonRead: quantile(dread, 0.5), Launches: launches, Measured: n})
+			MetricsPrefetched: quantile(pref, 0.5), DaemonRead: quantile(dread, 0.5), MetricsSubmitted: quantile(sub, 0.5),
+			Effect: effect, Launches: launches, Measured: n})
 	}
 	return out
 }
@@ -185,10 +197,14 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		fmt.Fprintln(w, ".")
 	}
 	if len(r.Agree) > 0 {
-		fmt.Fprintln(w, "\n| program | /metrics: pages prefetched | the daemon's storage reads (/proc/PID/io, pages) | /metrics: used in time + late | the program's block reads saved vs baseline (pages; includes readahead it no longer triggers) | launches prefetched, /metrics / measured |")
+		fmt.Fprintln(w, "\n| program | /metrics: pages the backend read ahead | the daemon's storage reads (/proc/PID/io, pages) | /metrics: pages prefetched, used in time + late | the program's block reads saved vs baseline (pages; includes readahead it no longer triggers) | launches prefetched, /metrics / measured |")
 		fmt.Fprintln(w, "|---|---|---|---|---|---|")
 		for _, a := range r.Agree {
-			fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f | %.0f | %.0f / %d |\n", a.Program, a.MetricsPrefetched, a.DaemonRead, a.MetricsPages, a.SavedPages, a.Launches, a.Measured)
+			eff := "not counted (the daemon's effect = false)"
+			if a.Effect {
+				eff = fmt.Sprintf("%.0f, %.0f", a.MetricsPrefetched, a.MetricsPages)
+			}
+			fmt.Fprintf(w, "| %s | %.0f | %.0f | %s | %.0f | %.0f / %d |\n", a.Program, a.MetricsSubmitted, a.DaemonRead, eff, a.SavedPages, a.Launches, a.Measured)
 		}
 	}
 	if len(r.Skipped) > 0 {
