@@ -136,8 +136,11 @@ type LaunchStep struct {
 // different parts of one file (a database queried at other keys), what
 // only one of them read is not prefetched, while the pages each reads
 // are; a file only one launch touched (a new input, a library replaced
-// since) keeps all its pages. It is computed once; AddLaunch recomputes
-// it.
+// since) keeps all its pages, unless it read the file at scattered
+// places or the file is structured (TouchStructured): then, until
+// scatterSeen launches touched it, each launch counts only its first
+// scatterRanges ranges (scatterHead). It is computed once; AddLaunch
+// recomputes it.
 func (p *LaunchProfile) Plan() []LaunchStep {
 	if p.plan != nil || len(p.Files) == 0 {
 		return p.plan
@@ -163,17 +166,13 @@ func (p *LaunchProfile) Plan() []LaunchStep {
 			continue
 		}
 		need := Recurring(s.Seen)
+		structured := s.Kinds&TouchStructured != 0
 		switch {
-		case s.Kinds&TouchStructured != 0 && s.Seen < scatterSeen:
-			for j, rs := range per[i] {
-				per[i][j] = rs[:min(len(rs), scatterRanges)]
-			}
-		case s.Kinds&TouchStructured != 0:
-		case mapped(s.Kinds):
+		case mapped(s.Kinds) && !structured:
 			need = 1
 		case s.Seen < scatterSeen:
 			for j, rs := range per[i] {
-				per[i][j] = scatterHead(rs)
+				per[i][j] = scatterHead(rs, structured)
 			}
 		}
 		s.Ranges = recurringRanges(per[i], need)
@@ -248,9 +247,10 @@ const (
 
 // scatterHead returns rs (one launch's touch, in access order) or, when it
 // is scattered (more than scatterRanges ranges averaging fewer than
-// scatterPages pages), its first scatterRanges ranges.
-func scatterHead(rs []Range) []Range {
-	if len(rs) <= scatterRanges || rangePages(rs) >= scatterPages*uint64(len(rs)) {
+// scatterPages pages; for a structured file, more than scatterRanges
+// ranges), its first scatterRanges ranges.
+func scatterHead(rs []Range, structured bool) []Range {
+	if len(rs) <= scatterRanges || !structured && rangePages(rs) >= scatterPages*uint64(len(rs)) {
 		return rs
 	}
 	return rs[:scatterRanges]
