@@ -110,10 +110,7 @@ func (d *Daemon) observe(ev *policies.Event) {
 	if l.rec != nil {
 		l.rec.Observe(ev)
 	}
-	if d.stage != nil && ev.Kind == policies.EventFileAccess && (l.rec != nil || l.adapted < followPages || l.checksWarm()) && d.stage.Recognized(ev.File) {
-		if l.rec != nil {
-			l.rec.MarkStructured(ev.File)
-		}
+	if d.stage != nil && ev.Kind == policies.EventFileAccess && (l.adapted < followPages || l.checksWarm()) && d.stage.Recognized(ev.File) {
 		if l.adapted < followPages && !l.inOrder(ev) {
 			l.adapted += uint64(max(ev.Access.NPages, 1))
 		}
@@ -448,6 +445,11 @@ func (d *Daemon) learnLaunch(l *launch) {
 	}
 	rec := l.rec
 	l.rec = nil
+	if d.stage != nil {
+		// What an adapter recognized is planned by the pages launches
+		// share (policies.TouchStructured).
+		rec.MarkStructured(d.stage.Recognized)
+	}
 	launchRec, files := rec.Launch(func(id uint32) (policies.LaunchFile, bool) {
 		f, ok := d.src.File(id)
 		if !ok {

@@ -869,11 +869,14 @@ func (r *LaunchRecorder) Observe(ev *Event) {
 	t.ranges = append(t.ranges, Range{First: first, N: uint32(n)})
 }
 
-// MarkStructured marks file id, if the launch touched it, as one a
-// structure adapter recognized (TouchStructured).
-func (r *LaunchRecorder) MarkStructured(id uint32) {
-	if i, ok := r.idx[id]; ok {
-		r.touches[i].kinds |= TouchStructured
+// MarkStructured marks the files the launch touched for which structured
+// reports true (a structure adapter recognized them) with
+// TouchStructured. It is called once, when the launch ends.
+func (r *LaunchRecorder) MarkStructured(structured func(id uint32) bool) {
+	for i := range r.touches {
+		if structured(r.touches[i].id) {
+			r.touches[i].kinds |= TouchStructured
+		}
 	}
 }
 

@@ -185,9 +185,8 @@ func TestPlanStructured(t *testing.T) {
 			r.Observe(ptr(acc(1000+i, 1, formats.KindMap, key+i*64, 16)))
 			r.Observe(ptr(acc(1000+i, 2, formats.KindMap, key/10+i*64, 16)))
 		}
-		r.Observe(ptr(acc(5000, 1, formats.KindFault, 0, 1))) // the meta page, every launch
-		r.MarkStructured(1)
-		r.MarkStructured(3) // not touched: nothing
+		r.Observe(ptr(acc(5000, 1, formats.KindFault, 0, 1)))                // the meta page, every launch
+		r.MarkStructured(func(id uint32) bool { return id == 1 || id == 3 }) // 3: not touched, nothing
 		l, fs := r.Launch(func(id uint32) (LaunchFile, bool) { f, ok := files[id]; return f, ok }, 42, 5e6)
 		if err := p.AddLaunch(l, fs, 3); err != nil {
 			t.Fatal(err)
